@@ -1,0 +1,157 @@
+"""Enumeration of CK's FMHA kernel space, reproducing CK's own generator exactly.
+
+``ck_instance_names(api, arch, receipt, mask_mode)`` returns what
+``generate.py -d <api> --targets <arch> -r <receipt> -m <mask_mode> -l`` lists (sorted, unique, without the
+dispatch-API .cpp); ``enumerate_kernels(arch, families, receipt, mask_mode)`` returns the KernelConfigs.
+
+Each api has one enumerator module (``fwd``, ``splitkv``, ``appendkv``, ``pagedkv``, ``batch_prefill``,
+``bwd``) exposing ``enumerate_api(ctx: EnumContext) -> list[KernelConfig]``. The tile tables and rules come
+from the arch data files (:mod:`ckfmha.archs`); what each receipt keeps comes from
+``data/receipt_rules/<api>.yaml`` (:mod:`ckfmha.receipts`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Sequence
+
+from ckfmha.archs import ArchSpec, ArchSpecError, load_arch_spec
+from ckfmha.filters import ConfigPredicate
+from ckfmha.kernel import API_FAMILIES, FAMILY_API, Api, Family, KernelConfig, MaskImpl, MaskMode
+from ckfmha.naming import ck_instance_name
+from ckfmha.receipts import receipt_predicate, resolve_receipt
+
+_MODULES: dict[Api, str] = {
+    Api.FWD: "ckfmha.enumeration.fwd",
+    Api.FWD_SPLITKV: "ckfmha.enumeration.splitkv",
+    Api.FWD_APPENDKV: "ckfmha.enumeration.appendkv",
+    Api.PAGEDKV_PREFILL: "ckfmha.enumeration.pagedkv",
+    Api.BATCH_PREFILL: "ckfmha.enumeration.batch_prefill",
+    Api.BWD: "ckfmha.enumeration.bwd",
+}
+
+
+class EnumerationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EnumContext:
+    """Everything an api enumerator needs."""
+
+    api: Api
+    arch: str
+    spec: ArchSpec
+    receipt: int
+    mask_mode: MaskMode
+
+    @property
+    def section(self) -> Any:
+        """This api's section of the arch data file."""
+        return self.spec.section(self.api)
+
+    @property
+    def keep(self) -> ConfigPredicate:
+        """The receipt's predicate for this api and mask mode."""
+        return receipt_predicate(self.api, self.receipt, self.mask_mode)
+
+    @property
+    def masks(self) -> tuple[MaskImpl, ...]:
+        """Mask implementations the generator emits under this mask mode (CK's get_mask_map)."""
+        if self.mask_mode is MaskMode.SIMPLIFIED:
+            return (MaskImpl.NONE, MaskImpl.ANY)
+        return (MaskImpl.NONE, MaskImpl.CAUSAL, MaskImpl.GENERIC)
+
+    def where(self, key_path: str) -> str:
+        """A location string for error messages: file and key path."""
+        return f"{self.spec.path} (apis.{self.api.value}.{key_path})"
+
+
+def _api(value: Api | str) -> Api:
+    try:
+        return Api.parse(value, "api")
+    except ValueError as e:
+        raise EnumerationError(str(e)) from None
+
+
+def _mask_mode(value: MaskMode | str) -> MaskMode:
+    try:
+        return MaskMode.parse(value, "mask_mode")
+    except ValueError as e:
+        raise EnumerationError(str(e)) from None
+
+
+def _spec(arch: str) -> ArchSpec:
+    try:
+        return load_arch_spec(arch)
+    except ArchSpecError as e:
+        raise EnumerationError(str(e)) from None
+
+
+@lru_cache(maxsize=512)
+def _enumerate_api_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[KernelConfig, ...]:
+    spec = _spec(arch)
+    if not spec.has_section(api):
+        return ()
+    module = importlib.import_module(_MODULES[api])
+    ctx = EnumContext(api, arch, spec, receipt, mask_mode)
+    return tuple(module.enumerate_api(ctx))
+
+
+def enumerate_api(api: Api | str, arch: str, receipt: int | str = 0,
+                  mask_mode: MaskMode | str = MaskMode.SIMPLIFIED) -> list[KernelConfig]:
+    """The configs one generator api emits for an arch/receipt/mask mode, in generator order."""
+    return list(_enumerate_api_cached(_api(api), arch, _receipt(receipt), _mask_mode(mask_mode)))
+
+
+def _receipt(receipt: int | str) -> int:
+    try:
+        return resolve_receipt(receipt)
+    except ValueError as e:
+        raise EnumerationError(str(e)) from None
+
+
+def ck_instance_names(api: Api | str, arch: str, receipt: int | str = 0,
+                      mask_mode: MaskMode | str = "simplified") -> list[str]:
+    """Exactly what CK's ``generate.py -d api --targets arch -r receipt -m mask_mode`` lists (sorted, unique)."""
+    configs = _enumerate_api_cached(_api(api), arch, _receipt(receipt), _mask_mode(mask_mode))
+    return sorted({ck_instance_name(c) for c in configs})
+
+
+def enumerate_kernels(arch: str, families: Iterable[Family | str] | None = None, receipt: int | str = 0,
+                      mask_mode: MaskMode | str = "simplified", *,
+                      predicate: Callable[[KernelConfig], bool] | None = None) -> list[KernelConfig]:
+    """All KernelConfigs of an arch (optionally only some families), deduplicated, in a stable order."""
+    fams: Sequence[Family]
+    if families is None:
+        fams = list(Family)
+    else:
+        fams = []
+        for f in families:
+            try:
+                fams.append(Family.parse(f, "family"))
+            except ValueError as e:
+                raise EnumerationError(str(e)) from None
+    wanted = set(fams)
+    apis = [a for a in Api if any(f in wanted for f in API_FAMILIES[a])]
+    rec, mm = _receipt(receipt), _mask_mode(mask_mode)
+    out: list[KernelConfig] = []
+    seen: set[KernelConfig] = set()
+    for api in apis:
+        for c in _enumerate_api_cached(api, arch, rec, mm):
+            if c.signature.family in wanted and c not in seen and (predicate is None or predicate(c)):
+                seen.add(c)
+                out.append(c)
+    return out
+
+
+__all__ = [
+    "EnumContext",
+    "EnumerationError",
+    "ck_instance_names",
+    "enumerate_api",
+    "enumerate_kernels",
+    "FAMILY_API",
+]

@@ -1,0 +1,411 @@
+"""The kernel model: one complete, frozen description of an FMHA kernel specialization.
+
+A :class:`KernelConfig` is made of two parts, as in CK's own vocabulary:
+
+* :class:`KernelSignature` -- *what* the kernel computes: family, data type, mode, head dims and every
+  feature switch (mask, bias, lse, dropout, soft-cap, sink, quantization, paging, RoPE, ...).
+* :class:`KernelAlgorithm` -- *how* it computes it: pipeline, block tile, warps per block and warp tiles per
+  GEMM stage, occupancy, the four pads, trload, batch-prefill load strategy, bwd max_seq_len_q.
+
+Every enum is a ``str`` enum whose value is ckfmha's canonical token, so filter expressions may compare with
+plain strings (``c.pipeline == 'qr_async'``).  CK's own spellings (``nmask``, ``vr``, ``psskddv``...) live in
+:mod:`ckfmha.naming`, not here.
+
+Every configuration has exactly one canonical **kernel id** (:meth:`KernelConfig.kernel_id`) that names every
+field and parses back (:meth:`KernelConfig.from_id`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterator
+
+
+class _Token(str, Enum):
+    """A str-valued enum whose str() is its token."""
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def parse(cls, value: Any, field_name: str | None = None):
+        """Return the member for ``value`` (a member or its token) or raise a ValueError naming the rule."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            name = field_name or cls.__name__
+            raise ValueError(f"{name}: unknown value {value!r}; allowed: {allowed}") from None
+
+
+class Family(_Token):
+    FWD = "fwd"
+    FWD_SPLITKV = "fwd_splitkv"
+    FWD_SPLITKV_COMBINE = "fwd_splitkv_combine"
+    FWD_APPENDKV = "fwd_appendkv"
+    FWD_PAGEDKV = "fwd_pagedkv"
+    BATCH_PREFILL = "batch_prefill"
+    BWD_DOT_DO_O = "bwd_dot_do_o"
+    BWD_DQ_DK_DV = "bwd_dq_dk_dv"
+    BWD_CONVERT_DQ = "bwd_convert_dq"
+
+    @property
+    def is_backward(self) -> bool:
+        return self.value.startswith("bwd")
+
+
+class Api(_Token):
+    """The ``-d`` values of CK's generator; each api emits one or more families."""
+
+    FWD = "fwd"
+    FWD_SPLITKV = "fwd_splitkv"
+    FWD_APPENDKV = "fwd_appendkv"
+    PAGEDKV_PREFILL = "pagedkv_prefill"
+    BATCH_PREFILL = "batch_prefill"
+    BWD = "bwd"
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        return API_FAMILIES[self]
+
+
+API_FAMILIES: dict[Api, tuple[Family, ...]] = {
+    Api.FWD: (Family.FWD,),
+    Api.FWD_SPLITKV: (Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE),
+    Api.FWD_APPENDKV: (Family.FWD_APPENDKV,),
+    Api.PAGEDKV_PREFILL: (Family.FWD_PAGEDKV,),
+    Api.BATCH_PREFILL: (Family.BATCH_PREFILL,),
+    Api.BWD: (Family.BWD_DOT_DO_O, Family.BWD_DQ_DK_DV, Family.BWD_CONVERT_DQ),
+}
+FAMILY_API: dict[Family, Api] = {f: a for a, fs in API_FAMILIES.items() for f in fs}
+
+
+class DType(_Token):
+    """Kernel data-type token. Mixed tokens name (Q,K,V storage)+(output type)."""
+
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP32 = "fp32"
+    FP8 = "fp8"
+    BF8 = "bf8"
+    FP8FP16 = "fp8fp16"
+    FP8BF16 = "fp8bf16"
+    FP8FP32 = "fp8fp32"
+    MXFP8 = "mxfp8"
+    MXFP4 = "mxfp4"
+
+    @property
+    def is_fp8_family(self) -> bool:
+        return self not in (DType.FP16, DType.BF16, DType.FP32)
+
+
+class Mode(_Token):
+    BATCH = "batch"
+    GROUP = "group"  # variable-length sequences given as seqstart offsets
+
+
+class VLayout(_Token):
+    ROW = "row"
+    COL = "col"
+
+
+class MaskImpl(_Token):
+    """Which mask *implementation* a kernel is compiled with.
+
+    ``any`` is CK's simplified mask (``-m simplified``, name token ``mask``): one kernel serves causal
+    top-left/bottom-right and sliding windows.  With ``-m generic`` CK splits masks into ``causal`` (token
+    ``mc``) and ``generic`` (token ``mg``).
+    """
+
+    NONE = "none"
+    ANY = "any"
+    CAUSAL = "causal"
+    GENERIC = "generic"
+
+
+class MaskMode(_Token):
+    """The generator's ``-m`` option."""
+
+    SIMPLIFIED = "simplified"
+    GENERIC = "generic"
+
+
+class Bias(_Token):
+    NONE = "none"
+    ELEMENTWISE = "elementwise"
+    ALIBI = "alibi"
+
+
+class QScale(_Token):
+    NONE = "none"
+    PERTENSOR = "pertensor"
+    BLOCKSCALE = "blockscale"
+    KV_BLOCKSCALE = "kv_blockscale"
+    MX = "mx"
+
+
+class Rope(_Token):
+    NONE = "none"
+    INTERLEAVED = "interleaved"
+    HALF_ROTATED = "half_rotated"
+
+
+class Dropout(_Token):
+    """Dropout variant. Forward kernels use ``none``/``enabled``; backward kernels name the workgroup
+    variant (``wg16``/``wg32``) and whether the random values are stored."""
+
+    NONE = "none"
+    ENABLED = "enabled"
+    WG16 = "wg16"
+    WG16_STORE_RANDVAL = "wg16_store_randval"
+    WG32 = "wg32"
+    WG32_STORE_RANDVAL = "wg32_store_randval"
+
+
+class KVMemoryLayout(_Token):
+    NONE = "none"  # not a paged batch-prefill kernel
+    VECTORIZED = "vectorized"
+    LINEAR = "linear"
+
+
+class KVLookupTable(_Token):
+    NONE = "none"
+    VLLM = "vllm"  # 2-D block table [batch, max_blocks]
+    SGLANG = "sglang"  # 1-D page table with per-sequence offsets
+
+
+class KVLoad(_Token):
+    """Batch-prefill K/V load strategy."""
+
+    NONE = "none"
+    BLOCK = "bload"
+    GLOBAL_LDS = "gload"  # GLOBAL_LOAD_LDS variant, emitted where page_size < bn0
+
+
+class Pipeline(_Token):
+    QR = "qr"
+    QR_ASYNC = "qr_async"
+    QR_ASYNC_TRLOAD = "qr_async_trload"
+    QR_ASYNC_TRLOAD_V3 = "qr_async_trload_v3"
+    QR_HPAD = "qr_hpad"
+    QS = "qs"
+    QR_TDM = "qr_tdm"
+    QR_NWARP_SSHUFFLE = "qr_nwarp_sshuffle"
+    QR_PAGEDKV = "qr_pagedkv"
+    APPENDKV = "appendkv"
+    SPLITKV_COMBINE = "splitkv_combine"
+    BWD_DOT_DO_O = "bwd_dot_do_o"
+    BWD_DQ_DK_DV = "bwd_dq_dk_dv"
+    BWD_CONVERT_DQ = "bwd_convert_dq"
+    # Triton backend kernels (NVIDIA/AMD through Triton's compiler)
+    TRITON = "triton"
+
+
+class ArchTag(_Token):
+    """The generator factory a kernel comes from (CK's file-name suffix), not the target GPU."""
+
+    NONE = "none"  # batch_prefill names carry no arch suffix
+    GFX9 = "gfx9"
+    GFX950 = "gfx950"
+    GFX11 = "gfx11"
+    GFX115 = "gfx115"
+    GFX12 = "gfx12"
+    GFX125 = "gfx125"
+    SM90 = "sm90"
+
+
+PAD_VALUES = (0, 1, 8)  # 0 = no pad, 1 = pad, 8 = bwd's pad with 8-element alignment
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSignature:
+    """What a kernel computes. Fields that do not apply to a family keep their defaults."""
+
+    family: Family
+    dtype: DType
+    mode: Mode
+    hdim_q: int
+    hdim_v: int
+    arch_tag: ArchTag
+    vlayout: VLayout = VLayout.ROW
+    mask: MaskImpl = MaskImpl.NONE
+    bias: Bias = Bias.NONE
+    dbias: bool = False
+    lse: bool = False
+    dropout: Dropout = Dropout.NONE
+    logits_soft_cap: bool = False
+    skip_min_seqlen_q: bool = False
+    qscale: QScale = QScale.NONE
+    fp8_static_quant: bool = False
+    sink: bool = False
+    paged_kv: bool = False
+    rope: Rope = Rope.NONE
+    deterministic: bool = False
+    kv_memory_layout: KVMemoryLayout = KVMemoryLayout.NONE
+    kv_lookup_table: KVLookupTable = KVLookupTable.NONE
+    page_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KernelAlgorithm:
+    """How a kernel computes.
+
+    ``tile``: fwd-style families have 6 entries (bm0, bn0, bk0, bn1, bk1, bk0max); bwd dq_dk_dv has 9
+    (bm0, bn0, bk0, bk1, bk2, bk3, bk4, bhdq, bhdv); appendkv has 4 (bs, bsk, bd, bdv); split-KV combine
+    (bn1), dot_do_o and convert_dq (bm0) have 1.
+    ``warps``: warps per block for each GEMM stage (2 stages fwd, 3 bwd), each (m, n, k).
+    ``warp_tiles``: per-warp MFMA/WMMA tile for each stage, each (m, n, k).
+    ``occupancy``: CK's ``kBlockPerCu``; -1 = let the compiler decide.
+    Pads: 0 none, 1 padded, 8 padded with 8-element alignment (bwd head dims).
+    """
+
+    pipeline: Pipeline
+    tile: tuple[int, ...]
+    warps: tuple[tuple[int, int, int], ...] = ()
+    warp_tiles: tuple[tuple[int, int, int], ...] = ()
+    occupancy: int = -1
+    pad_s: int = 0
+    pad_sk: int = 0
+    pad_d: int = 0
+    pad_dv: int = 0
+    trload: bool = False
+    kv_load: KVLoad = KVLoad.NONE
+    max_seq_len_q: int = 0
+
+
+SIGNATURE_FIELDS = tuple(f.name for f in dataclasses.fields(KernelSignature))
+ALGORITHM_FIELDS = tuple(f.name for f in dataclasses.fields(KernelAlgorithm))
+_SIGNATURE_FIELD_SET = frozenset(SIGNATURE_FIELDS)
+_ALGORITHM_FIELD_SET = frozenset(ALGORITHM_FIELDS)
+CONFIG_FIELDS = SIGNATURE_FIELDS + ALGORITHM_FIELDS
+
+_FIELD_TYPES: dict[str, Any] = {}
+for _cls in (KernelSignature, KernelAlgorithm):
+    for _f in dataclasses.fields(_cls):
+        _FIELD_TYPES[_f.name] = _f.type
+_ENUM_FIELDS: dict[str, type[_Token]] = {
+    name: globals()[t] for name, t in _FIELD_TYPES.items() if isinstance(t, str) and t in globals()
+    and isinstance(globals()[t], type) and issubclass(globals()[t], _Token)
+}
+_BOOL_FIELDS = frozenset(n for n, t in _FIELD_TYPES.items() if t == "bool")
+_INT_FIELDS = frozenset(n for n, t in _FIELD_TYPES.items() if t == "int")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConfig:
+    """A complete kernel specialization: signature + algorithm.
+
+    Every field of both parts is also readable directly on the config (``c.hdim_q``, ``c.pipeline``).
+    """
+
+    signature: KernelSignature
+    algorithm: KernelAlgorithm
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: delegate to the two parts.
+        if name in _SIGNATURE_FIELD_SET:
+            return getattr(self.signature, name)
+        if name in _ALGORITHM_FIELD_SET:
+            return getattr(self.algorithm, name)
+        raise AttributeError(f"KernelConfig has no field {name!r}; fields: {', '.join(CONFIG_FIELDS)}")
+
+    # ---------------------------------------------------------------- construction helpers
+    @classmethod
+    def make(cls, **fields: Any) -> "KernelConfig":
+        """Build a config from flat keyword fields; enum fields accept tokens; unknown names are errors."""
+        unknown = set(fields) - set(CONFIG_FIELDS)
+        if unknown:
+            raise ValueError(f"KernelConfig: unknown field(s) {sorted(unknown)}; fields: {', '.join(CONFIG_FIELDS)}")
+        norm = {k: _normalize_field(k, v) for k, v in fields.items()}
+        sig = KernelSignature(**{k: v for k, v in norm.items() if k in _SIGNATURE_FIELD_SET})
+        alg = KernelAlgorithm(**{k: v for k, v in norm.items() if k in _ALGORITHM_FIELD_SET})
+        return cls(sig, alg)
+
+    def replace(self, **fields: Any) -> "KernelConfig":
+        """A copy with some flat fields changed."""
+        unknown = set(fields) - set(CONFIG_FIELDS)
+        if unknown:
+            raise ValueError(f"KernelConfig.replace: unknown field(s) {sorted(unknown)}")
+        norm = {k: _normalize_field(k, v) for k, v in fields.items()}
+        sig_changes = {k: v for k, v in norm.items() if k in _SIGNATURE_FIELD_SET}
+        alg_changes = {k: v for k, v in norm.items() if k in _ALGORITHM_FIELD_SET}
+        sig = dataclasses.replace(self.signature, **sig_changes) if sig_changes else self.signature
+        alg = dataclasses.replace(self.algorithm, **alg_changes) if alg_changes else self.algorithm
+        return KernelConfig(sig, alg)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat JSON-ready dict (enum tokens, lists for tuples)."""
+        out: dict[str, Any] = {}
+        for part in (self.signature, self.algorithm):
+            for name in (SIGNATURE_FIELDS if part is self.signature else ALGORITHM_FIELDS):
+                v = getattr(part, name)
+                if isinstance(v, _Token):
+                    v = v.value
+                elif isinstance(v, tuple):
+                    v = [list(x) if isinstance(x, tuple) else x for x in v]
+                out[name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "KernelConfig":
+        return cls.make(**data)
+
+    def fields(self) -> Iterator[tuple[str, Any]]:
+        for name in SIGNATURE_FIELDS:
+            yield name, getattr(self.signature, name)
+        for name in ALGORITHM_FIELDS:
+            yield name, getattr(self.algorithm, name)
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def kernel_id(self) -> str:
+        from ckfmha.kernel_id import render_kernel_id
+
+        return render_kernel_id(self)
+
+    @classmethod
+    def from_id(cls, kernel_id: str) -> "KernelConfig":
+        from ckfmha.kernel_id import parse_kernel_id
+
+        return parse_kernel_id(kernel_id)
+
+    def __str__(self) -> str:
+        return self.kernel_id
+
+
+def _normalize_field(name: str, value: Any) -> Any:
+    if name in _ENUM_FIELDS:
+        return _ENUM_FIELDS[name].parse(value, name)
+    if name in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: expected a bool, found {value!r}")
+        return value
+    if name in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name}: expected an int, found {value!r}")
+        if name.startswith("pad_") and value not in PAD_VALUES:
+            raise ValueError(f"{name}: pad must be one of {PAD_VALUES}, found {value!r}")
+        return value
+    if name == "tile":
+        if not isinstance(value, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            raise ValueError(f"tile: expected a list of ints, found {value!r}")
+        return tuple(value)
+    if name in ("warps", "warp_tiles"):
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(s, (list, tuple)) and len(s) == 3 and all(isinstance(x, int) for x in s) for s in value
+        ):
+            raise ValueError(f"{name}: expected a list of [m, n, k] int triples, found {value!r}")
+        return tuple(tuple(s) for s in value)
+    return value
+
+
+ENUM_FIELDS = _ENUM_FIELDS
+BOOL_FIELDS = _BOOL_FIELDS
+INT_FIELDS = _INT_FIELDS

@@ -1,0 +1,115 @@
+"""Receipts (CK's ``generate.py -r N``) and their profile names, and the per-api receipt rules.
+
+``data/receipts.yaml`` names each receipt; ``data/receipt_rules/<api>.yaml`` says, per api, which generated
+configs a receipt keeps, as filter expressions (:mod:`ckfmha.filters`) over KernelConfig fields::
+
+    schema: 1
+    api: fwd
+    default: "c.dtype != 'fp32'"        # receipts without a rule of their own
+    rules:
+      2: "c.dtype in ('fp16', 'bf16') and c.bias != 'elementwise'"
+      801:                              # a rule may differ per mask mode (simplified / generic)
+        simplified: "c.mask == 'none'"
+        generic: "False"
+
+A rule of ``True`` keeps everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ckfmha.archs import data_dir, load_yaml
+from ckfmha.filters import ConfigPredicate, FilterError, compile_filter
+from ckfmha.kernel import Api, MaskMode
+
+
+class ReceiptError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Receipt:
+    number: int
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+
+
+@lru_cache(maxsize=None)
+def receipts() -> dict[int, Receipt]:
+    path = data_dir() / "receipts.yaml"
+    doc = load_yaml(path)
+    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("receipts"), dict):
+        raise ReceiptError(f"{path}: expected 'schema: 1' and a 'receipts' mapping")
+    out: dict[int, Receipt] = {}
+    for num, entry in doc["receipts"].items():
+        if not isinstance(num, int) or not isinstance(entry, dict) or "name" not in entry:
+            raise ReceiptError(f"{path}: receipts.{num}: expected an int key and a mapping with 'name'")
+        out[num] = Receipt(num, entry["name"], tuple(entry.get("aliases", ())), entry.get("description", ""))
+    return out
+
+
+def resolve_receipt(value: int | str | None = None, *, profile: str | None = None) -> int:
+    """A receipt number from a number, a numeric string or a profile name/alias."""
+    table = receipts()
+    if profile is not None:
+        if value not in (None, 0):
+            raise ReceiptError(f"receipt/profile: give one of them, not both (receipt={value!r}, profile={profile!r})")
+        value = profile
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise ReceiptError(f"receipt: expected a number or profile name, found {value!r}")
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+        num = int(value)
+        if num not in table:
+            raise ReceiptError(f"receipt: unknown receipt {num}; known: {', '.join(str(n) for n in sorted(table))}")
+        return num
+    name = str(value).strip().lower()
+    for r in table.values():
+        if name == r.name or name in r.aliases:
+            return r.number
+    names = ", ".join(f"{r.name} ({r.number})" for r in table.values())
+    raise ReceiptError(f"profile: unknown profile {value!r}; known profiles: {names}")
+
+
+@lru_cache(maxsize=None)
+def _rules(api: Api) -> dict[str, Any]:
+    path = data_dir() / "receipt_rules" / f"{api.value}.yaml"
+    if not path.is_file():
+        raise ReceiptError(f"{path}: no receipt rules for api {api.value!r}")
+    doc = load_yaml(path)
+    if not isinstance(doc, dict) or doc.get("schema") != 1 or doc.get("api") != api.value:
+        raise ReceiptError(f"{path}: expected 'schema: 1' and 'api: {api.value}'")
+    unknown = set(doc) - {"schema", "api", "default", "rules"}
+    if unknown:
+        raise ReceiptError(f"{path}: unknown top-level key(s) {sorted(unknown)}")
+    doc.setdefault("rules", {})
+    doc["_path"] = path
+    return doc
+
+
+@lru_cache(maxsize=None)
+def receipt_predicate(api: Api, receipt: int, mask_mode: MaskMode) -> ConfigPredicate:
+    """The predicate that receipt ``receipt`` applies to ``api``'s configs under ``mask_mode``."""
+    doc = _rules(api)
+    path = doc["_path"]
+    rule = doc["rules"].get(receipt, doc.get("default", "True"))
+    where = f"{path}: rules.{receipt}" if receipt in doc["rules"] else f"{path}: default"
+    if isinstance(rule, dict):
+        if set(rule) != {m.value for m in MaskMode}:
+            raise ReceiptError(f"{where}: a per-mask-mode rule needs exactly the keys simplified and generic")
+        rule = rule[mask_mode.value]
+        where += f".{mask_mode.value}"
+    if isinstance(rule, bool):
+        rule = str(rule)
+    if not isinstance(rule, str):
+        raise ReceiptError(f"{where}: expected a filter expression string, found {rule!r}")
+    try:
+        pred = compile_filter(rule)
+    except FilterError as e:
+        raise ReceiptError(f"{where}: {e}") from None
+    return pred.fast  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Source generators (CK Tile instances and their C ABI wrappers)."""

@@ -1,0 +1,1 @@
+"""Root conftest: makes the shared golden-list helpers importable as ``tests.golden``."""

@@ -1,0 +1,55 @@
+"""Access to the golden CK enumeration lists and a readable list diff for parity tests.
+
+The shared lists live in ``../shared/golden/ck_enumeration/<mask mode>/<api>/<arch>/r<receipt>.txt.gz`` (next
+to the checkout); ``CKFMHA_GOLDEN_DIR`` overrides the location. Lists that we produced ourselves by running
+upstream's generator for archs the shared set lacks live in ``tests/data/golden/`` with the same layout.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SHARED_GOLDEN = Path(os.environ.get("CKFMHA_GOLDEN_DIR", HERE.parent.parent / "shared" / "golden" / "ck_enumeration"))
+LOCAL_GOLDEN = HERE / "data" / "golden"
+
+APIS = ("fwd", "fwd_splitkv", "fwd_appendkv", "pagedkv_prefill", "batch_prefill", "bwd")
+RECEIPTS = (0, 1, 2, 3, 4, 100, 200, 300, 400, 600, 700, 800, 801, 888)
+MASK_MODES = ("simplified", "generic")
+SHARED_ARCHS = ("gfx942", "gfx950")
+
+
+def golden_path(mask_mode: str, api: str, arch: str, receipt: int) -> Path | None:
+    for root in (SHARED_GOLDEN, LOCAL_GOLDEN):
+        p = root / mask_mode / api / arch / f"r{receipt}.txt.gz"
+        if p.is_file():
+            return p
+    return None
+
+
+@lru_cache(maxsize=None)
+def load_golden(mask_mode: str, api: str, arch: str, receipt: int) -> tuple[str, ...]:
+    p = golden_path(mask_mode, api, arch, receipt)
+    if p is None:
+        pytest.skip(f"no golden list for {mask_mode}/{api}/{arch}/r{receipt} (looked in {SHARED_GOLDEN} and {LOCAL_GOLDEN})")
+    with gzip.open(p, "rt", encoding="utf-8") as fh:
+        return tuple(line.strip() for line in fh if line.strip())
+
+
+def diff_message(ours: list[str] | tuple[str, ...], golden: list[str] | tuple[str, ...], label: str, show: int = 8) -> str:
+    """'' when equal, else counts plus the first missing/extra names."""
+    a, b = set(ours), set(golden)
+    if a == b and len(ours) == len(golden):
+        return ""
+    missing = sorted(b - a)
+    extra = sorted(a - b)
+    lines = [f"{label}: ours {len(ours)} names ({len(a)} unique), golden {len(golden)}; "
+             f"{len(missing)} missing, {len(extra)} extra"]
+    lines += [f"  missing: {n}" for n in missing[:show]]
+    lines += [f"  extra:   {n}" for n in extra[:show]]
+    return "\n".join(lines)
