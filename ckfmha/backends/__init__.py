@@ -1,0 +1,56 @@
+"""Backends: what turns a KernelConfig into something that runs.
+
+Every backend implements :class:`ckfmha.backends.base.Backend`; they are looked up by name with
+:func:`get_backend`. Only ``cpu`` is imported eagerly-on-demand here; ``triton`` and ``hip`` live in their
+own sub-packages and import their heavy dependencies (torch, triton, hipcc) only when used, so the core never
+imports torch or triton.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ckfmha.backends.base import (  # noqa: F401  (public API)
+    Availability,
+    Backend,
+    BackendError,
+    BuiltKernel,
+    StageResult,
+    UnsupportedConfig,
+)
+
+BACKEND_MODULES = {
+    "cpu": "ckfmha.backends.cpu",
+    "triton": "ckfmha.backends.triton",
+    "hip": "ckfmha.backends.hip",
+}
+
+_instances: dict[str, Backend] = {}
+
+
+def backend_names() -> tuple[str, ...]:
+    return tuple(BACKEND_MODULES)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name`` (an error naming the known backends otherwise)."""
+    if name not in BACKEND_MODULES:
+        raise BackendError(f"backend: unknown backend {name!r}; known: {', '.join(BACKEND_MODULES)}")
+    if name not in _instances:
+        try:
+            module = importlib.import_module(BACKEND_MODULES[name])
+        except ModuleNotFoundError as e:
+            raise BackendError(f"backend {name!r}: its module {BACKEND_MODULES[name]} is not available ({e})") from None
+        _instances[name] = module.make_backend()
+    return _instances[name]
+
+
+def auto_backend_name() -> str:
+    """triton with a GPU, hip on ROCm with hipcc and a CK root, else cpu."""
+    for name in ("triton", "hip"):
+        try:
+            if get_backend(name).available():
+                return name
+        except BackendError:
+            continue
+    return "cpu"

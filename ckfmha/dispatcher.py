@@ -1,0 +1,518 @@
+"""The dispatcher: problem -> plan of one or more stages, each a kernel plus its arguments.
+
+Plans per problem family
+------------------------
+============  ==================================================================================================
+fwd           ``fwd``
+fwd_splitkv   ``splitkv`` (num_splits partial O + LSE) -> ``combine``
+fwd_pagedkv   ``pagedkv``
+fwd_appendkv  ``appendkv`` (write knew/vnew into the cache, RoPE) -> attention over the cache: split-KV
+              (``splitkv`` -> ``combine``) when num_splits > 1 or cache_batch_idx is used, else ``pagedkv``
+              when the cache is paged, else ``fwd``. With ``num_splits == 1`` the number of splits comes from
+              :func:`num_splits_heuristic` (KV-cache decode is where splitting pays).
+batch_prefill ``batch_prefill``
+backward      ``dot_do_o`` -> ``dq_dk_dv`` -> ``convert_dq``; the last only where the fp32 dq accumulator
+              needs converting (any dtype but fp32, and fp32 when deterministic: the per-split slices must be
+              summed).
+============  ==================================================================================================
+
+Selection rules (a candidate is rejected by the first rule it fails; :meth:`Dispatcher.explain` says which)
+--------------------------------------------------------------------------------------------------------
+1. family of the stage; 2. dtype; 3. mode (batch/group); 4. V layout;
+5. head dims: equal, or larger with the hdim pad (pad 8 additionally needs a multiple of 8);
+6. mask, as CK serves it: no mask -> a no-mask kernel; causal top-left and bottom-right -> one causal kernel
+   (``causal`` under ``-m generic``, ``any`` under ``-m simplified``); sliding windows and generic masks -> the
+   generic-mask kernel (``generic`` or ``any``);
+7. exact feature match: bias, lse, dropout, logits soft-cap, sink, skip_min_seqlen_q, qscale/static quant,
+   paged KV, RoPE, deterministic, dbias, KV memory layout / lookup table / page size;
+8. padding: a kernel without seqlen_q (seqlen_k) padding only where every sequence length divides bm0 (bn0);
+   group mode needs both seqlen pads;
+9. bwd ``max_seq_len_q``: a kernel specialized for short queries only where seqlen_q <= maxq;
+10. the backend can realize the config (``backend.supports``), when a backend is given.
+
+Ranking of the candidates that pass
+-----------------------------------
+1. the smallest head-dim bucket (no wasted head-dim padding);
+2. fewer pads (a no-pad kernel wins when the shape is aligned);
+3. seqtune: the tile that best fits the sequence lengths — the padded fraction of the last query (key) block,
+   then for long sequences the larger tile, for short ones the smaller;
+4. the heuristics table ``data/heuristics.yaml`` (first matching rule's priority, lower first; benchmark
+   results can rewrite it);
+5. the kernel id, so the choice is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from ckfmha.kernel import (
+    Bias,
+    Dropout,
+    DType,
+    Family,
+    KernelConfig,
+    KVLoad,
+    MaskImpl,
+    Mode,
+    QScale,
+    Rope,
+)
+from ckfmha.registry import Registry
+from ckfmha.workspace import bwd_workspace_upper_bound
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.backends.base import Backend
+    from ckfmha.problem import Problem
+
+
+class StageRole(str, Enum):
+    FWD = "fwd"
+    SPLITKV = "splitkv"
+    COMBINE = "combine"
+    PAGEDKV = "pagedkv"
+    APPENDKV = "appendkv"
+    BATCH_PREFILL = "batch_prefill"
+    DOT_DO_O = "dot_do_o"
+    DQ_DK_DV = "dq_dk_dv"
+    CONVERT_DQ = "convert_dq"
+
+
+ROLE_FAMILY: dict[StageRole, Family] = {
+    StageRole.FWD: Family.FWD,
+    StageRole.SPLITKV: Family.FWD_SPLITKV,
+    StageRole.COMBINE: Family.FWD_SPLITKV_COMBINE,
+    StageRole.PAGEDKV: Family.FWD_PAGEDKV,
+    StageRole.APPENDKV: Family.FWD_APPENDKV,
+    StageRole.BATCH_PREFILL: Family.BATCH_PREFILL,
+    StageRole.DOT_DO_O: Family.BWD_DOT_DO_O,
+    StageRole.DQ_DK_DV: Family.BWD_DQ_DK_DV,
+    StageRole.CONVERT_DQ: Family.BWD_CONVERT_DQ,
+}
+
+
+@dataclass(frozen=True)
+class Stage:
+    role: StageRole
+    kernel: KernelConfig
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in self.args.items())
+        return f"{self.role.value}: {self.kernel.kernel_id}{extra}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    problem: "Problem"
+    stages: tuple[Stage, ...]
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self.stages)
+
+    @property
+    def kernels(self) -> tuple[KernelConfig, ...]:
+        return tuple(s.kernel for s in self.stages)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    config: KernelConfig
+    reason: str | None  # None: the candidate can serve the stage
+    rank: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class StageExplanation:
+    role: StageRole
+    verdicts: tuple[Verdict, ...]  # passing candidates first, in rank order
+
+    @property
+    def chosen(self) -> KernelConfig | None:
+        return self.verdicts[0].config if self.verdicts and self.verdicts[0].ok else None
+
+    def summary(self, show: int = 5) -> str:
+        ok = [v for v in self.verdicts if v.ok]
+        bad = [v for v in self.verdicts if not v.ok]
+        lines = [f"stage {self.role.value}: {len(self.verdicts)} candidate(s), {len(ok)} can serve it"]
+        for v in ok[:show]:
+            lines.append(f"  OK    {v.config.kernel_id}")
+        if len(ok) > show:
+            lines.append(f"  ... and {len(ok) - show} more that can serve it")
+        # Group rejections by reason so a long list stays readable.
+        by_reason: dict[str, list[KernelConfig]] = {}
+        for v in bad:
+            by_reason.setdefault(v.reason or "", []).append(v.config)
+        for reason, cs in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"  NO    {len(cs)} x {reason}  (e.g. {cs[0].kernel_id})")
+        if not self.verdicts:
+            lines.append(f"  the registry holds no {ROLE_FAMILY[self.role].value} kernels")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    problem: "Problem"
+    stages: tuple[StageExplanation, ...]
+
+    def __str__(self) -> str:
+        return f"problem: {self.problem}\n" + "\n".join(s.summary() for s in self.stages)
+
+
+class NoKernelError(LookupError):
+    """No kernel in the registry can serve a stage; the message holds the explanation."""
+
+    def __init__(self, explanation: Explanation) -> None:
+        self.explanation = explanation
+        missing = [s.role.value for s in explanation.stages if s.chosen is None]
+        super().__init__(f"no kernel can serve stage(s) {', '.join(missing)}\n{explanation}")
+
+
+# --------------------------------------------------------------------------------------------- heuristics
+@lru_cache(maxsize=1)
+def _heuristics() -> tuple[tuple[Callable[[KernelConfig], bool], int, str], ...]:
+    from ckfmha.archs import data_dir, load_yaml
+    from ckfmha.filters import FilterError, compile_filter
+
+    path = data_dir() / "heuristics.yaml"
+    doc = load_yaml(path)
+    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("rules"), list):
+        raise ValueError(f"{path}: expected 'schema: 1' and a 'rules' list")
+    out = []
+    for i, rule in enumerate(doc["rules"]):
+        if not isinstance(rule, dict) or set(rule) - {"when", "priority", "why"} or "when" not in rule \
+                or not isinstance(rule.get("priority"), int):
+            raise ValueError(f"{path}: rules[{i}]: expected {{when: <filter>, priority: <int>, why: <text>}}")
+        try:
+            pred = compile_filter(rule["when"])
+        except FilterError as e:
+            raise ValueError(f"{path}: rules[{i}].when: {e}") from None
+        out.append((pred, rule["priority"], str(rule.get("why", ""))))
+    return tuple(out)
+
+
+DEFAULT_PRIORITY = 100
+
+
+def heuristic_priority(c: KernelConfig) -> int:
+    for pred, prio, _ in _heuristics():
+        if pred(c):
+            return prio
+    return DEFAULT_PRIORITY
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def num_splits_heuristic(batch: int, nhead_q: int, seqlen_q: int, seqlen_k: int, bm0: int, bn0: int,
+                         num_cus: int, max_splits: int = 128) -> int:
+    """Number of KV splits for split-KV attention (FlashAttention's rule, which CK's example follows).
+
+    With ``blocks = batch * nhead_q * ceil(seqlen_q / bm0)`` work-groups, a grid that already fills 80% of the
+    compute units gets no split. Otherwise, for each candidate ``s`` (1..min(max_splits, key blocks)) the wave
+    efficiency is ``n_waves / ceil(n_waves)`` with ``n_waves = blocks * s / num_cus``; the smallest ``s`` whose
+    efficiency is at least 85% of the best is chosen. Splits that would leave a split without key blocks are
+    skipped.
+    """
+    blocks = batch * nhead_q * -(-seqlen_q // bm0)
+    if blocks >= 0.8 * num_cus:
+        return 1
+    key_blocks = max(1, -(-seqlen_k // bn0))
+    limit = min(max_splits, num_cus, key_blocks)
+
+    def eligible(s: int) -> bool:
+        return s == 1 or -(-key_blocks // s) != -(-key_blocks // (s - 1))
+
+    effs = {}
+    for s in range(1, limit + 1):
+        if not eligible(s):
+            continue
+        waves = blocks * s / num_cus
+        effs[s] = waves / math.ceil(waves)
+    best = max(effs.values())
+    for s in sorted(effs):
+        if effs[s] >= 0.85 * best:
+            return s
+    return 1  # pragma: no cover - the loop always returns
+
+
+def _mask_kernels(problem: "Problem") -> frozenset[MaskImpl]:
+    from ckfmha.masking import MaskKind
+
+    m = problem.mask
+    if m.kind is MaskKind.NONE:
+        return frozenset({MaskImpl.NONE})
+    if m.is_causal:
+        return frozenset({MaskImpl.CAUSAL, MaskImpl.ANY})
+    return frozenset({MaskImpl.GENERIC, MaskImpl.ANY})
+
+
+def _fwd_dropout(problem: "Problem") -> frozenset[Dropout]:
+    return frozenset({Dropout.ENABLED}) if problem.p_drop > 0 else frozenset({Dropout.NONE})
+
+
+def _bwd_dropout(problem: "Problem") -> frozenset[Dropout]:
+    if problem.p_drop <= 0:
+        return frozenset({Dropout.NONE})
+    return frozenset({Dropout.WG16, Dropout.WG16_STORE_RANDVAL, Dropout.WG32, Dropout.WG32_STORE_RANDVAL})
+
+
+def _squant(problem: "Problem") -> bool:
+    return problem.dtype.is_fp8_family and problem.qscale is QScale.PERTENSOR
+
+
+def _seq_lists(problem: "Problem") -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if problem.mode is Mode.GROUP:
+        return problem.seqlens_q, problem.seqlens_k
+    return (problem.seqlen_q,), (problem.seqlen_k,)
+
+
+# The requirement a stage puts on one field: (field, allowed values, how to say it).
+Requirement = tuple[str, frozenset, str]
+
+
+def _requirements(problem: "Problem", role: StageRole) -> list[Requirement]:
+    p = problem
+    req: list[Requirement] = []
+
+    def need(fname: str, allowed: Iterable[Any], what: str) -> None:
+        req.append((fname, frozenset(allowed), what))
+
+    softcap = p.logits_soft_cap > 0
+    paged = p.page_block_size > 0
+    if role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV, StageRole.BATCH_PREFILL):
+        need("vlayout", {p.vlayout}, f"V layout {p.vlayout.value}")
+        need("mask", _mask_kernels(p), f"mask {p.mask.to_ck()}")
+        need("bias", {p.bias}, f"bias {p.bias.value}")
+        need("logits_soft_cap", {softcap}, "logits soft-cap" if softcap else "no logits soft-cap")
+        need("sink", {p.sink}, "sink" if p.sink else "no sink")
+    if role in (StageRole.FWD, StageRole.PAGEDKV):
+        need("skip_min_seqlen_q", {False}, "no skip_min_seqlen_q")
+    if role is StageRole.FWD:
+        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
+        need("dropout", _fwd_dropout(p), "dropout" if p.p_drop > 0 else "no dropout")
+        need("qscale", {p.qscale}, f"qscale {p.qscale.value}")
+    elif role is StageRole.SPLITKV:
+        need("lse", {True}, "split-KV partial LSE")
+        need("fp8_static_quant", {_squant(p)}, "fp8 static quant" if _squant(p) else "no fp8 static quant")
+        need("paged_kv", {paged}, "paged KV" if paged else "contiguous KV")
+    elif role is StageRole.COMBINE:
+        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
+        need("fp8_static_quant", {_squant(p)}, "fp8 static quant" if _squant(p) else "no fp8 static quant")
+    elif role is StageRole.PAGEDKV:
+        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
+        need("fp8_static_quant", {_squant(p)}, "fp8 static quant" if _squant(p) else "no fp8 static quant")
+        need("paged_kv", {True}, "paged KV")
+    elif role is StageRole.APPENDKV:
+        rope = p.rope if p.rotary_dim > 0 else Rope.NONE
+        need("vlayout", {p.vlayout}, f"V layout {p.vlayout.value}")
+        need("rope", {rope}, f"RoPE {rope.value}")
+        need("paged_kv", {paged}, "paged KV cache" if paged else "contiguous KV cache")
+    elif role is StageRole.BATCH_PREFILL:
+        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
+        need("dropout", _fwd_dropout(p), "dropout" if p.p_drop > 0 else "no dropout")
+        need("qscale", {p.qscale}, f"qscale {p.qscale.value}")
+        need("kv_memory_layout", {p.kv_layout}, f"KV memory layout {p.kv_layout.value}")
+        need("kv_lookup_table", {p.kv_lookup}, f"KV lookup table {p.kv_lookup.value}")
+        need("page_size", {p.page_block_size}, f"page size {p.page_block_size}")
+    elif role is StageRole.DQ_DK_DV:
+        need("mask", _mask_kernels(p), f"mask {p.mask.to_ck()}")
+        need("bias", {p.bias}, f"bias {p.bias.value}")
+        need("dbias", {p.dbias}, "dbias output" if p.dbias else "no dbias output")
+        need("dropout", _bwd_dropout(p), "dropout" if p.p_drop > 0 else "no dropout")
+        need("deterministic", {p.deterministic}, "deterministic" if p.deterministic else "non-deterministic")
+    elif role is StageRole.CONVERT_DQ:
+        need("deterministic", {p.deterministic}, "deterministic" if p.deterministic else "non-deterministic")
+    return req
+
+
+def _describe(v: Any) -> str:
+    return v.value if hasattr(v, "value") else str(v)
+
+
+def _dims_for(role: StageRole, c: KernelConfig) -> dict[str, tuple[int, str]]:
+    """For the pad rules: which problem length each seqlen pad guards and the tile size it must divide.
+
+    dq_dk_dv handles any sequence length; the split-KV combine kernel reuses the pads of the main kernel it is
+    paired with (CK static_asserts that), so it has no rule of its own here."""
+    t = c.algorithm.tile
+    if role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV, StageRole.BATCH_PREFILL):
+        return {"pad_s": (t[0], "seqlen_q"), "pad_sk": (t[1], "seqlen_k")}
+    if role is StageRole.APPENDKV:
+        return {"pad_s": (t[0], "seqlen_q"), "pad_sk": (t[1], "seqlen_knew")}
+    if role in (StageRole.DOT_DO_O, StageRole.CONVERT_DQ):
+        return {"pad_s": (t[0], "seqlen_q")}
+    return {}
+
+
+class Dispatcher:
+    """Selects kernels from a registry for problems; optionally restricted to what a backend can realize."""
+
+    def __init__(self, registry: Registry, backend: "Backend | None" = None, *, num_cus: int = 304) -> None:
+        self.registry = registry
+        self.backend = backend
+        self.num_cus = num_cus
+
+    # ------------------------------------------------------------------ public API
+    def select(self, problem: "Problem") -> Plan:
+        explanation = self.explain(problem)
+        if any(s.chosen is None for s in explanation.stages):
+            raise NoKernelError(explanation)
+        stages = []
+        chosen = {s.role: s.chosen for s in explanation.stages}
+        for role, args in self._stage_args(problem, chosen):
+            stages.append(Stage(role, chosen[role], args))
+        return Plan(problem, tuple(stages))
+
+    def explain(self, problem: "Problem") -> Explanation:
+        stages: list[StageExplanation] = []
+        chosen: dict[StageRole, KernelConfig | None] = {}
+        for role in self.roles(problem):
+            exp = self._explain_stage(problem, role, chosen)
+            chosen[role] = exp.chosen
+            stages.append(exp)
+        return Explanation(problem, tuple(stages))
+
+    # ------------------------------------------------------------------ plan structure
+    def roles(self, problem: "Problem") -> list[StageRole]:
+        f = problem.family
+        if f is Family.FWD:
+            return [StageRole.FWD]
+        if f is Family.FWD_SPLITKV:
+            return [StageRole.SPLITKV, StageRole.COMBINE]
+        if f is Family.FWD_PAGEDKV:
+            return [StageRole.PAGEDKV]
+        if f is Family.BATCH_PREFILL:
+            return [StageRole.BATCH_PREFILL]
+        if f is Family.FWD_APPENDKV:
+            return [StageRole.APPENDKV] + self._decode_attention_roles(problem)
+        # backward
+        roles = [StageRole.DOT_DO_O, StageRole.DQ_DK_DV]
+        if problem.dtype is not DType.FP32 or problem.deterministic:
+            roles.append(StageRole.CONVERT_DQ)
+        return roles
+
+    def decode_num_splits(self, problem: "Problem") -> int:
+        if problem.num_splits > 1:
+            return problem.num_splits
+        # bm0/bn0 of a typical decode split-KV tile (64 x 128); the heuristic only needs the grid size.
+        return num_splits_heuristic(problem.batch, problem.nhead_q, problem.seqlen_q, problem.seqlen_k,
+                                    64, 128, self.num_cus)
+
+    def _decode_attention_roles(self, problem: "Problem") -> list[StageRole]:
+        if problem.cache_batch_idx or self.decode_num_splits(problem) > 1:
+            return [StageRole.SPLITKV, StageRole.COMBINE]
+        if problem.page_block_size:
+            return [StageRole.PAGEDKV]
+        return [StageRole.FWD]
+
+    def _stage_args(self, problem: "Problem", chosen: dict[StageRole, KernelConfig]):
+        for role in self.roles(problem):
+            args: dict[str, Any] = {}
+            if role in (StageRole.SPLITKV, StageRole.COMBINE):
+                args["num_splits"] = (problem.num_splits if problem.family is Family.FWD_SPLITKV
+                                      else self.decode_num_splits(problem))
+            if role is StageRole.DQ_DK_DV:
+                c = chosen[role]
+                # Allocated once from host-known maxima: no device-to-host read of seqstart arrays.
+                args["workspace_bytes"] = bwd_workspace_upper_bound(
+                    problem.batch, problem.hdim_q, problem.nhead_q, problem.seqlen_q, problem.seqlen_k,
+                    deterministic=problem.deterministic, bn0=c.algorithm.tile[1])
+            yield role, args
+
+    # ------------------------------------------------------------------ matching
+    def _explain_stage(self, problem: "Problem", role: StageRole,
+                       chosen: Mapping[StageRole, KernelConfig | None]) -> StageExplanation:
+        family = ROLE_FAMILY[role]
+        candidates = self.registry.candidates(family)
+        reqs = _requirements(problem, role)
+        main = chosen.get(StageRole.SPLITKV)
+        if role is StageRole.COMBINE and main is not None:
+            # The combine kernel must reuse the paired split kernel's seqlen_q and hdim_v pads.
+            reqs = reqs + [("pad_s", frozenset({main.pad_s}), f"pad_s={main.pad_s} like the split kernel"),
+                           ("pad_dv", frozenset({main.pad_dv}), f"pad_dv={main.pad_dv} like the split kernel")]
+        verdicts = []
+        for c in candidates:
+            reason = self._first_failed_rule(problem, role, c, reqs)
+            verdicts.append(Verdict(c, reason, self._rank(problem, role, c) if reason is None else ()))
+        ok = sorted((v for v in verdicts if v.ok), key=lambda v: v.rank)
+        bad = sorted((v for v in verdicts if not v.ok), key=lambda v: v.config.kernel_id)
+        return StageExplanation(role, tuple(ok + bad))
+
+    def _first_failed_rule(self, problem: "Problem", role: StageRole, c: KernelConfig,
+                           reqs: Sequence[Requirement]) -> str | None:
+        s, a = c.signature, c.algorithm
+        p = problem
+        if s.dtype is not p.dtype:
+            return f"dtype: kernel is {s.dtype.value}, problem is {p.dtype.value}"
+        want_mode = Mode.BATCH if role is StageRole.APPENDKV else p.mode
+        if s.mode is not want_mode:
+            return f"mode: kernel is {s.mode.value}, problem needs {want_mode.value}"
+        # head dims
+        for fname, pname, pad in (("hdim_q", "hdim_q", a.pad_d), ("hdim_v", "hdim_v", a.pad_dv)):
+            if role in (StageRole.DOT_DO_O, StageRole.COMBINE) and fname == "hdim_q":
+                continue  # these kernels see only hdim_v
+            if role is StageRole.CONVERT_DQ and fname == "hdim_v":
+                continue  # this kernel sees only hdim_q
+            kd, pd = getattr(s, fname), getattr(p, pname)
+            if pd > kd:
+                return f"{fname}: problem {pd} exceeds the kernel's {kd}"
+            if pd != kd and not pad:
+                return f"{fname}: problem {pd} != kernel {kd} and the kernel has no {fname} padding"
+            if pad == 8 and pd % 8:
+                return f"{fname}: problem {pd} is not a multiple of 8 (the kernel pads with 8-element alignment)"
+        for fname, allowed, what in reqs:
+            v = getattr(c, fname)
+            if v not in allowed:
+                return f"{fname}: problem needs {what}, kernel has {fname}={_describe(v)}"
+        # padding of sequence lengths
+        qs, ks = _seq_lists(p)
+        dims = _dims_for(role, c)
+        if p.mode is Mode.GROUP and any(getattr(a, f) == 0 for f in dims):
+            return "padding: group mode needs a kernel with seqlen padding"
+        lengths = {"seqlen_q": qs, "seqlen_k": ks, "seqlen_knew": (p.seqlen_knew,)}
+        if role in (StageRole.PAGEDKV, StageRole.SPLITKV) and p.family is Family.FWD_APPENDKV:
+            lengths["seqlen_k"] = tuple(p.cache_seqlens)
+        for pad_field, (tile, length_name) in dims.items():
+            if getattr(a, pad_field) == 0:
+                bad = [n for n in lengths[length_name] if n == 0 or n % tile]
+                if bad:
+                    return (f"padding: {length_name}={bad[0]} is not a multiple of the kernel's tile {tile} "
+                            f"and the kernel has no {pad_field[4:]} padding")
+        if role is StageRole.DQ_DK_DV and a.max_seq_len_q and p.seqlen_q > a.max_seq_len_q:
+            return f"max_seq_len_q: problem seqlen_q {p.seqlen_q} > the kernel's limit {a.max_seq_len_q}"
+        if self.backend is not None:
+            why = self.backend.supports(c)
+            if why is not None:
+                return f"backend {self.backend.name}: {why}"
+        return None
+
+    def _rank(self, problem: "Problem", role: StageRole, c: KernelConfig) -> tuple:
+        s, a = c.signature, c.algorithm
+        hdim_waste = (s.hdim_q - problem.hdim_q) + (s.hdim_v - problem.hdim_v)
+        pads = sum(1 for v in (a.pad_s, a.pad_sk, a.pad_d, a.pad_dv) if v)
+        fit = 0.0
+        size_pref = 0
+        if len(a.tile) >= 2 and role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV,
+                                         StageRole.BATCH_PREFILL):
+            qs, ks = _seq_lists(problem)
+            bm0, bn0 = a.tile[0], a.tile[1]
+            sq, sk = max(qs), max(ks) if ks else 0
+            fit = _waste(sq, bm0) + _waste(sk, bn0)
+            # long sequences prefer the bigger tile (fewer blocks), short ones the smaller
+            size_pref = -bm0 if sq > bm0 else bm0
+        kv_load = 0 if a.kv_load in (KVLoad.NONE, KVLoad.BLOCK) else 1
+        randval = 1 if s.dropout in (Dropout.WG16_STORE_RANDVAL, Dropout.WG32_STORE_RANDVAL) else 0
+        return (hdim_waste, pads, round(fit, 6), size_pref, randval, kv_load, heuristic_priority(c), c.kernel_id)
+
+
+def _waste(n: int, tile: int) -> float:
+    if n <= 0:
+        return 0.0
+    padded = -(-n // tile) * tile
+    return (padded - n) / padded
