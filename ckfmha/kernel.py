@@ -264,6 +264,8 @@ class KernelAlgorithm:
     ``warp_tiles``: per-warp MFMA/WMMA tile for each stage, each (m, n, k).
     ``occupancy``: CK's ``kBlockPerCu``; -1 = let the compiler decide.
     Pads: 0 none, 1 padded, 8 padded with 8-element alignment (bwd head dims).
+    ``num_stages``: software-pipelining depth of GPU backends that expose it (Triton); 0 = derived from the
+    pipeline. CK configs leave it 0.
     """
 
     pipeline: Pipeline
@@ -278,6 +280,7 @@ class KernelAlgorithm:
     trload: bool = False
     kv_load: KVLoad = KVLoad.NONE
     max_seq_len_q: int = 0
+    num_stages: int = 0
 
 
 SIGNATURE_FIELDS = tuple(f.name for f in dataclasses.fields(KernelSignature))
@@ -378,6 +381,19 @@ class KernelConfig:
 
     def __str__(self) -> str:
         return self.kernel_id
+
+
+def _install_flat_properties() -> None:
+    """Flat read access (``c.hdim_q``) through real properties: much faster than ``__getattr__``, which stays as
+    the fallback that names the known fields in its error."""
+    from operator import attrgetter
+
+    for part, names in (("signature", SIGNATURE_FIELDS), ("algorithm", ALGORITHM_FIELDS)):
+        for name in names:
+            setattr(KernelConfig, name, property(attrgetter(f"{part}.{name}"), doc=f"{part}.{name}"))
+
+
+_install_flat_properties()
 
 
 def _normalize_field(name: str, value: Any) -> Any:

@@ -54,6 +54,7 @@ _FLAG_FIELDS: tuple[tuple[str, str], ...] = (
     ("trload", "trload"),
     ("kv_load", "kvload"),
     ("max_seq_len_q", "maxq"),
+    ("num_stages", "stages"),
 )
 _SHORT_TO_FIELD = {short: f for f, short in _FLAG_FIELDS}
 _FLAG_ORDER = {short: i for i, (_, short) in enumerate(_FLAG_FIELDS)}

@@ -91,6 +91,7 @@ _TRAIT_FIELDS: dict[str, str] = {
     "use_trload": "trload",
     "block_per_cu": "occupancy",
     "occupancy": "occupancy",
+    "num_stages": "num_stages",
 }
 
 _TILE_NAMES = ("tile_m0", "tile_n0", "tile_k0", "tile_n1", "tile_k1", "tile_k0max", "tile_bwd6", "tile_bwd7", "tile_bwd8")

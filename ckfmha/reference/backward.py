@@ -1,0 +1,68 @@
+"""Backward reference (``bwd_dq_dk_dv`` = the whole backward: dot_do_o, dq_dk_dv, convert_dq).
+
+With ``P`` the softmax probabilities, ``Z`` the dropout keep mask and ``pk = 1 - p_drop``:
+``O = (P * Z / pk) V``; ``D = rowsum(dO * O)`` (the dot_do_o term); ``dP = (dO V^T) * Z / pk``;
+``dS = P * (dP - D)``; ``dQ = scale * dS K``; ``dK = scale * dS^T Q`` and ``dV = (P * Z / pk)^T dO``, both summed
+over the q-heads that share a K/V head (GQA/MQA); ``dBias = dS`` summed over the bias's broadcast axes.
+``deterministic`` changes only the kernel's reduction order, not the reference.
+
+Returns ``dq`` (q's shape), ``dk``/``dv`` (k/v's shapes; padded key rows of group mode stay 0), ``dbias`` (when
+``dbias``), and ``o``, ``lse``, ``d`` (``d``: (b, hq, sq) or (1, hq, total_q)), all in the accumulation dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ckfmha.inputs import lse_shape
+from ckfmha.kernel import Mode
+from ckfmha.problem import Problem
+from ckfmha.reference._core import attend, from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
+
+
+def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
+    q_hsd = to_hsd(inputs["q"], p.input_layout)
+    k_hsd = to_hsd(inputs["k"], p.input_layout)
+    v_hsd = to_hsd(inputs["v"], p.input_layout)
+    do_hsd = to_hsd(inputs["do"], p.output_layout)
+    dq = np.zeros(q_hsd.shape, dtype=accum)
+    dk = np.zeros(k_hsd.shape, dtype=accum)
+    dv = np.zeros(v_hsd.shape, dtype=accum)
+    o = np.zeros(do_hsd.shape, dtype=accum)
+    lse = np.full(lse_shape(p), -np.inf, dtype=accum)
+    d = np.zeros(lse_shape(p), dtype=accum)
+    dbias = np.zeros(inputs["bias"].shape, dtype=accum) if p.dbias else None
+    for b in range(p.batch):
+        qb = seq_slice(p, q_hsd, b, "q").astype(accum)
+        kb = seq_slice(p, k_hsd, b, "k").astype(accum)
+        vb = seq_slice(p, v_hsd, b, "k").astype(accum)
+        dob = seq_slice(p, do_hsd, b, "q").astype(accum)
+        sq, sk = qb.shape[1], kb.shape[1]
+        ex = sequence_extras(p, inputs, b, sq, sk, accum)
+        bw = {"do": dob, "want_ds": p.dbias}
+        ob, lb, _ = attend(p, qb, kb, vb, ex, accum, backward=bw)
+        bi = 0 if p.mode is Mode.GROUP else b
+        rows = q_rows(p, b)
+        o[bi, :, rows] = ob
+        lse[bi, :, rows] = lb
+        d[bi, :, rows] = bw["d"]
+        dq[bi, :, rows] = bw["dq"]
+        if p.mode is Mode.GROUP:
+            ks = slice(p.seqstart_k[b], p.seqstart_k[b] + sk)
+        else:
+            ks = slice(0, sk)
+        dk[bi, :, ks] = bw["dk"]
+        dv[bi, :, ks] = bw["dv"]
+        if dbias is not None:
+            ds = bw["ds"]  # (hq, sq, sk)
+            if dbias.shape[1] == 1:
+                ds = ds.sum(axis=0, keepdims=True)
+            if p.mode is Mode.GROUP:
+                dbias[0, :, rows, :sk] += ds
+            else:
+                dbias[b if dbias.shape[0] > 1 else 0, :, :sq, :sk] += ds
+    out = {"dq": from_hsd(dq, p.input_layout), "dk": from_hsd(dk, p.input_layout),
+           "dv": from_hsd(dv, p.input_layout), "o": from_hsd(o, p.output_layout), "lse": lse, "d": d}
+    if dbias is not None:
+        out["dbias"] = dbias
+    return out

@@ -1,0 +1,77 @@
+"""Forward reference (``fwd``): every feature of the problem model, GQA, group mode, both layouts.
+
+Returns ``{"o", "lse"}`` (accumulation dtype; ``o`` in the output layout, ``lse`` (b, hq, sq) or, in group
+mode, (1, hq, total_q)), plus ``"randval"`` (uint8, same row/col layout as an elementwise bias of rank 2, i.e.
+(b, hq, sq, sk) or (1, hq, total_q, max_sk)) when ``return_randval`` and dropout is on.  If ``inputs`` holds a
+``"randval"`` tensor (a kernel's stored random values) it replaces the generator, so ``store_randval`` kernels are
+checked exactly whatever element order they use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ckfmha.inputs import lse_shape
+from ckfmha.kernel import Mode
+from ckfmha.problem import Problem
+from ckfmha.reference._core import attend, dequant_rows, from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
+
+
+def sequences(p: Problem, inputs: dict, accum, k_override=None, v_override=None):
+    """Yield ``(b, q (hq,sq,dq), k (hk,sk,dq), v (hk,sk,dv))`` per sequence, dequantized to ``accum``.
+    ``k_override(b)`` / ``v_override(b)`` give gathered (hk, sk, d) storage-dtype K/V (paged/caches)."""
+    q_hsd = to_hsd(inputs["q"], p.input_layout)
+    k_hsd = None if k_override else to_hsd(inputs["k"], p.input_layout)
+    v_hsd = None if v_override else to_hsd(inputs["v"], p.input_layout)
+    for b in range(p.batch):
+        qb = seq_slice(p, q_hsd, b, "q")
+        kb = k_override(b) if k_override else seq_slice(p, k_hsd, b, "k")
+        vb = v_override(b) if v_override else seq_slice(p, v_hsd, b, "k")
+        yield (b, dequant_rows(qb, inputs.get("q_descale"), p, b, p.nhead_q, accum),
+               dequant_rows(kb, inputs.get("k_descale"), p, b, p.nhead_k, accum),
+               dequant_rows(vb, inputs.get("v_descale"), p, b, p.nhead_k, accum))
+
+
+def run_sequences(p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False, seqs=None,
+                  key_ranges=None) -> dict:
+    """Shared driver: attention over every sequence, assembled into CK's output shapes.
+    ``key_ranges(b, sk)`` -> list of (lo, hi) splits: then per-split partial results are returned too."""
+    nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+    o_hsd = np.zeros((nb, p.nhead_q, ns, p.hdim_v), dtype=accum)
+    lse = np.full(lse_shape(p), -np.inf, dtype=accum)
+    want_rv = return_randval and p.p_drop > 0
+    randval = np.zeros(lse_shape(p) + (p.seqlen_k,), dtype=np.uint8) if want_rv else None
+    splits_o = splits_lse = None
+    for b, qb, kb, vb in (seqs if seqs is not None else sequences(p, inputs, accum)):
+        sq, sk = qb.shape[1], kb.shape[1]
+        ex = sequence_extras(p, inputs, b, sq, sk, accum)
+        bi = 0 if p.mode is Mode.GROUP else b
+        rows = q_rows(p, b)
+        if key_ranges is not None:
+            ranges = key_ranges(b, sk)
+            if splits_o is None:
+                splits_o = np.zeros((len(ranges),) + o_hsd.shape, dtype=accum)
+                splits_lse = np.full((len(ranges),) + lse.shape, -np.inf, dtype=accum)
+            for i, (lo, hi) in enumerate(ranges):
+                ex_i = ex if i == 0 else dataclasses.replace(ex, sink=None)  # the sink counts once, in split 0
+                so, sl, _ = attend(p, qb, kb, vb, ex_i, accum, key_lo=lo, key_hi=hi)
+                splits_o[i, bi, :, rows] = so
+                splits_lse[i, bi, :, rows] = sl
+        ob, lb, rv = attend(p, qb, kb, vb, ex, accum, want_randval=want_rv)
+        o_hsd[bi, :, rows] = ob
+        lse[bi, :, rows] = lb
+        if want_rv:
+            randval[bi, :, rows, :sk] = rv
+    out = {"o": from_hsd(o_hsd, p.output_layout), "lse": lse}
+    if want_rv:
+        out["randval"] = randval
+    if splits_o is not None:
+        out["o_acc"] = splits_o
+        out["lse_acc"] = splits_lse
+    return out
+
+
+def reference_forward(p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False) -> dict:
+    return run_sequences(p, inputs, accum, return_randval)

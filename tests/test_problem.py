@@ -1,0 +1,127 @@
+import pytest
+
+from ckfmha.kernel import Bias, DType, Family, Mode, QScale, Rope
+from ckfmha.masking import MaskSpec
+from ckfmha.problem import BWD, Layout, Problem, ProblemError
+
+
+def test_defaults_and_derived():
+    p = Problem(nhead_q=8, seqlen_q=100, hdim_q=64)
+    assert p.nhead_k == 8 and p.seqlen_k == 100 and p.hdim_v == 64
+    assert p.softmax_scale == pytest.approx(1 / 8)
+    g = Problem(mode="group", batch=3, seqlens_q=(3, 0, 5), seqlens_k=(4, 6, 2), s_kpad=(8, 8, 8))
+    assert g.seqlen_q == 5 and g.seqlen_k == 6 and g.seqstart_q == (0, 3, 3, 8) and g.seqstart_k == (0, 8, 16, 24)
+    assert Problem(family="bwd").family is BWD
+
+
+def test_from_ck_args_example():
+    p = Problem.from_ck_args("-b=2 -h=8 -h_k=2 -s=1024 -s_k=2048 -d=128 -d_v=128 -mask=b:10,0 -bias=a -lse=1 "
+                             "-p_drop=0.2 -prec=bf16")
+    assert (p.batch, p.nhead_q, p.nhead_k, p.seqlen_q, p.seqlen_k, p.hdim_v) == (2, 8, 2, 1024, 2048, 128)
+    assert p.mask == MaskSpec.window(10, 0, bottom_right=True) and p.bias is Bias.ALIBI and p.lse
+    assert p.dtype is DType.BF16 and p.p_drop == 0.2 and p.family is Family.FWD
+    g = Problem.from_ck_args(["-mode=1", "-b=2", "-s=100,37", "-d=64"])
+    assert g.mode is Mode.GROUP and g.seqlens_q == (100, 37) and g.seqlens_k == (100, 37)
+
+
+@pytest.mark.parametrize("args,family", [
+    ("-num_splits=3", Family.FWD_SPLITKV), ("-page_block_size=128", Family.FWD_PAGEDKV),
+    ("-cache_batch_idx=1", Family.FWD_SPLITKV), ("-s_knew=8 -s=64 -rotary_dim=16", Family.FWD_APPENDKV),
+])
+def test_family_inference(args, family):
+    p = Problem.from_ck_args(args + " -d=64")
+    assert p.family is family
+    assert Problem.from_ck_args(p.to_ck_args()) == p
+
+
+def test_bwd_binary_and_command():
+    p = Problem.from_ck_args("tile_example_fmha_bwd -b=1 -h=4 -h_k=2 -s=64 -d=32 -bias=e -dbias=1 "
+                             "-deterministic=1 -scale=0.5 -iperm=0 -operm=0")
+    assert p.family is BWD and p.dbias and p.deterministic and p.scale == 0.5
+    assert p.input_layout is Layout.BSHD
+    assert Problem.from_ck_args(p.to_ck_command()) == p
+    assert "-lse" not in " ".join(p.to_ck_args())  # tile_example_fmha_bwd has no -lse
+
+
+def test_runner_only_args_ignored():
+    p = Problem.from_ck_args("-v=1 -warmup=0 -repeat=1 -kname=1 -init=uf -seed=3 -d=32 -s=16")
+    assert p.seqlen_q == 16
+
+
+@pytest.mark.parametrize("args,msg", [
+    ("-foo=1", "-foo: no such argument"),
+    ("-lse=1", "-lse: no such argument for tile_example_fmha_bwd"),
+    ("-h=8 -h_k=3", "nhead_k: 3 does not divide nhead_q=8"),
+    ("-d=512", "hdim_q: 512 exceeds 256"),
+    ("-mask=q", "invalid mask value"),
+    ("-bias=x", "-bias: invalid bias value"),
+    ("-prec=int8", "-prec: 'int8' unsupported precision"),
+    ("-s=3,4", "-s: '3,4' lists several lengths"),
+    ("-d", "should be a -key=value pair"),
+    ("b=2", "illegal input"),
+])
+def test_cli_errors(args, msg):
+    binary = "bwd" if "-lse" in args else "fwd"
+    with pytest.raises(ProblemError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        Problem.from_ck_args(args, binary=binary)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(nhead_q=8, nhead_k=3), "nhead_k: 3 does not divide nhead_q=8"),
+    (dict(hdim_q=0), "hdim_q: 0 must be >= 1"),
+    (dict(mode="group", batch=2, seqlens_q=(1, 2, 3)), "seqlens_q: (1, 2, 3) has 3 entries, batch=2"),
+    (dict(mode="group", batch=1, seqlens_q=(4,), seqlens_k=(4,), s_kpad=(3,)), "s_kpad: (3,) entry 0 = 3 < seqlens_k"),
+    (dict(seqlens_q=(1,)), "seqlens_q: (1,) is only defined in group mode"),
+    (dict(p_drop=1.0), "p_drop: 1.0 must be in [0, 1)"),
+    (dict(bias="elementwise", logits_soft_cap=10.0), "logits_soft_cap: 10.0 cannot be combined with bias"),
+    (dict(bias="alibi", mask="g:3,3"), "cannot be combined with ALiBi"),
+    (dict(bias="alibi", bias_rank=2), "bias_rank: 2 must be 0"),
+    (dict(mode="group", bias="elementwise", bias_rank=2), "not defined in group mode"),
+    (dict(dbias=True), "dbias: True needs family bwd_dq_dk_dv"),
+    (dict(dtype="fp8bf16", lse=True), "lse: True is not defined for dtype fp8bf16"),
+    (dict(dtype="fp16", qscale="pertensor"), "qscale: 'pertensor' needs an fp8 dtype"),
+    (dict(family="bwd", dtype="fp8bf16"), "dtype: 'fp8bf16' is not defined for family bwd_dq_dk_dv"),
+    (dict(family="fwd_splitkv", num_splits=1), "num_splits: 1 must be >= 2"),
+    (dict(family="fwd_splitkv", num_splits=2, p_drop=0.1), "dropout is not defined for fwd_splitkv"),
+    (dict(family="fwd_pagedkv", page_block_size=100), "page_block_size: 100 must be a multiple of 128"),
+    (dict(family="fwd_pagedkv"), "page_block_size: 0 must be > 0"),
+    (dict(family="batch_prefill", page_block_size=16, kv_lookup="vllm", kv_layout="linear"),
+     "mode: 'batch' must be group for batch_prefill"),
+    (dict(family="batch_prefill", mode="group", page_block_size=4, kv_lookup="vllm", kv_layout="vectorized",
+          hdim_q=64), "divisible by the vector size 8"),
+    (dict(family="fwd_appendkv", seqlen_q=8, seqlen_k=8, rotary_dim=24, rope="interleaved"),
+     "rotary_dim: 24 must be a multiple of 16"),
+    (dict(family="fwd_appendkv", seqlen_k=4, seqlen_knew=5), "seqlen_knew: 5 must be in 0..seqlen_k=4"),
+    (dict(family="fwd_appendkv", seqlen_k=4, seqlen_knew=2, mode="group"), "mode: 'group' must be batch"),
+    (dict(family="fwd_combine"), "family: unknown value 'fwd_combine'"),
+    (dict(family="fwd_splitkv_combine"), "is an internal kernel stage"),
+    (dict(cache_batch_idx=True), "cache_batch_idx: True is only defined for fwd_splitkv"),
+    (dict(batch=True), "batch: True is not an int"),
+])
+def test_validation_errors_name_field_value_rule(kw, msg):
+    with pytest.raises(ProblemError) as e:
+        Problem(**kw)
+    assert msg in str(e.value)
+
+
+def test_frozen_and_replace():
+    p = Problem()
+    with pytest.raises(Exception):
+        p.batch = 3
+    q = p.replace(nhead_q=4, nhead_k=2)
+    assert q.nhead_ratio == 2 and p.nhead_q == 1
+
+
+def test_batch_prefill_has_no_cli():
+    p = Problem(family="batch_prefill", mode="group", seqlens_q=(2,), page_block_size=16, kv_lookup="sglang",
+                kv_layout="linear")
+    with pytest.raises(ProblemError, match="batch_prefill"):
+        p.to_ck_args()
+    assert "batch_prefill" in str(p)
+
+
+def test_qscale_and_rope_parse():
+    p = Problem.from_ck_args("-prec=fp8bf16 -squant=auto -d=64")
+    assert p.qscale is QScale.PERTENSOR
+    p = Problem.from_ck_args("-prec=fp16 -s=64 -s_knew=4 -rotary_dim=32 -rotary_interleaved=0 -d=64")
+    assert p.rope is Rope.HALF_ROTATED
