@@ -27,3 +27,6 @@ from ckfmha.kernel import (  # noqa: F401  (public API)
     Rope,
     VLayout,
 )
+
+# Running problems end to end (issue 4): select a plan, build, run on a backend; explain a selection.
+from ckfmha.runner import RunResult, explain, run  # noqa: E402,F401

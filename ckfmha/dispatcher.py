@@ -241,6 +241,21 @@ def num_splits_heuristic(batch: int, nhead_q: int, seqlen_q: int, seqlen_k: int,
     return 1  # pragma: no cover - the loop always returns
 
 
+def decode_num_splits(batch: int, nhead_k: int, seqlen_k: int, bn0: int, num_cus: int, *,
+                      programs_per_cu: int = 2, min_blocks_per_split: int = 4, max_splits: int = 128) -> int:
+    """Splits for memory-bound decode (one query block per kv-head, the q-heads of a group packed into it).
+
+    Decode reads the whole K/V cache once; what limits it is how many loads are in flight, so the grid should
+    hold about ``programs_per_cu`` programs per compute unit: ``ceil(programs_per_cu * num_cus /
+    (batch * nhead_k))`` splits, but every split keeps at least ``min_blocks_per_split`` key blocks of ``bn0``
+    keys (the combine's cost and each split's pipeline warm-up stay small), and at most ``max_splits``.
+    """
+    programs = max(1, batch * nhead_k)
+    want = -(-programs_per_cu * num_cus // programs)
+    key_blocks = max(1, -(-seqlen_k // bn0))
+    return max(1, min(want, max_splits, key_blocks // min_blocks_per_split))
+
+
 def _mask_kernels(problem: "Problem") -> frozenset[MaskImpl]:
     from ckfmha.masking import MaskKind
 
@@ -363,60 +378,76 @@ class Dispatcher:
         explanation = self.explain(problem)
         if any(s.chosen is None for s in explanation.stages):
             raise NoKernelError(explanation)
-        stages = []
         chosen = {s.role: s.chosen for s in explanation.stages}
-        for role, args in self._stage_args(problem, chosen):
-            stages.append(Stage(role, chosen[role], args))
+        stages = [Stage(role, chosen[role], args) for role, args in self._stage_args(problem, chosen)]
         return Plan(problem, tuple(stages))
 
     def explain(self, problem: "Problem") -> Explanation:
-        stages: list[StageExplanation] = []
-        chosen: dict[StageRole, KernelConfig | None] = {}
-        for role in self.roles(problem):
-            exp = self._explain_stage(problem, role, chosen)
-            chosen[role] = exp.chosen
-            stages.append(exp)
-        return Explanation(problem, tuple(stages))
+        """Explain the first plan structure whose every stage has a kernel (a KV-cache decode may fall back
+        from its preferred attention path to split-KV); when none has, the preferred structure's explanation."""
+        first: Explanation | None = None
+        for roles in self.structures(problem):
+            stages: list[StageExplanation] = []
+            chosen: dict[StageRole, KernelConfig | None] = {}
+            for role in roles:
+                exp = self._explain_stage(problem, role, chosen)
+                chosen[role] = exp.chosen
+                stages.append(exp)
+            explanation = Explanation(problem, tuple(stages))
+            if all(s.chosen is not None for s in stages):
+                return explanation
+            first = first or explanation
+        assert first is not None
+        return first
 
     # ------------------------------------------------------------------ plan structure
-    def roles(self, problem: "Problem") -> list[StageRole]:
+    def structures(self, problem: "Problem") -> list[list[StageRole]]:
+        """The plan structures that can serve the problem, in order of preference."""
         f = problem.family
         if f is Family.FWD:
-            return [StageRole.FWD]
+            return [[StageRole.FWD]]
         if f is Family.FWD_SPLITKV:
-            return [StageRole.SPLITKV, StageRole.COMBINE]
+            return [[StageRole.SPLITKV, StageRole.COMBINE]]
         if f is Family.FWD_PAGEDKV:
-            return [StageRole.PAGEDKV]
+            return [[StageRole.PAGEDKV]]
         if f is Family.BATCH_PREFILL:
-            return [StageRole.BATCH_PREFILL]
+            return [[StageRole.BATCH_PREFILL]]
         if f is Family.FWD_APPENDKV:
-            return [StageRole.APPENDKV] + self._decode_attention_roles(problem)
+            return [[StageRole.APPENDKV] + a for a in self._decode_attention_roles(problem)]
         # backward
         roles = [StageRole.DOT_DO_O, StageRole.DQ_DK_DV]
         if problem.dtype is not DType.FP32 or problem.deterministic:
             roles.append(StageRole.CONVERT_DQ)
-        return roles
+        return [roles]
 
-    def decode_num_splits(self, problem: "Problem") -> int:
+    def roles(self, problem: "Problem") -> list[StageRole]:
+        """The preferred plan structure."""
+        return self.structures(problem)[0]
+
+    def plan_num_splits(self, problem: "Problem") -> int:
+        """num_splits of a KV-cache decode plan: the problem's when > 1, else :func:`decode_num_splits` for
+        decode-sized queries (seqlen_q x group <= 16) and :func:`num_splits_heuristic` otherwise (both with a
+        typical split-KV tile of bm0 64 x bn0 128; only the grid size matters)."""
         if problem.num_splits > 1:
             return problem.num_splits
-        # bm0/bn0 of a typical decode split-KV tile (64 x 128); the heuristic only needs the grid size.
+        group = problem.nhead_q // problem.nhead_k
+        if problem.seqlen_q * group <= 16:
+            return decode_num_splits(problem.batch, problem.nhead_k, problem.seqlen_k, 128, self.num_cus)
         return num_splits_heuristic(problem.batch, problem.nhead_q, problem.seqlen_q, problem.seqlen_k,
                                     64, 128, self.num_cus)
 
-    def _decode_attention_roles(self, problem: "Problem") -> list[StageRole]:
-        if problem.cache_batch_idx or self.decode_num_splits(problem) > 1:
-            return [StageRole.SPLITKV, StageRole.COMBINE]
-        if problem.page_block_size:
-            return [StageRole.PAGEDKV]
-        return [StageRole.FWD]
+    def _decode_attention_roles(self, problem: "Problem") -> list[list[StageRole]]:
+        split = [StageRole.SPLITKV, StageRole.COMBINE]
+        if problem.cache_batch_idx or self.plan_num_splits(problem) > 1:
+            return [split]
+        return [[StageRole.PAGEDKV] if problem.page_block_size else [StageRole.FWD], split]
 
     def _stage_args(self, problem: "Problem", chosen: dict[StageRole, KernelConfig]):
-        for role in self.roles(problem):
+        for role in chosen:
             args: dict[str, Any] = {}
             if role in (StageRole.SPLITKV, StageRole.COMBINE):
                 args["num_splits"] = (problem.num_splits if problem.family is Family.FWD_SPLITKV
-                                      else self.decode_num_splits(problem))
+                                      else self.plan_num_splits(problem))
             if role is StageRole.DQ_DK_DV:
                 c = chosen[role]
                 # Allocated once from host-known maxima: no device-to-host read of seqstart arrays.

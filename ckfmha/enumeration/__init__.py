@@ -95,7 +95,8 @@ def _enumerate_api_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode
     spec = _spec(arch)
     if not spec.has_section(api):
         return ()
-    module = importlib.import_module(_MODULES[api])
+    # NVIDIA arch specs describe a GPU backend's own kernel space in one common schema.
+    module = importlib.import_module(_MODULES[api] if spec.vendor == "amd" else "ckfmha.enumeration.nvidia")
     ctx = EnumContext(api, arch, spec, receipt, mask_mode)
     return tuple(module.enumerate_api(ctx))
 

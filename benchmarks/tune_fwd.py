@@ -1,0 +1,139 @@
+"""Sweep the Triton forward kernel's launch shapes on the GPU, to choose the sm90 tile table.
+
+For each (hdim, causal) it times candidate (BLOCK_M, BLOCK_N, warps, stages, warp_specialize) launches at
+seqlen 4k and 16k (32k tokens, heads x hdim = 2048, fp16) and prints the best; for decode it sweeps the split
+count, BLOCK_N and stages of the paged split-KV kernel. The winners go into ckfmha/data/archs/sm90.yaml by hand
+(the table is data; this script is how it was chosen).
+
+Usage (GPU machine): python benchmarks/tune_fwd.py [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+import triton
+
+from ckfmha.backends.triton.launch import LaunchShape, attention_launcher, combine_launcher
+from ckfmha.kernel import KernelConfig
+from ckfmha.problem import Problem
+
+PREFILL_CANDIDATES = {
+    64: [(128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 4, 4), (256, 64, 8, 3)],
+    128: [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 4), (256, 64, 8, 2)],
+    256: [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 128, 8, 2), (128, 64, 8, 1)],
+}
+
+
+def cfg_for(d: int, causal: bool, bm: int, bn: int, w: int, st: int) -> KernelConfig:
+    return KernelConfig.make(family="fwd", dtype="fp16", mode="batch", hdim_q=d, hdim_v=d, arch_tag="sm90",
+                             pipeline="triton", tile=(bm, bn), warps=((w, 1, 1), (w, 1, 1)),
+                             mask="causal" if causal else "none", num_stages=st)
+
+
+def med(fn) -> float:
+    return float(triton.testing.do_bench(fn, warmup=25, rep=150, return_mode="median"))
+
+
+def tune_prefill(rows: list) -> None:
+    for d, cands in PREFILL_CANDIDATES.items():
+        for causal in (False, True):
+            for s in (4096, 16384):
+                b, h = 32768 // s, 2048 // d
+                p = Problem(dtype="fp16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d,
+                            mask="b" if causal else "0")
+                q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16)
+                k, v = torch.randn_like(q), torch.randn_like(q)
+                o = torch.empty_like(q)
+                area = s * (s + 1) // 2 if causal else s * s
+                fl = 4.0 * b * h * area * d
+                for (bm, bn, w, st) in cands:
+                    for ws in (False, True):
+                        c = cfg_for(d, causal, bm, bn, w, st)
+                        try:
+                            launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o},
+                                                        shape=LaunchShape(bm, bn, d, d, w, st), warp_specialize=ws)
+                            launch()
+                            ms = med(launch)
+                        except Exception as e:  # a shape that does not compile or fit: report and go on
+                            print(f"  d{d} {'causal' if causal else 'full'} s{s} {bm}x{bn} w{w} s{st} ws{int(ws)}: "
+                                  f"{type(e).__name__}: {str(e)[:100]}", flush=True)
+                            continue
+                        tf = fl / ms / 1e9
+                        rows.append(dict(kind="prefill", hdim=d, causal=causal, seqlen=s, bm=bm, bn=bn, warps=w,
+                                         stages=st, warp_specialize=ws, tflops=tf))
+                        print(f"d{d} {'causal' if causal else 'full  '} s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} "
+                              f"ws{int(ws)}: {tf:6.1f} TFLOPS", flush=True)
+                del q, k, v, o
+
+
+def tune_decode(rows: list) -> None:
+    for b, hq, hk, sk in ((32, 32, 8, 8192), (64, 32, 8, 16384), (16, 32, 32, 32768)):
+        d, page = 128, 128
+        npages = b * (sk // page)
+        kc = torch.randn(npages, hk, page, d, device="cuda", dtype=torch.bfloat16)
+        vc = torch.randn_like(kc)
+        bt = torch.randperm(npages, device="cuda", dtype=torch.int32).reshape(b, sk // page)
+        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+        nbytes = (kc.numel() + vc.numel()) * 2
+        for n in (1, 2, 3, 4, 6, 8, 12):
+            p = Problem(family="fwd_splitkv", dtype="bf16", batch=b, nhead_q=hq, nhead_k=hk, seqlen_q=1,
+                        seqlen_k=sk, hdim_q=d, page_block_size=page, num_splits=max(n, 2))
+            for bn, st in ((128, 2), (128, 3), (64, 3), (64, 4)):
+                c = KernelConfig.make(family="fwd_splitkv", dtype="bf16", mode="batch", hdim_q=d, hdim_v=d,
+                                      arch_tag="sm90", pipeline="triton", tile=(16, bn), warps=((4, 1, 1), (4, 1, 1)),
+                                      lse=True, paged_kv=True, pad_s=1, pad_sk=1, pad_d=1, pad_dv=1, num_stages=st)
+                comb = KernelConfig.make(family="fwd_splitkv_combine", dtype="bf16", mode="batch", hdim_q=d,
+                                         hdim_v=d, arch_tag="sm90", pipeline="splitkv_combine", tile=(32,))
+                t = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": bt,
+                     "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
+                     "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
+                     "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
+                     "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32)}
+                l1 = attention_launcher(c, p, t, split=True, num_splits=n)
+                l2 = combine_launcher(comb, p, t, n)
+
+                def both():
+                    l1()
+                    l2()
+
+                both()
+                ms = med(both)
+                gbps = nbytes / (ms * 1e-3) / 1e9
+                rows.append(dict(kind="decode", batch=b, nhead_q=hq, nhead_k=hk, seqlen_k=sk, splits=n, bn=bn,
+                                 stages=st, gbps=gbps))
+                print(f"decode b{b} hk{hk} sk{sk} splits {n:<2} bn{bn} st{st}: {gbps:6.0f} GB/s", flush=True)
+        del kc, vc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--only", choices=("prefill", "decode"), default=None)
+    args = ap.parse_args()
+    rows: list = []
+    if args.only in (None, "decode"):
+        tune_decode(rows)
+    if args.only in (None, "prefill"):
+        tune_prefill(rows)
+    print("\nbest per case:")
+    keyf = lambda r: (r["kind"], r.get("hdim"), r.get("causal"), r.get("seqlen"), r.get("batch"))  # noqa: E731
+    best: dict = {}
+    for r in rows:
+        k = keyf(r)
+        score = r.get("tflops", r.get("gbps"))
+        if k not in best or score > best[k][0]:
+            best[k] = (score, r)
+    for k, (score, r) in sorted(best.items(), key=lambda kv: str(kv[0])):
+        print(f"  {k}: {score:.1f}  {r}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

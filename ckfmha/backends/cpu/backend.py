@@ -1,0 +1,204 @@
+"""The cpu backend: supports / build (through the on-disk BuildCache) / run_stage with the kernels' host checks."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
+from ckfmha.backends.cache import BuildCache
+from ckfmha.backends.cpu.blas import blas_threads
+from ckfmha.kernel import Family, KernelConfig, Mode, Pipeline, QScale
+
+CPU_BACKEND_VERSION = "1"
+PLAN_SCHEMA = "ckfmha.cpu.plan"
+
+TILE_NAMES: dict[Family, tuple[str, ...]] = {
+    Family.FWD: ("bm0", "bn0", "bk0", "bn1", "bk1", "bk0max"),
+    Family.FWD_SPLITKV: ("bm0", "bn0", "bk0", "bn1", "bk1", "bk0max"),
+    Family.FWD_PAGEDKV: ("bm0", "bn0", "bk0", "bn1", "bk1", "bk0max"),
+    Family.BATCH_PREFILL: ("bm0", "bn0", "bk0", "bn1", "bk1", "bk0max"),
+    Family.FWD_SPLITKV_COMBINE: ("bn1",),
+    Family.FWD_APPENDKV: ("bs", "bsk", "bd", "bdv"),
+    Family.BWD_DOT_DO_O: ("bm0",),
+    Family.BWD_DQ_DK_DV: ("bm0", "bn0", "bk0", "bk1", "bk2", "bk3", "bk4", "bhdq", "bhdv"),
+    Family.BWD_CONVERT_DQ: ("bm0",),
+}
+
+STAGE_KIND: dict[Family, str] = {
+    Family.FWD: "attention",
+    Family.FWD_SPLITKV: "attention_split",
+    Family.FWD_PAGEDKV: "attention_paged",
+    Family.BATCH_PREFILL: "attention_paged",
+    Family.FWD_SPLITKV_COMBINE: "combine",
+    Family.FWD_APPENDKV: "append_rope",
+    Family.BWD_DOT_DO_O: "row_dot",
+    Family.BWD_DQ_DK_DV: "attention_backward",
+    Family.BWD_CONVERT_DQ: "convert",
+}
+
+ROLE_OF_FAMILY = {
+    Family.FWD: "fwd", Family.FWD_SPLITKV: "splitkv", Family.FWD_PAGEDKV: "pagedkv",
+    Family.BATCH_PREFILL: "batch_prefill", Family.FWD_SPLITKV_COMBINE: "combine", Family.FWD_APPENDKV: "appendkv",
+    Family.BWD_DOT_DO_O: "dot_do_o", Family.BWD_DQ_DK_DV: "dq_dk_dv", Family.BWD_CONVERT_DQ: "convert_dq",
+}
+
+
+class PreconditionError(BackendError):
+    """A launch a real kernel's host check would refuse (unaligned length on a kernel without padding, a head dim
+    the kernel cannot serve, a query length over a bwd kernel's max_seq_len_q)."""
+
+
+def make_plan(c: KernelConfig) -> dict:
+    """The build artifact: the tile loop the emulation runs for this kernel."""
+    names = TILE_NAMES[c.family]
+    tile = dict(zip(names, c.tile))
+    loop: dict = {}
+    if "bm0" in tile and "bn0" in tile:
+        loop = {"query_tile": tile["bm0"], "key_tile": tile["bn0"],
+                "order": "key tiles inside query tiles" if c.family is not Family.BWD_DQ_DK_DV
+                else "query tiles inside key tiles"}
+    elif "bm0" in tile:
+        loop = {"row_tile": tile["bm0"]}
+    elif "bs" in tile:
+        loop = {"q_tile": tile["bs"], "knew_tile": tile["bsk"]}
+    return {
+        "schema": PLAN_SCHEMA, "version": CPU_BACKEND_VERSION, "kernel_id": c.kernel_id, "family": c.family.value,
+        "stage_kind": STAGE_KIND[c.family], "tile": tile, "loop": loop,
+        "pads": {"seqlen_q": c.pad_s, "seqlen_k": c.pad_sk, "hdim_q": c.pad_d, "hdim_v": c.pad_dv},
+        "p_dtype": c.dtype.value, "hdim_q": c.hdim_q, "hdim_v": c.hdim_v,
+    }
+
+
+def _fail(kid: str, arg: str, value, rule: str) -> PreconditionError:
+    return PreconditionError(f"{kid}: {arg}={value}: {rule}")
+
+
+def check_preconditions(c: KernelConfig, role: str, p) -> None:
+    """The host-side argument checks of a real kernel launch (raise :class:`PreconditionError`)."""
+    kid = c.kernel_id
+    for fname, pad_field in (("hdim_q", "pad_d"), ("hdim_v", "pad_dv")):
+        if role in ("dot_do_o", "combine") and fname == "hdim_q":
+            continue  # these kernels see only hdim_v
+        if role == "convert_dq" and fname == "hdim_v":
+            continue
+        kd, pd, pad = getattr(c, fname), getattr(p, fname), getattr(c, pad_field)
+        if pd > kd:
+            raise _fail(kid, fname, pd, f"exceeds the kernel's head dim {kd} (rule: {fname} <= {kd})")
+        if pd != kd and not pad:
+            raise _fail(kid, fname, pd, f"differs from the kernel's head dim {kd} and the kernel has no {fname} "
+                        f"padding ({pad_field}=0; rule: {fname} == {kd})")
+        if pad == 8 and pd % 8:
+            raise _fail(kid, fname, pd, f"is not a multiple of 8 ({pad_field}=8 pads with 8-element alignment)")
+    t = dict(zip(TILE_NAMES[c.family], c.tile))
+    qs, ks = p.seqlens_q_list, p.seqlens_k_list
+    checks: list[tuple[str, str, int, str, tuple[int, ...]]] = []
+    if role in ("fwd", "splitkv", "pagedkv", "batch_prefill"):
+        checks = [("pad_s", "bm0", t["bm0"], "seqlen_q", qs), ("pad_sk", "bn0", t["bn0"], "seqlen_k", ks)]
+    elif role == "appendkv":
+        checks = [("pad_s", "bs", t["bs"], "seqlen_q", (p.seqlen_q,)),
+                  ("pad_sk", "bsk", t["bsk"], "seqlen_knew", (p.seqlen_knew,))]
+    elif role in ("dot_do_o", "convert_dq"):
+        checks = [("pad_s", "bm0", t["bm0"], "seqlen_q", qs)]
+    for pad_field, tname, tile, length_name, lengths in checks:
+        if getattr(c, pad_field):
+            continue
+        if p.mode is Mode.GROUP:
+            raise _fail(kid, "mode", "group", f"variable-length sequences need {length_name} padding and the kernel "
+                        f"has {pad_field}=0")
+        for n in lengths:
+            if n == 0 or n % tile:
+                raise _fail(kid, length_name, n, f"is not a multiple of the kernel's {tname}={tile} and the kernel "
+                            f"has no {length_name} padding ({pad_field}=0; rule: {length_name} % {tile} == 0, "
+                            f"{length_name} > 0)")
+    if role == "dq_dk_dv" and c.max_seq_len_q and p.seqlen_q > c.max_seq_len_q:
+        raise _fail(kid, "seqlen_q", p.seqlen_q, f"exceeds the kernel's max_seq_len_q={c.max_seq_len_q}")
+
+
+def check_features(c: KernelConfig, role: str, p) -> None:
+    """The kernel must compute what the problem asks (the dispatcher's feature rules); a misuse is an error, not a
+    silently different result."""
+    from ckfmha.dispatcher import StageRole, _requirements
+
+    if c.dtype is not p.dtype:
+        raise BackendError(f"{c.kernel_id}: dtype {c.dtype.value} cannot run a {p.dtype.value} problem")
+    want_mode = Mode.BATCH if role == "appendkv" else p.mode
+    if c.mode is not want_mode:
+        raise BackendError(f"{c.kernel_id}: mode {c.mode.value} cannot run a {want_mode.value}-mode problem")
+    for fname, allowed, what in _requirements(p, StageRole(role)):
+        v = getattr(c, fname)
+        if v not in allowed:
+            raise BackendError(f"{c.kernel_id}: the problem needs {what}, the kernel has "
+                               f"{fname}={getattr(v, 'value', v)}")
+
+
+class CpuBackend(Backend):
+    """Vectorized NumPy emulation of CK's FMHA kernels (see docs/cpu_backend.md)."""
+
+    name = "cpu"
+    version = CPU_BACKEND_VERSION
+
+    def available(self) -> Availability:
+        return Availability.yes()
+
+    def supports(self, config: KernelConfig) -> str | None:
+        c = config
+        if c.dtype.is_fp8_family:
+            return (f"dtype {c.dtype.value}: fp8 kernels quantize P and O with static/block scales whose exact "
+                    "rounding the emulation does not model (it emulates fp16, bf16 and fp32)")
+        if c.qscale is not QScale.NONE or c.fp8_static_quant:
+            return f"qscale {c.qscale.value}: quantized (fp8/mx) kernels are not emulated"
+        if c.pipeline is Pipeline.TRITON:
+            return "pipeline triton: not a CK pipeline (the triton backend runs it)"
+        if c.skip_min_seqlen_q:
+            return ("skip_min_seqlen_q: the problem model has no min_seqlen_q, so the skipped sequences cannot be "
+                    "emulated")
+        names = TILE_NAMES.get(c.family)
+        if names is None:
+            return f"family {c.family.value} is not emulated"
+        if len(c.tile) != len(names):
+            return (f"tile {list(c.tile)} has {len(c.tile)} entries, {c.family.value} needs {len(names)} "
+                    f"({', '.join(names)})")
+        if any(x <= 0 for x in c.tile[:2]):
+            return f"tile {list(c.tile)}: the loop tiles must be positive"
+        return None
+
+    def build(self, config: KernelConfig) -> BuiltKernel:
+        self.check_supported(config)
+        t0 = time.perf_counter()
+        cache = BuildCache(self.name, CPU_BACKEND_VERSION)
+
+        def do_build(tmp: Path) -> dict:
+            plan = make_plan(config)
+            (tmp / "artifact.json").write_text(json.dumps(plan, indent=1, sort_keys=True))
+            return {"backend": self.name, "version": CPU_BACKEND_VERSION, "artifact": "artifact.json"}
+
+        entry, meta, cached = cache.get_or_build(config.kernel_id, do_build)
+        plan = json.loads((entry / "artifact.json").read_text())
+        if plan.get("kernel_id") != config.kernel_id or plan.get("schema") != PLAN_SCHEMA:
+            raise BackendError(f"cpu build cache entry {entry} does not hold {config.kernel_id}")
+        return BuiltKernel(config, self.name, artifact=plan, build_seconds=float(meta.get("build_seconds", 0.0)),
+                           cached=cached, info={"entry": str(entry), "load_seconds": time.perf_counter() - t0})
+
+    def run_stage(self, kernel: BuiltKernel, stage, problem, tensors: dict, *, timing: bool = False) -> StageResult:
+        from ckfmha.backends.cpu.stages import STAGE_FUNCTIONS
+
+        c = kernel.config
+        if kernel.backend != self.name:
+            raise BackendError(f"kernel {c.kernel_id} was built by backend {kernel.backend!r}, not {self.name!r}")
+        if stage.kernel != c:
+            raise BackendError(f"stage {stage.role.value} names {stage.kernel.kernel_id}, the built kernel is "
+                               f"{c.kernel_id}")
+        role = stage.role.value
+        if ROLE_OF_FAMILY.get(c.family) != role:
+            raise BackendError(f"{c.kernel_id}: a {c.family.value} kernel cannot run stage {role}")
+        self.check_supported(c)
+        check_features(c, role, problem)
+        check_preconditions(c, role, problem)
+        plan = kernel.artifact if isinstance(kernel.artifact, dict) else make_plan(c)
+        with blas_threads():
+            t0 = time.perf_counter()
+            written = STAGE_FUNCTIONS[role](plan, c, stage, problem, tensors)
+            ms = (time.perf_counter() - t0) * 1e3
+        return StageResult({n: tensors[n] for n in written}, ms if timing else None)

@@ -1,0 +1,222 @@
+"""The tile loops of the CPU emulation: forward (online softmax) and backward (dq_dk_dv) of one sequence.
+
+Both work on one sequence with every head at once, in float32 (the kernels' accumulator type):
+``q`` (hq, sq, dq), ``k`` (hk, sk, dq), ``v`` (hk, sk, dv); GQA is a reshape of the q heads into
+(hk, group * rows) -- K/V are never copied per q-head. Bias rows, ALiBi slopes, sink and stored random values come
+in an :class:`ckfmha.reference._core.Extras` (built by the reference's ``sequence_extras``), so both sides read
+the same inputs the same way.
+
+Forward (:func:`attend_tiled`), as CK's ``qr``/``qr_async`` pipelines: for each query tile of ``bm0`` rows the key
+tiles of ``bn0`` keys the mask leaves (CK's ``GetTileRangeAlongX``, tile-aligned), intersected with the split's key
+range, are visited in order. Per key tile: ``s = (q k^T) * scale`` -> soft-cap ``cap * tanh(s / cap)`` -> ``+ bias``
+(elementwise or ALiBi) -> mask (-inf) ; running row max ``m`` and sum ``l`` with rescaling of the accumulator by
+``exp(m_old - m_new)``; ``l`` sums the fp32 probabilities; dropout zeroes the dropped ones (same Philox mapping as
+the reference, :mod:`ckfmha.rng`); the kept probabilities are rounded to the kernel's P type (fp16/bf16 through
+ml_dtypes) before ``P V``. At the end ``o = acc / l`` (times ``1 / (1 - p_drop)``) and ``lse = m + log(l)``;
+a sink logit starts the running state at ``m = sink, l = 1``. Rows with no allowed key give o = 0, lse = -inf.
+
+Backward (:func:`backward_tiled`), as CK's dq_dk_dv kernel: each key tile (``bn0`` keys, one work-group per head
+in CK) loops over the query tiles (``bm0``) it can see, recomputes ``P = exp(s - LSE)``, and accumulates
+``dV += (P Z / pk)^T dO`` (P rounded to the input type), ``dP = dO V^T`` (dropout-masked and scaled),
+``dS = P (dP - D)``, ``dK += scale dS^T Q`` and adds ``scale dS K`` to the fp32 dQ accumulator -- into the key
+tile's own slice when deterministic, else into slice 0 (CK's atomics). dS is rounded to the input type before the
+two GEMMs. dK/dV are produced per q-head and reduced over the head groups (GQA) by the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ckfmha import rng as _rng
+from ckfmha.masking import MaskKind
+from ckfmha.problem import Problem
+from ckfmha.reference._core import Extras, alibi_bias
+
+F32 = np.float32
+NEG_INF = F32(-np.inf)
+
+
+def round_to(x: np.ndarray, dtype) -> np.ndarray:
+    """Round float32 ``x`` to ``dtype`` (fp16/bf16) and back; identity for float32/None."""
+    if dtype is None or np.dtype(dtype) == np.dtype(F32):
+        return x
+    return x.astype(dtype).astype(F32)
+
+
+def tile_key_range(p: Problem, sq: int, sk: int, rows: np.ndarray, bn0: int) -> tuple[int, int]:
+    """Key range ``[lo, hi)`` a query tile visits: the mask's extent rounded out to whole ``bn0`` tiles."""
+    if p.mask.kind is MaskKind.NONE:
+        return 0, sk
+    start, end = p.mask.key_range(sq, sk, rows)
+    live = end > start
+    if not live.any():
+        return 0, 0
+    lo = int(start[live].min()) // bn0 * bn0
+    hi = min(sk, -(-int(end[live].max()) // bn0) * bn0)
+    return lo, hi
+
+
+def split_key_ranges(sk: int, num_splits: int, bn0: int) -> list[tuple[int, int]]:
+    """Split-KV: split ``i`` covers a contiguous run of ``ceil(ceil(sk / bn0) / num_splits)`` key tiles
+    (trailing splits may be empty)."""
+    nblk = max(1, -(-sk // bn0))
+    per = max(1, -(-nblk // num_splits))
+    return [(min(sk, i * per * bn0), min(sk, (i + 1) * per * bn0)) for i in range(num_splits)]
+
+
+def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:
+    """(hq, R, x) @ (hk, x, n) with q-head h using kv-head h // group -> (hq, R, n)."""
+    hq, r, x = a.shape
+    g = hq // hk
+    return np.matmul(a.reshape(hk, g * r, x), b).reshape(hq, r, b.shape[-1])
+
+
+def _randval(p: Problem, ex: Extras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    if ex.randval is not None:
+        return ex.randval[:, rows[0]:rows[-1] + 1, c0:c1]
+    return _rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows,
+                                np.arange(c0, c1))
+
+
+def _logits(p: Problem, s: np.ndarray, ex: Extras, alibi_rows, r0: int, r1: int, c0: int, c1: int,
+            start, end) -> np.ndarray:
+    """Soft-cap, bias, ALiBi and mask of one (hq, R, n) score tile (already scaled), in the reference's order."""
+    cap = p.logits_soft_cap
+    if cap > 0:
+        s = F32(cap) * np.tanh(s / F32(cap))
+    if ex.bias is not None:
+        s = s + ex.bias[:, r0:r1, c0:c1].astype(F32)
+    if alibi_rows is not None:
+        s = s + alibi_rows[:, :, c0:c1]
+    if start is not None:
+        cols = np.arange(c0, c1)[None, :]
+        allowed = (cols >= start[:, None]) & (cols < end[:, None])
+        s = np.where(allowed[None], s, NEG_INF)
+    return s
+
+
+def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, *, bm0: int, bn0: int,
+                 p_dtype, key_lo: int = 0, key_hi: int | None = None, use_sink: bool = True,
+                 stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Tiled forward of one sequence over keys ``[key_lo, key_hi)``; returns normalised ``o`` (hq, sq, dv) and
+    ``lse`` (hq, sq), float32. ``stats`` (optional dict) counts visited tiles."""
+    hq, sq, dq = q.shape
+    hk, sk, _ = k.shape
+    dv = v.shape[2]
+    key_hi = sk if key_hi is None else key_hi
+    scale = F32(p.softmax_scale)
+    o = np.zeros((hq, sq, dv), dtype=F32)
+    lse = np.full((hq, sq), NEG_INF, dtype=F32)
+    has_mask = p.mask.kind is not MaskKind.NONE
+    alibi_mode = p.mask.alibi_mode() if ex.alibi is not None else None
+    sink = ex.sink.astype(F32) if (ex.sink is not None and use_sink) else None
+    dropout = p.p_drop > 0
+    kT = k.transpose(0, 2, 1)  # (hk, dq, sk)
+    for r0 in range(0, sq, bm0):
+        r1 = min(sq, r0 + bm0)
+        rows = np.arange(r0, r1)
+        R = r1 - r0
+        t_lo, t_hi = tile_key_range(p, sq, sk, rows, bn0)
+        lo, hi = max(t_lo, key_lo), min(t_hi, key_hi)
+        if sink is not None:
+            m = np.repeat(sink[:, None], R, axis=1)
+            l = np.ones((hq, R), dtype=F32)
+        else:
+            m = np.full((hq, R), NEG_INF, dtype=F32)
+            l = np.zeros((hq, R), dtype=F32)
+        acc = np.zeros((hq, R, dv), dtype=F32)
+        start = end = None
+        if has_mask:
+            start, end = p.mask.key_range(sq, sk, rows)
+        alibi_rows = alibi_bias(ex.alibi, alibi_mode, rows, sq, sk, F32) if alibi_mode and hi > lo else None
+        qt = q[:, r0:r1]
+        for c0 in range(lo, hi, bn0):
+            c1 = min(c0 + bn0, hi)
+            if stats is not None:
+                stats["tiles"] = stats.get("tiles", 0) + 1
+            s = _gqa_matmul(qt, kT[:, :, c0:c1], hk) * scale
+            s = _logits(p, s, ex, alibi_rows, r0, r1, c0, c1, start, end)
+            m_new = np.maximum(m, s.max(axis=-1))
+            m_safe = np.where(np.isfinite(m_new), m_new, F32(0))
+            alpha = np.exp(m - m_safe)
+            pt = np.exp(s - m_safe[..., None])
+            l = alpha * l + pt.sum(axis=-1)
+            if dropout:
+                keep = _rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
+                pt = np.where(keep, pt, F32(0))
+            pr = round_to(pt, p_dtype)
+            acc = alpha[..., None] * acc + _gqa_matmul(pr, v[:, c0:c1], hk)
+            m = m_new
+        empty = l == 0
+        l_safe = np.where(empty, F32(1), l)
+        m_safe = np.where(np.isfinite(m), m, F32(0))
+        ot = acc / l_safe[..., None]
+        if dropout:
+            ot = ot * F32(1.0 / (1.0 - p.p_drop))
+        o[:, r0:r1] = ot
+        lse[:, r0:r1] = np.where(empty, NEG_INF, m_safe + np.log(l_safe))
+    return o, lse
+
+
+def backward_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, lse: np.ndarray,
+                   d: np.ndarray, ex: Extras, *, bm0: int, bn0: int, p_dtype, deterministic: bool,
+                   dq_acc: np.ndarray, want_dbias: bool = False):
+    """Tiled dq_dk_dv of one sequence. ``q``/``do`` (hq, sq, *), ``k``/``v`` (hk, sk, *), ``lse``/``d`` (hq, sq),
+    all float32. ``dq_acc`` (nsplits, hq, sq, dq) float32 is accumulated into (slice = key tile index when
+    deterministic, else 0). Returns ``dk`` (hq, sk, dq), ``dv`` (hq, sk, dv) per q-head and ``dbias``
+    (hq, sq, sk) or None."""
+    hq, sq, dq = q.shape
+    hk, sk, _ = k.shape
+    dv = v.shape[2]
+    scale = F32(p.softmax_scale)
+    dk_out = np.zeros((hq, sk, dq), dtype=F32)
+    dv_out = np.zeros((hq, sk, dv), dtype=F32)
+    dbias = np.zeros((hq, sq, sk), dtype=F32) if want_dbias else None
+    has_mask = p.mask.kind is not MaskKind.NONE
+    alibi_mode = p.mask.alibi_mode() if ex.alibi is not None else None
+    dropout = p.p_drop > 0
+    rp = F32(1.0 / (1.0 - p.p_drop)) if dropout else F32(1)
+    g = hq // hk
+    if has_mask:
+        start_all, end_all = p.mask.key_range(sq, sk)
+    lse_safe = np.where(np.isfinite(lse), lse, F32(np.inf))  # a fully masked row: P = exp(-inf - inf) = 0
+    for it, c0 in enumerate(range(0, sk, bn0)):
+        c1 = min(sk, c0 + bn0)
+        n = c1 - c0
+        kt, vt = k[:, c0:c1], v[:, c0:c1]
+        ktT = kt.transpose(0, 2, 1)
+        vtT = vt.transpose(0, 2, 1)
+        dk_acc = np.zeros((hq, n, dq), dtype=F32)
+        dv_acc = np.zeros((hq, n, dv), dtype=F32)
+        slot = it if deterministic else 0
+        for r0 in range(0, sq, bm0):
+            r1 = min(sq, r0 + bm0)
+            rows = np.arange(r0, r1)
+            start = end = None
+            if has_mask:
+                start, end = start_all[r0:r1], end_all[r0:r1]
+                if not np.any((start < c1) & (end > c0) & (end > start)):
+                    continue  # CK's GetTileRangeAlongY: this query tile sees none of the key tile
+            qt, dot = q[:, r0:r1], do[:, r0:r1]
+            s = _gqa_matmul(qt, ktT, hk) * scale
+            alibi_rows = alibi_bias(ex.alibi, alibi_mode, rows, sq, sk, F32) if alibi_mode else None
+            s = _logits(p, s, ex, alibi_rows, r0, r1, c0, c1, start, end)
+            pt = np.exp(s - lse_safe[:, r0:r1, None])
+            dp = _gqa_matmul(dot, vtT, hk)
+            if dropout:
+                keep = _rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
+                pd = np.where(keep, pt * rp, F32(0))
+                dp = np.where(keep, dp * rp, F32(0))
+            else:
+                pd = pt
+            dv_acc += np.matmul(round_to(pd, p_dtype).transpose(0, 2, 1), dot)
+            ds = pt * (dp - d[:, r0:r1, None])
+            if dbias is not None:
+                dbias[:, r0:r1, c0:c1] = ds
+            ds_r = round_to(ds, p_dtype)
+            dk_acc += np.matmul(ds_r.transpose(0, 2, 1), qt) * scale
+            dq_acc[slot, :, r0:r1] += np.matmul(ds_r.reshape(hk, g, r1 - r0, n), kt[:, None]).reshape(
+                hq, r1 - r0, dq) * scale
+        dk_out[:, c0:c1] = dk_acc
+        dv_out[:, c0:c1] = dv_acc
+    return dk_out, dv_out, dbias

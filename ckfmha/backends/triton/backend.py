@@ -1,0 +1,119 @@
+"""TritonBackend: availability, what it can realize, builds (Triton JIT + cache), stage execution."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
+from ckfmha.backends.cache import BuildCache, cache_root
+from ckfmha.kernel import DType, Family, KernelConfig, QScale, VLayout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.dispatcher import Stage
+    from ckfmha.problem import Problem
+
+FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)
+DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8BF16, DType.FP8FP32)
+RANDVAL_MAX_ELEMENTS = 1 << 26  # store dropout random values for checking up to 64 Mi elements
+BACKEND_VERSION = "1"
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+class TritonBackend(Backend):
+    name = "triton"
+
+    def __init__(self) -> None:
+        self._availability: Availability | None = None
+        self._cache: BuildCache | None = None
+
+    # ------------------------------------------------------------------ availability
+    def available(self) -> Availability:
+        if self._availability is None:
+            self._availability = self._probe()
+        return self._availability
+
+    @staticmethod
+    def _probe() -> Availability:
+        try:
+            import torch
+        except ImportError:
+            return Availability.no("torch is not installed (pip install 'ckfmha[gpu]')")
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return Availability.no("triton is not installed (pip install 'ckfmha[gpu]')")
+        if not torch.cuda.is_available():
+            return Availability.no("no GPU: torch.cuda.is_available() is False")
+        return Availability.yes()
+
+    # ------------------------------------------------------------------ capability
+    def supports(self, config: KernelConfig) -> str | None:
+        s, a = config.signature, config.algorithm
+        if s.family not in FAMILIES:
+            return f"family {s.family.value} is not realized (the triton backend covers fwd, split-KV, paged-KV)"
+        if s.dtype not in DTYPES:
+            return f"dtype {s.dtype.value} is not realized (fp16, bf16, fp32, fp8bf16, fp8fp32)"
+        if s.vlayout is not VLayout.ROW:
+            return "column-major V is not realized"
+        if s.skip_min_seqlen_q:
+            return "skip_min_seqlen_q is not part of ckfmha's problem model yet"
+        if s.qscale not in (QScale.NONE, QScale.PERTENSOR, QScale.BLOCKSCALE):
+            return f"qscale {s.qscale.value} is not realized"
+        if s.fp8_static_quant and s.dtype not in (DType.FP8BF16, DType.FP8FP32):
+            return "fp8 static quant needs an fp8 dtype"
+        if max(s.hdim_q, s.hdim_v) > 256:
+            return "head dims above 256 are not realized"
+        if s.family is Family.FWD_SPLITKV_COMBINE:
+            return None
+        if len(a.tile) < 2:
+            return f"tile {a.tile} has no bm0/bn0"
+        bm0, bn0 = a.tile[0], a.tile[1]
+        if not (_pow2(bm0) and _pow2(bn0) and bm0 >= 16 and bn0 >= 16):
+            return f"tile bm0={bm0}, bn0={bn0}: Triton blocks must be powers of two >= 16"
+        if a.warps:
+            w = a.warps[0][0] * a.warps[0][1] * a.warps[0][2]
+            if not _pow2(w) or w > 16:
+                return f"{w} warps per block: Triton needs a power of two <= 16"
+        return None
+
+    # ------------------------------------------------------------------ builds
+    @property
+    def cache(self) -> BuildCache:
+        if self._cache is None:
+            os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton-jit"))
+            self._cache = BuildCache("triton", BACKEND_VERSION)
+        return self._cache
+
+    def build(self, config: KernelConfig) -> BuiltKernel:
+        self.check_supported(config)
+        if not self.available():
+            raise BackendError(f"triton backend unavailable: {self.available().reason}")
+
+        def compile_into(tmp) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            from ckfmha.backends.triton.warmup import compile_config
+
+            info = compile_config(config)
+            return {"compile_seconds": time.perf_counter() - t0, **info}
+
+        t0 = time.perf_counter()
+        _, meta, cached = self.cache.get_or_build(config.kernel_id, compile_into)
+        if cached:
+            # Triton's own cache holds the binary; a warm-up still loads it into this process.
+            from ckfmha.backends.triton.warmup import compile_config
+
+            compile_config(config)
+        return BuiltKernel(config, self.name, artifact=None, build_seconds=float(meta.get("compile_seconds", 0.0))
+                           if not cached else time.perf_counter() - t0, cached=cached, info=meta)
+
+    # ------------------------------------------------------------------ running
+    def run_stage(self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *,
+                  timing: bool = False) -> StageResult:
+        from ckfmha.backends.triton.execute import run_stage
+
+        return run_stage(kernel.config, stage, problem, tensors, timing=timing)

@@ -1,0 +1,120 @@
+"""Run one plan stage on the GPU: NumPy inputs -> device tensors (poisoned outputs) -> launch -> NumPy outputs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ckfmha.backends.base import StageResult
+from ckfmha.backends.triton.launch import (
+    PreconditionError,
+    attention_launcher,
+    check_preconditions,
+    combine_launcher,
+    out_torch_dtype,
+    to_numpy,
+    to_torch,
+)
+from ckfmha.inputs import lse_shape, o_shape
+from ckfmha.kernel import Family, KernelConfig, Mode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.dispatcher import Stage
+    from ckfmha.problem import Problem
+
+_INPUT_KEYS = ("q", "k", "v", "k_cache", "v_cache", "block_table", "cache_seqlens", "seqstart_q", "seqstart_k",
+               "seqlen_k", "bias", "alibi_slopes", "sink", "q_descale", "k_descale", "v_descale", "cache_batch_idx")
+RANDVAL_MAX_ELEMENTS = 1 << 26
+
+
+def device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The device copies of the inputs, made once per tensors dict."""
+    dev = tensors.get("_device")
+    if dev is None:
+        dev = tensors["_device"] = {}
+        for k in _INPUT_KEYS:
+            if k in tensors and isinstance(tensors[k], np.ndarray):
+                dev[k] = to_torch(tensors[k])
+    return dev
+
+
+def _poisoned(shape, dtype) -> torch.Tensor:
+    from ckfmha.backends.triton import launch
+
+    return torch.full(shape, float("nan"), dtype=dtype, device=launch.DEVICE)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed(launch, timing: bool) -> float | None:
+    if not timing:
+        launch()
+        return None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
+def run_stage(c: KernelConfig, stage: "Stage", p: "Problem", tensors: dict[str, Any], *,
+              timing: bool = False) -> StageResult:
+    t = device_tensors(tensors)
+    fam = c.signature.family
+    outputs: dict[str, Any] = {}
+    if fam is Family.FWD_SPLITKV_COMBINE:
+        n = int(stage.args["num_splits"])
+        t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype))
+        if p.lse:
+            t["lse"] = _poisoned(lse_shape(p), torch.float32)
+        ms = _timed(combine_launcher(c, p, t, n), timing)
+        _sync()
+        outputs["o"] = to_numpy(t["o"])
+        if p.lse:
+            outputs["lse"] = to_numpy(t["lse"])
+        tensors.update(outputs)
+        return StageResult(outputs, ms)
+    check_preconditions(c, p)
+    if fam is Family.FWD_SPLITKV:
+        n = int(stage.args["num_splits"])
+        nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+        t["o_acc"] = _poisoned((n, nb, p.nhead_q, rows, p.hdim_v), torch.float32)
+        t["lse_acc"] = _poisoned((n, nb, p.nhead_q, rows), torch.float32)
+        launch = attention_launcher(c, p, t, split=True, num_splits=n)
+        ms = _timed(launch, timing)
+        _sync()
+        outputs["o_acc"] = to_numpy(t["o_acc"])
+        outputs["lse_acc"] = to_numpy(t["lse_acc"])
+        tensors.update(outputs)
+        return StageResult(outputs, ms)
+    # fwd / pagedkv
+    t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype))
+    if c.signature.lse:
+        t["lse"] = _poisoned(lse_shape(p), torch.float32)
+    else:
+        t.pop("lse", None)
+    t.pop("randval", None)
+    if p.p_drop > 0:
+        shape = lse_shape(p) + (p.seqlen_k,)
+        if int(np.prod(shape)) <= RANDVAL_MAX_ELEMENTS:
+            from ckfmha.backends.triton import launch as _launch
+
+            t["randval"] = torch.zeros(shape, dtype=torch.uint8, device=_launch.DEVICE)
+    ms = _timed(attention_launcher(c, p, t), timing)
+    _sync()
+    outputs["o"] = to_numpy(t["o"])
+    if c.signature.lse:
+        outputs["lse"] = to_numpy(t["lse"])
+    if "randval" in t:
+        outputs["randval"] = to_numpy(t["randval"])
+    tensors.update(outputs)
+    return StageResult(outputs, ms)
+
+
+__all__ = ["run_stage", "PreconditionError"]

@@ -1,0 +1,301 @@
+"""Host side of the Triton forward family: tensors in, kernel arguments out, launches.
+
+Everything here imports torch and triton; the backend imports this module only when it runs a kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
+from ckfmha.problem import Layout, Problem
+from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
+from ckfmha.backends.triton import kernels
+
+SMEM_BYTES = 227 * 1024  # Hopper: 227 KiB of shared memory per block
+DEVICE = "cuda"  # tests of the kernels under TRITON_INTERPRET=1 set "cpu"
+
+
+class PreconditionError(ValueError):
+    """A problem the chosen kernel cannot run (the kernel's host-side check)."""
+
+
+_ELEM = {
+    DType.FP16: tl.float16,
+    DType.BF16: tl.bfloat16,
+    DType.FP32: tl.float32,
+    DType.FP8BF16: tl.bfloat16,
+    DType.FP8FP32: tl.bfloat16,
+}
+_TORCH_OUT = {
+    DType.FP16: torch.float16,
+    DType.BF16: torch.bfloat16,
+    DType.FP32: torch.float32,
+    DType.FP8BF16: torch.bfloat16,
+    DType.FP8FP32: torch.float32,
+}
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def elem_bytes(dtype: DType) -> int:
+    return {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2}.get(dtype, 2)  # fp8 is widened to bf16 in registers
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """What the config decides: block sizes, warps, pipelining depth."""
+
+    block_m: int
+    block_n: int
+    block_dq: int
+    block_dv: int
+    num_warps: int
+    num_stages: int
+
+
+def launch_shape(c: KernelConfig) -> LaunchShape:
+    a, s = c.algorithm, c.signature
+    bm0, bn0 = a.tile[0], a.tile[1]
+    warps = math.prod(a.warps[0]) if a.warps else 4
+    if a.num_stages:
+        stages = a.num_stages
+    elif a.pipeline is Pipeline.QR:
+        stages = 1
+    elif a.pipeline in (Pipeline.QR_ASYNC_TRLOAD, Pipeline.QR_ASYNC_TRLOAD_V3):
+        stages = 3
+    else:
+        stages = 2
+    bdq, bdv = next_pow2(max(s.hdim_q, 16)), next_pow2(max(s.hdim_v, 16))
+    eb = 2 if s.dtype is not DType.FP32 else 4
+    # K and V tiles per stage; fall back to fewer stages where they do not fit (documented in the table).
+    while stages > 1 and (bm0 * bdq + stages * bn0 * (bdq + bdv)) * eb > SMEM_BYTES:
+        stages -= 1
+    return LaunchShape(bm0, bn0, bdq, bdv, warps, stages)
+
+
+# ------------------------------------------------------------------------------------------ tensors
+def to_torch(a: np.ndarray, device: str | None = None) -> torch.Tensor:
+    """NumPy (incl. ml_dtypes bf16/fp8) -> torch on the device, same bits."""
+    device = device or DEVICE
+    name = a.dtype.name
+    if name == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).to(device).view(torch.bfloat16)
+    if name == "float8_e4m3fn":
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).to(device).view(torch.float8_e4m3fn)
+    if name == "float8_e4m3fnuz":
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).to(device).view(torch.float8_e4m3fnuz)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    import ml_dtypes
+
+    t = t.detach().cpu()
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def seq_strides(t: torch.Tensor, layout: Layout) -> tuple[int, int, int]:
+    """(batch, head, seq) strides of a 4-D tensor stored in ``layout``; the last dim must be contiguous."""
+    if t.stride(-1) != 1:
+        raise PreconditionError("the head dim of every tensor must be contiguous")
+    if layout is Layout.BHSD:
+        return t.stride(0), t.stride(1), t.stride(2)
+    return t.stride(0), t.stride(2), t.stride(1)
+
+
+def _dummy(device: str) -> torch.Tensor:
+    return torch.empty(1, dtype=torch.float32, device=device)
+
+
+# ------------------------------------------------------------------------------------------ checks
+def check_preconditions(c: KernelConfig, p: Problem) -> None:
+    """The host-side checks a real kernel would make (no-pad kernels on unaligned lengths, head dims)."""
+    a, s = c.algorithm, c.signature
+    bm0, bn0 = a.tile[0], a.tile[1]
+    qs = p.seqlens_q_list
+    ks = p.seqlens_k_list
+    if not a.pad_s and any(n % bm0 for n in qs):
+        raise PreconditionError(f"{c.kernel_id}: seqlen_q {qs} is not a multiple of bm0={bm0} and the kernel has "
+                                "no seqlen_q padding")
+    if not a.pad_sk and any(n % bn0 or n == 0 for n in ks):
+        raise PreconditionError(f"{c.kernel_id}: seqlen_k {ks} is not a multiple of bn0={bn0} and the kernel has "
+                                "no seqlen_k padding")
+    for name, kd, pd, pad in (("hdim_q", s.hdim_q, p.hdim_q, a.pad_d), ("hdim_v", s.hdim_v, p.hdim_v, a.pad_dv)):
+        if pd > kd or (pd != kd and not pad):
+            raise PreconditionError(f"{c.kernel_id}: {name}={pd} does not fit the kernel's {kd} "
+                                    f"({'padded' if pad else 'no padding'})")
+
+
+# ------------------------------------------------------------------------------------------ forward
+def _mask_args(p: Problem) -> tuple[int, int, int, int, int, int]:
+    """(mask_kind, left, right, y, x, alibi_mode) runtime arguments."""
+    from ckfmha.masking import MaskKind
+
+    m = p.mask
+    kind = {MaskKind.NONE: 0, MaskKind.TOP_LEFT: 1, MaskKind.BOTTOM_RIGHT: 2, MaskKind.GENERIC: 3}[m.kind]
+    # generic masks never come with ALiBi (the problem rejects it): any value will do there
+    alibi = {"vertical": 0, "top_left": 1, "bottom_right": 2}.get(m.alibi_mode(), 0)
+    return kind, m.left, m.right, m.y, m.x, alibi
+
+
+def pack_gqa(c: KernelConfig, p: Problem) -> bool:
+    """Serve all q-heads of a kv-head in one program (rows = query x head-in-group) when the query blocks would
+    otherwise be mostly empty (decode) — K/V are then read once per kv-head. Not with per-head terms that need
+    a head per row in the inner loop (bias, ALiBi, dropout)."""
+    g = p.nhead_q // p.nhead_k
+    return (g > 1 and p.seqlen_q * 2 <= c.algorithm.tile[0] and c.signature.bias is Bias.NONE
+            and p.p_drop == 0)
+
+
+def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], *, split: bool = False,
+                       num_splits: int = 1, shape: LaunchShape | None = None,
+                       warp_specialize: bool = False) -> Callable[[], None]:
+    """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
+    t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize`` override the config's launch (tuning only)."""
+    s = c.signature
+    ls = shape or launch_shape(c)
+    pack = pack_gqa(c, p)
+    dev = t["q"].device
+    group = p.mode is Mode.GROUP
+    paged = "k_cache" in t
+    if "cache_batch_idx" in t:
+        raise PreconditionError("cache_batch_idx is not supported by the triton backend")
+    q = t["q"]
+    k = t["k_cache"] if paged else t["k"]
+    v = t["v_cache"] if paged else t["v"]
+    sqb, sqh, sqm = seq_strides(q, p.input_layout)
+    if paged:
+        # (blocks, hk, page, d) for bhsd or (blocks, page, hk, d) for bshd; the "batch" stride is per block
+        kl = Layout.BHSD if p.input_layout is Layout.BHSD else Layout.BSHD
+        skb, skh, skn = seq_strides(k, kl)
+        svb, svh, svn = seq_strides(v, kl)
+    else:
+        skb, skh, skn = seq_strides(k, p.input_layout)
+        svb, svh, svn = seq_strides(v, p.input_layout)
+    nb = 1 if group else p.batch
+    rows = p.total_q if group else p.seqlen_q
+    if split:
+        o = t["o_acc"]
+        lse = t["lse_acc"]
+        sos, sob, soh, som = o.stride(0), o.stride(1), o.stride(2), o.stride(3)
+        sls, slb, slh, slm = lse.stride(0), lse.stride(1), lse.stride(2), lse.stride(3)
+    else:
+        o = t["o"]
+        sob, soh, som = seq_strides(o, p.output_layout)
+        sos = 0
+        lse = t.get("lse")
+        if lse is None:
+            lse = _dummy(dev)
+            sls = slb = slh = slm = 0
+        else:
+            sls, slb, slh, slm = 0, lse.stride(0), lse.stride(1), lse.stride(2)
+    bias = t.get("bias")
+    sbb = sbh = sbm = sbn = 0
+    if s.bias is Bias.ELEMENTWISE:
+        # broadcast dims (size 1) get stride 0
+        sbb = bias.stride(0) if bias.shape[0] > 1 else 0
+        sbh = bias.stride(1) if bias.shape[1] > 1 else 0
+        sbm, sbn = bias.stride(2), bias.stride(3)
+    alibi = t.get("alibi_slopes")
+    salb = 0
+    if s.bias is Bias.ALIBI:
+        salb = alibi.stride(0) if alibi.shape[0] > 1 else 0
+    randval = t.get("randval")
+    srb = srh = srm = srn = 0
+    if randval is not None:
+        srb, srh, srm, srn = randval.stride()
+    bt = t.get("block_table")
+    sbtb = bt.stride(0) if bt is not None else 0
+    seqlens_k = t.get("cache_seqlens") if not group else t.get("seqlen_k")
+    qd, kd, vd = t.get("q_descale"), t.get("k_descale"), t.get("v_descale")
+    qscale = {QScale.NONE: 0, QScale.PERTENSOR: 1, QScale.BLOCKSCALE: 2}[p.qscale]
+    qdv = kdv = vdv = 1.0
+    sqdb = sqdh = skdb = skdh = svdb = svdh = 0
+    if qscale == 1:
+        qdv, kdv, vdv = (float(x.reshape(-1)[0].item()) for x in (qd, kd, vd))
+    elif qscale == 2:
+        sqdb, sqdh = qd.stride(0), qd.stride(1)
+        skdb, skdh = kd.stride(0), kd.stride(1)
+        svdb, svdh = vd.stride(0), vd.stride(1)
+    mask_kind, ml, mr, my, mx, alibi_mode = _mask_args(p)
+    seed = p.drop_seed & ((1 << 64) - 1)
+    off = p.drop_offset & ((1 << 64) - 1)
+    p_keep = 1.0 - p.p_drop
+    dummy = _dummy(dev)
+    rows_per_head = p.seqlen_q * (p.nhead_q // p.nhead_k if pack else 1)
+    grid = (triton.cdiv(rows_per_head, ls.block_m), p.batch * (p.nhead_k if pack else p.nhead_q),
+            num_splits if split else 1)
+    scale = p.softmax_scale
+    args = (
+        q, k, v, o, lse, bias if bias is not None else dummy, alibi if alibi is not None else dummy,
+        t.get("sink", dummy), randval if randval is not None else dummy, bt if bt is not None else dummy,
+        t.get("seqstart_q", dummy), t.get("seqstart_k", dummy), seqlens_k if seqlens_k is not None else dummy,
+        qd if qscale == 2 else dummy, kd if qscale == 2 else dummy, vd if qscale == 2 else dummy,
+        sqb if not group else 0, sqh, sqm, skb, skh, skn, svb, svh, svn,
+        sos, sob if not group else 0, soh, som, sls, slb, slh, slm,
+        sbb, sbh, sbm, sbn, salb, srb, srh, srm, srn, sbtb,
+        sqdb, sqdh, skdb, skdh, svdb, svdh,
+        p.seqlen_q, p.seqlen_k, p.nhead_q, p.nhead_q // p.nhead_k, num_splits, p.page_block_size or 1,
+        scale, p.logits_soft_cap or 1.0, qdv, kdv, vdv,
+        mask_kind, ml, mr, my, mx, alibi_mode,
+        seed & 0xFFFFFFFF, seed >> 32, off & 0xFFFFFFFF, off >> 32, p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
+        1.0 / p_keep,
+    )
+    meta = dict(
+        HDIM_Q=p.hdim_q, HDIM_V=p.hdim_v, BLOCK_M=ls.block_m, BLOCK_N=ls.block_n, BLOCK_DQ=ls.block_dq,
+        BLOCK_DV=ls.block_dv, HAS_MASK=s.mask is not MaskImpl.NONE,
+        BIAS_KIND={Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}[s.bias],
+        HAS_LSE=split or t.get("lse") is not None, HAS_DROPOUT=p.p_drop > 0,
+        STORE_RANDVAL=randval is not None and p.p_drop > 0,
+        HAS_SOFTCAP=s.logits_soft_cap, HAS_SINK=s.sink, IS_GROUP=group, IS_SPLIT=split, IS_PAGED=paged,
+        HAS_SEQLENS_K=seqlens_k is not None, QSCALE=qscale, EVEN_M=not c.algorithm.pad_s and not pack,
+        EVEN_N=not c.algorithm.pad_sk, ELEM=_ELEM[s.dtype], DOT_PREC="ieee" if s.dtype is DType.FP32 else "tf32",
+        DROPOUT_ROUNDS=DROPOUT_ROUNDS, NUM_STAGES=ls.num_stages, PACK_GQA=pack,
+        REVERSE_M=s.mask is not MaskImpl.NONE and not pack, WARP_SPEC=warp_specialize,
+    )
+    kern = kernels.attn_fwd_kernel
+
+    def launch() -> None:
+        kern[grid](*args, **meta, num_warps=ls.num_warps, num_stages=1)
+
+    return launch
+
+
+def combine_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], num_splits: int) -> Callable[[], None]:
+    group = p.mode is Mode.GROUP
+    oacc, lacc, o = t["o_acc"], t["lse_acc"], t["o"]
+    lse = t.get("lse")
+    sob, soh, som = seq_strides(o, p.output_layout)
+    dummy = _dummy(o.device)
+    rows = p.total_q if group else p.seqlen_q
+    block_m = 32
+    grid = (triton.cdiv(rows, block_m), (1 if group else p.batch) * p.nhead_q)
+    args = (oacc, lacc, o, lse if lse is not None else dummy,
+            oacc.stride(0), oacc.stride(1), oacc.stride(2), oacc.stride(3),
+            lacc.stride(0), lacc.stride(1), lacc.stride(2), lacc.stride(3),
+            sob, soh, som,
+            *(lse.stride() if lse is not None else (0, 0, 0)),
+            rows, p.nhead_q, num_splits)
+    meta = dict(HDIM_V=p.hdim_v, BLOCK_M=block_m, BLOCK_DV=next_pow2(max(p.hdim_v, 16)),
+                MAX_SPLITS=next_pow2(max(num_splits, 2)), HAS_LSE=lse is not None and c.signature.lse)
+
+    def launch() -> None:
+        kernels.splitkv_combine_kernel[grid](*args, **meta, num_warps=4)
+
+    return launch
+
+
+def out_torch_dtype(dtype: DType) -> torch.dtype:
+    return _TORCH_OUT[dtype]

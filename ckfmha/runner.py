@@ -1,0 +1,152 @@
+"""``ckfmha.run(problem, inputs)``: select a plan, build its kernels, run its stages, return the outputs.
+
+1. The registry (``Registry.from_enumeration(arch, receipt, mask_mode)``, built once per process and
+   arguments) and a :class:`~ckfmha.dispatcher.Dispatcher` bound to the backend select the plan; when no kernel
+   serves a stage, the :class:`~ckfmha.dispatcher.NoKernelError` carries the dispatcher's explanation.
+2. Every output of the plan is allocated and poisoned with NaN (:func:`output_specs`); inputs are never modified
+   (append-KV's in-place cache update and rotated ``q`` work on copies, returned as outputs).
+3. The stages run in order through ``backend.build`` (cached on disk) and ``backend.run_stage``.
+4. No output element may be left unwritten: a NaN left in a float output, while every float input is finite (so
+   the reference is finite there), raises :class:`UnwrittenOutputError` naming the output and the count.
+
+The backward needs the forward's ``o`` and ``lse``; when ``inputs`` lacks them they are computed with the NumPy
+reference forward (as CK's tile_example_fmha_bwd does on the host), ``o`` rounded to the storage dtype.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ckfmha.backends import BackendError, get_backend
+from ckfmha.dispatcher import Dispatcher, Explanation, Plan, StageRole
+from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
+from ckfmha.kernel import Family, Mode
+from ckfmha.problem import Problem
+from ckfmha.registry import Registry
+
+
+class UnwrittenOutputError(BackendError):
+    """A stage left part of an output unwritten (still the NaN poison)."""
+
+
+@dataclass
+class RunResult:
+    outputs: dict[str, np.ndarray]
+    plan: Plan
+    device_ms: float | None = None
+    stage_ms: list[float | None] = field(default_factory=list)
+
+
+@lru_cache(maxsize=8)
+def _registry(arch: str, receipt: int | str, mask_mode: str) -> Registry:
+    return Registry.from_enumeration(arch, receipt=receipt, mask_mode=mask_mode)
+
+
+def dispatcher_for(backend: str = "cpu", arch: str = "gfx942", registry: Registry | None = None,
+                   receipt: int | str = 0, mask_mode: str = "simplified") -> Dispatcher:
+    reg = registry if registry is not None else _registry(arch, receipt, mask_mode)
+    return Dispatcher(reg, get_backend(backend))
+
+
+def explain(problem: Problem, *, backend: str = "cpu", arch: str = "gfx942", registry: Registry | None = None,
+            receipt: int | str = 0, mask_mode: str = "simplified") -> Explanation:
+    """Every candidate kernel per stage and the first rule it fails (see :meth:`Dispatcher.explain`)."""
+    return dispatcher_for(backend, arch, registry, receipt, mask_mode).explain(problem)
+
+
+def output_specs(problem: Problem, plan: Plan) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Name -> (shape, dtype) of every output the plan's stages write (NaN-poisoned before the run)."""
+    p = problem
+    f32 = np.dtype(np.float32)
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+    for st in plan.stages:
+        c = st.kernel
+        if st.role in (StageRole.FWD, StageRole.PAGEDKV, StageRole.BATCH_PREFILL, StageRole.COMBINE):
+            out["o"] = (o_shape(p), output_dtype(p.dtype))
+            if c.lse:
+                out["lse"] = (lse_shape(p), f32)
+        elif st.role is StageRole.SPLITKV:
+            n = int(st.args["num_splits"])
+            out["o_acc"] = ((n, nb, p.nhead_q, ns, p.hdim_v), f32)
+            out["lse_acc"] = ((n, nb, p.nhead_q, ns), f32)
+        elif st.role is StageRole.DOT_DO_O:
+            out["d"] = (lse_shape(p), f32)
+        elif st.role is StageRole.DQ_DK_DV:
+            from ckfmha.backends.cpu.stages import dq_acc_shape
+
+            out["dq_acc"] = (dq_acc_shape(p, c.tile[1]), f32)
+            out["dq"] = ((0,), f32)  # placeholder, shaped from the inputs in run()
+            out["dk"] = ((0,), f32)
+            out["dv"] = ((0,), f32)
+            if p.dbias:
+                out["dbias"] = ((0,), f32)
+    return out
+
+
+def _forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    from ckfmha.reference import reference_forward
+
+    ref = reference_forward(problem, inputs, np.float32)
+    return ref["o"].astype(storage_dtype(problem.dtype)), ref["lse"].astype(np.float32)
+
+
+def _is_float(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" or a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8")
+
+
+def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gfx942",
+        registry: Registry | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
+        timing: bool = False) -> RunResult:
+    """Select, build and run the plan for ``problem`` on ``backend``; see the module doc."""
+    disp = dispatcher_for(backend, arch, registry, receipt, mask_mode)
+    be = disp.backend
+    plan = disp.select(problem)
+    tensors: dict[str, Any] = dict(inputs)
+    p = problem
+    if p.is_backward and ("o" not in tensors or "lse" not in tensors):
+        tensors["o"], tensors["lse"] = _forward_for_backward(p, inputs)
+    in_place: list[str] = []
+    if p.family is Family.FWD_APPENDKV:
+        # the appendkv kernel updates the caches and rotates q in place: work on copies
+        for name in ("q", "k", "v", "k_cache", "v_cache"):
+            if name in tensors:
+                tensors[name] = np.array(tensors[name], copy=True)
+                in_place.append(name)
+    specs = output_specs(p, plan)
+    sdt = storage_dtype(p.dtype)
+    for name, (shape, dtype) in specs.items():
+        if name in ("dq", "dk", "dv"):
+            shape, dtype = tensors[{"dq": "q", "dk": "k", "dv": "v"}[name]].shape, sdt
+        elif name == "dbias":
+            shape, dtype = tensors["bias"].shape, tensors["bias"].dtype
+        tensors[name] = np.full(shape, np.nan, dtype=dtype)
+    stage_ms: list[float | None] = []
+    t_all = 0.0
+    for st in plan.stages:
+        kernel = be.build(st.kernel)
+        t0 = time.perf_counter()
+        res = be.run_stage(kernel, st, p, tensors, timing=timing)
+        t_all += (time.perf_counter() - t0) * 1e3
+        stage_ms.append(res.device_ms)
+    outputs = {n: tensors[n] for n in list(specs) + in_place}
+    inputs_finite = all(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
+                        for a in inputs.values() if isinstance(a, np.ndarray) and _is_float(a))
+    if inputs_finite:
+        for n in specs:
+            a = outputs[n]
+            if _is_float(a):
+                bad = int(np.count_nonzero(np.isnan(np.asarray(a, dtype=np.float64))))
+                if bad:
+                    raise UnwrittenOutputError(f"output {n!r}: {bad} of {a.size} element(s) left unwritten (NaN) "
+                                               f"by the plan\n{plan}")
+    device_ms = None
+    if timing:
+        device_ms = float(sum(x for x in stage_ms if x is not None)) if all(x is not None for x in stage_ms) \
+            else t_all
+    return RunResult(outputs, plan, device_ms, stage_ms)

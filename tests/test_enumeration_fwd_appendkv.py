@@ -1,0 +1,116 @@
+"""fwd_appendkv enumeration: exact parity with CK's generator, upstream quirks, and data-section errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ckfmha.archs import ArchSpec, data_dir, load_arch_spec
+from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
+from ckfmha.enumeration import appendkv
+from ckfmha.enumeration._fwdlike import SectionError
+from ckfmha.kernel import Api, DType, MaskMode, Rope
+from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.golden import MASK_MODES, RECEIPTS, diff_message, golden_path, load_golden
+
+API = "fwd_appendkv"
+# gfx942/gfx950: the shared golden lists; gfx90a/gfx1100/gfx1201: lists produced by running upstream's
+# generate.py (tests/data/golden/)
+ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
+CASES = [pytest.param(a, r, m, id=f"{API}-{a}-r{r}-{m}") for a in ARCHS for r in RECEIPTS for m in MASK_MODES]
+
+
+@pytest.mark.parametrize("arch,receipt,mask_mode", CASES)
+def test_parity_with_ck_generator(arch, receipt, mask_mode):
+    golden = load_golden(mask_mode, API, arch, receipt)
+    ours = ck_instance_names(API, arch, receipt, mask_mode)
+    assert diff_message(ours, golden, f"{API}/{arch}/r{receipt}/{mask_mode}") == ""
+
+
+def test_every_parity_list_exists():
+    missing = [(a, r, m) for a in ARCHS for r in RECEIPTS for m in MASK_MODES if golden_path(m, API, a, r) is None]
+    assert missing == []
+
+
+@pytest.mark.parametrize("arch", ("gfx942", "gfx1100", "gfx1201"))  # gfx90a/gfx950 inherit gfx942's section
+def test_configs_equal_parsed_names(arch):
+    configs = enumerate_api(API, arch)
+    assert len({ck_instance_name(c) for c in configs}) == len(configs)
+    for c in configs:
+        assert parse_ck_instance_name(ck_instance_name(c)) == c
+
+
+def test_mask_mode_does_not_matter():
+    for arch in ARCHS:
+        assert ck_instance_names(API, arch, 0, "simplified") == ck_instance_names(API, arch, 0, "generic")
+
+
+def test_fp8_has_no_rope_or_paged_kv_and_gfx11_has_no_fp8():
+    fp8 = [c for c in enumerate_api(API, "gfx942") if c.dtype is DType.FP8]
+    assert len(fp8) == 3 and all(c.rope is Rope.NONE and not c.paged_kv for c in fp8)
+    assert all(c.dtype is not DType.FP8 for c in enumerate_api(API, "gfx1100"))
+    for arch in ARCHS:
+        assert all(c.dtype is not DType.BF8 for c in enumerate_api(API, arch))
+
+
+# ---------------------------------------------------------------------------------------- data errors
+def _ctx_with_section(section) -> EnumContext:
+    spec = ArchSpec("gfxtest", "test", "amd", data_dir() / "archs" / "gfxtest.yaml", {API: section})
+    return EnumContext(Api(API), "gfxtest", spec, 0, MaskMode.SIMPLIFIED)
+
+
+def _good_section():
+    return copy.deepcopy(load_arch_spec("gfx942").section(API))
+
+
+def _error(section) -> str:
+    with pytest.raises(SectionError) as ei:
+        appendkv.enumerate_api(_ctx_with_section(section))
+    return str(ei.value)
+
+
+def test_good_section_copy_enumerates():
+    assert len(appendkv.enumerate_api(_ctx_with_section(_good_section()))) == 99
+
+
+def test_error_warps_not_allowed_for_appendkv_tiles():
+    sec = _good_section()
+    sec["fwd_appendkv"]["dtypes"]["fp8"]["tiles"][64]["warps"] = [[4, 1, 1], [4, 1, 1]]
+    msg = _error(sec)
+    assert "apis.fwd_appendkv.fwd_appendkv.dtypes.fp8.tiles.64" in msg and "unknown key(s) ['warps']" in msg
+
+
+def test_error_wrong_block_length():
+    sec = _good_section()
+    sec["fwd_appendkv"]["dtypes"]["fp8"]["tiles"][64]["block"] = [64, 64, 64, 64, -1]
+    msg = _error(sec)
+    assert "tiles.64.block" in msg and "expected a list of 4 ints" in msg
+
+
+def test_error_bad_rope():
+    sec = _good_section()
+    sec["fwd_appendkv"]["pipeline_sets"]["half"][1]["set"]["rope"] = "inter"
+    msg = _error(sec)
+    assert "pipeline_sets.half[1].set.rope" in msg and "interleaved" in msg and "'inter'" in msg
+
+
+def test_error_empty_pads():
+    sec = _good_section()
+    sec["fwd_appendkv"]["pipeline_sets"]["fp8"][0]["pads"] = []
+    msg = _error(sec)
+    assert "pipeline_sets.fp8[0].pads" in msg and "at least one pad token" in msg
+
+
+def test_error_modes_not_a_list():
+    sec = _good_section()
+    sec["fwd_appendkv"]["modes"] = "batch"
+    msg = _error(sec)
+    assert "fwd_appendkv.modes" in msg and "expected a list, found str 'batch'" in msg
+
+
+def test_error_field_in_set_and_product():
+    sec = _good_section()
+    sec["fwd_appendkv"]["pipeline_sets"]["half"][0]["set"]["paged_kv"] = True
+    msg = _error(sec)
+    assert "pipeline_sets.half[0]" in msg and "['paged_kv'] given both in set and in product" in msg

@@ -1,0 +1,157 @@
+"""fwd_splitkv enumeration: exact parity with CK's generator, upstream quirks, and data-section errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ckfmha.archs import ArchSpec, data_dir, load_arch_spec
+from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
+from ckfmha.enumeration import splitkv
+from ckfmha.enumeration._fwdlike import SectionError
+from ckfmha.kernel import Api, DType, Family, MaskMode
+from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.golden import MASK_MODES, RECEIPTS, diff_message, golden_path, load_golden
+
+API = "fwd_splitkv"
+# gfx942/gfx950: the shared golden lists; gfx90a/gfx1100/gfx1201: lists produced by running upstream's
+# generate.py (tests/data/golden/)
+ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
+CASES = [pytest.param(a, r, m, id=f"{API}-{a}-r{r}-{m}") for a in ARCHS for r in RECEIPTS for m in MASK_MODES]
+
+
+@pytest.mark.parametrize("arch,receipt,mask_mode", CASES)
+def test_parity_with_ck_generator(arch, receipt, mask_mode):
+    golden = load_golden(mask_mode, API, arch, receipt)
+    ours = ck_instance_names(API, arch, receipt, mask_mode)
+    assert diff_message(ours, golden, f"{API}/{arch}/r{receipt}/{mask_mode}") == ""
+
+
+def test_every_parity_list_exists():
+    missing = [(a, r, m) for a in ARCHS for r in RECEIPTS for m in MASK_MODES if golden_path(m, API, a, r) is None]
+    assert missing == []
+
+
+@pytest.mark.parametrize("arch", ("gfx942", "gfx1100", "gfx1201"))  # gfx90a/gfx950 inherit gfx942's section
+@pytest.mark.parametrize("mask_mode", MASK_MODES)
+def test_configs_equal_parsed_names(arch, mask_mode):
+    # config-level parity: every config is exactly what its CK name parses back to
+    configs = enumerate_api(API, arch, 0, mask_mode)
+    assert len({ck_instance_name(c) for c in configs}) == len(configs)
+    for c in configs:
+        assert parse_ck_instance_name(ck_instance_name(c)) == c
+
+
+def test_receipt4_quirk_keeps_only_combine_kernels():
+    # UPSTREAM QUIRK: receipt 4 tests dtype in ["fp16, bf16"] (one string) -> no main split-KV kernels
+    configs = enumerate_api(API, "gfx942", 4)
+    assert len(configs) == 138
+    assert {c.family for c in configs} == {Family.FWD_SPLITKV_COMBINE}
+
+
+def test_bf8_never_generated():
+    for arch in ARCHS:
+        assert all(c.dtype is not DType.BF8 for c in enumerate_api(API, arch, 0, "generic"))
+
+
+def test_gfx950_uses_gfx9_factory():
+    names = ck_instance_names(API, "gfx950")
+    assert names and all(n.endswith("_gfx9.cpp") for n in names)
+    assert names == ck_instance_names(API, "gfx942")
+
+
+def test_gfx11_gets_fp8_combine_but_no_fp8_main():
+    configs = enumerate_api(API, "gfx1100")
+    fp8 = {c.family for c in configs if c.dtype is DType.FP8}
+    assert fp8 == {Family.FWD_SPLITKV_COMBINE}
+
+
+# ---------------------------------------------------------------------------------------- data errors
+def _ctx_with_section(section) -> EnumContext:
+    spec = ArchSpec("gfxtest", "test", "amd", data_dir() / "archs" / "gfxtest.yaml", {API: section})
+    return EnumContext(Api(API), "gfxtest", spec, 0, MaskMode.SIMPLIFIED)
+
+
+def _good_section():
+    return copy.deepcopy(load_arch_spec("gfx942").section(API))
+
+
+def _error(section) -> str:
+    with pytest.raises(SectionError) as ei:
+        splitkv.enumerate_api(_ctx_with_section(section))
+    return str(ei.value)
+
+
+def test_good_section_copy_enumerates():
+    assert len(splitkv.enumerate_api(_ctx_with_section(_good_section()))) == 2106
+
+
+def test_empty_section_emits_nothing():
+    assert splitkv.enumerate_api(_ctx_with_section({})) == []
+
+
+def test_error_unknown_family_key():
+    sec = _good_section()
+    sec["fwd_pagedkv"] = sec.pop("fwd_splitkv")
+    msg = _error(sec)
+    assert "gfxtest.yaml: apis.fwd_splitkv" in msg and "unknown key(s) ['fwd_pagedkv']" in msg
+
+
+def test_error_unknown_key_in_block():
+    sec = _good_section()
+    sec["fwd_splitkv"]["tile_table"] = {}
+    msg = _error(sec)
+    assert "apis.fwd_splitkv.fwd_splitkv" in msg and "'tile_table'" in msg and "expected keys" in msg
+
+
+def test_error_wrong_tile_length():
+    sec = _good_section()
+    sec["fwd_splitkv"]["dtypes"]["fp16"]["tiles"][128]["block"] = [64, 128, 32]
+    msg = _error(sec)
+    assert "fwd_splitkv.dtypes.fp16.tiles.128.block" in msg
+    assert "expected a list of 6 ints" in msg and "found 3 entries" in msg
+
+
+def test_error_bad_pad_token():
+    sec = _good_section()
+    sec["fwd_splitkv"]["pipeline_sets"]["half"][0]["pads"] = ["pdvd"]
+    msg = _error(sec)
+    assert "fwd_splitkv.pipeline_sets.half[0].pads[0]" in msg and "'pdvd'" in msg
+
+
+def test_error_bad_feature_value():
+    sec = _good_section()
+    sec["fwd_splitkv"]["pipeline_sets"]["half"][0]["product"]["bias"] = ["none", "elementwise", "rope"]
+    msg = _error(sec)
+    assert "product.bias[2]" in msg and "expected one of none, elementwise, alibi" in msg and "'rope'" in msg
+
+
+def test_error_bool_field_given_string():
+    sec = _good_section()
+    sec["fwd_splitkv"]["pipeline_sets"]["half"][0]["set"]["lse"] = "t"
+    msg = _error(sec)
+    assert "set.lse" in msg and "expected a boolean" in msg and "'t'" in msg
+
+
+def test_error_unknown_pipeline_set():
+    sec = _good_section()
+    sec["fwd_splitkv"]["dtypes"]["fp16"]["pipelines"] = "halves"
+    msg = _error(sec)
+    assert "dtypes.fp16.pipelines" in msg and "'halves'" in msg and "half" in msg
+
+
+def test_error_bad_constraint():
+    sec = _good_section()
+    sec["fwd_splitkv"]["constraints"] = ["c.nonsense == 1"]
+    msg = _error(sec)
+    assert "fwd_splitkv.constraints[0]" in msg and "unknown field 'nonsense'" in msg
+
+
+def test_error_names_part_file():
+    # errors in a real data file name that file (the per-api part file holds the section itself)
+    from ckfmha.enumeration._fwdlike import section_source
+
+    ctx = EnumContext(Api(API), "gfx950", load_arch_spec("gfx950"), 0, MaskMode.SIMPLIFIED)
+    path, prefix = section_source(ctx)  # gfx950 inherits gfx942's section
+    assert path.endswith("_parts/gfx942/fwd_splitkv.yaml") and prefix == ""

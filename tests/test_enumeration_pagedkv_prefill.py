@@ -1,0 +1,130 @@
+"""pagedkv_prefill enumeration: exact parity with CK's generator, upstream quirks, and data-section errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ckfmha.archs import ArchSpec, data_dir, load_arch_spec
+from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
+from ckfmha.enumeration import pagedkv
+from ckfmha.enumeration._fwdlike import SectionError
+from ckfmha.kernel import Api, DType, Family, MaskImpl, MaskMode
+from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.golden import MASK_MODES, RECEIPTS, diff_message, golden_path, load_golden
+
+API = "pagedkv_prefill"
+# gfx942/gfx950: the shared golden lists; gfx90a/gfx1100/gfx1201: lists produced by running upstream's
+# generate.py (tests/data/golden/)
+ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
+CASES = [pytest.param(a, r, m, id=f"{API}-{a}-r{r}-{m}") for a in ARCHS for r in RECEIPTS for m in MASK_MODES]
+
+
+@pytest.mark.parametrize("arch,receipt,mask_mode", CASES)
+def test_parity_with_ck_generator(arch, receipt, mask_mode):
+    golden = load_golden(mask_mode, API, arch, receipt)
+    ours = ck_instance_names(API, arch, receipt, mask_mode)
+    assert diff_message(ours, golden, f"{API}/{arch}/r{receipt}/{mask_mode}") == ""
+
+
+def test_every_parity_list_exists():
+    missing = [(a, r, m) for a in ARCHS for r in RECEIPTS for m in MASK_MODES if golden_path(m, API, a, r) is None]
+    assert missing == []
+
+
+@pytest.mark.parametrize("arch", ("gfx942", "gfx1100", "gfx1201"))  # gfx90a/gfx950 inherit gfx942's section
+@pytest.mark.parametrize("mask_mode", MASK_MODES)
+def test_configs_equal_parsed_names(arch, mask_mode):
+    configs = enumerate_api(API, arch, 0, mask_mode)
+    assert len({ck_instance_name(c) for c in configs}) == len(configs)
+    for c in configs:
+        assert parse_ck_instance_name(ck_instance_name(c)) == c
+
+
+def test_family_and_fixed_features():
+    configs = enumerate_api(API, "gfx942", 0, "generic")
+    assert {c.family for c in configs} == {Family.FWD_PAGEDKV}
+    assert all(c.paged_kv and not c.lse and not c.skip_min_seqlen_q for c in configs)
+    assert {c.mask for c in configs} == {MaskImpl.NONE, MaskImpl.CAUSAL, MaskImpl.GENERIC}
+    # logits soft-cap only without bias; group mode only with padded seqlens
+    assert all(c.bias.value == "none" for c in configs if c.logits_soft_cap)
+    assert all(c.pad_s and c.pad_sk for c in configs if c.mode.value == "group")
+
+
+def test_bf8_never_generated_and_700_empty():
+    for arch in ARCHS:
+        assert all(c.dtype is not DType.BF8 for c in enumerate_api(API, arch, 0))
+        assert enumerate_api(API, arch, 700) == []
+
+
+def test_gfx950_uses_gfx9_factory():
+    names = ck_instance_names(API, "gfx950", 0, "generic")
+    assert names and all(n.endswith("_gfx9.cpp") for n in names)
+
+
+# ---------------------------------------------------------------------------------------- data errors
+def _ctx_with_section(section) -> EnumContext:
+    spec = ArchSpec("gfxtest", "test", "amd", data_dir() / "archs" / "gfxtest.yaml", {API: section})
+    return EnumContext(Api(API), "gfxtest", spec, 0, MaskMode.SIMPLIFIED)
+
+
+def _good_section():
+    return copy.deepcopy(load_arch_spec("gfx942").section(API))
+
+
+def _error(section) -> str:
+    with pytest.raises(SectionError) as ei:
+        pagedkv.enumerate_api(_ctx_with_section(section))
+    return str(ei.value)
+
+
+def test_good_section_copy_enumerates():
+    assert len(pagedkv.enumerate_api(_ctx_with_section(_good_section()))) == 168
+
+
+def test_error_section_not_a_mapping():
+    msg = _error(["fwd_pagedkv"])
+    assert "gfxtest.yaml: apis.pagedkv_prefill" in msg and "expected a mapping, found list" in msg
+
+
+def test_error_missing_warps():
+    sec = _good_section()
+    del sec["fwd_pagedkv"]["dtypes"]["fp8"]["tiles"][64]["warps"]
+    msg = _error(sec)
+    assert "apis.pagedkv_prefill.fwd_pagedkv.dtypes.fp8.tiles.64" in msg and "missing key(s) ['warps']" in msg
+
+
+def test_error_bad_warp_triple():
+    sec = _good_section()
+    sec["fwd_pagedkv"]["dtypes"]["fp8"]["tiles"][64]["warp_tiles"] = [[32, 32], [32, 32, 32]]
+    msg = _error(sec)
+    assert "tiles.64.warp_tiles[0]" in msg and "expected a list of 3 ints" in msg
+
+
+def test_error_non_int_tile_entry():
+    sec = _good_section()
+    sec["fwd_pagedkv"]["dtypes"]["fp8"]["tiles"][64]["occupancy"] = "2"
+    msg = _error(sec)
+    assert "tiles.64.occupancy" in msg and "expected an int, found str '2'" in msg
+
+
+def test_error_unknown_dtype():
+    sec = _good_section()
+    sec["fwd_pagedkv"]["dtypes"]["fp64"] = sec["fwd_pagedkv"]["dtypes"].pop("fp8")
+    msg = _error(sec)
+    assert "fwd_pagedkv.dtypes.fp64" in msg and "expected one of" in msg and "'fp64'" in msg
+
+
+def test_error_unknown_pipeline():
+    sec = _good_section()
+    sec["fwd_pagedkv"]["pipeline_sets"]["half"][0]["pipeline"] = "qr_paged"
+    msg = _error(sec)
+    assert "pipeline_sets.half[0].pipeline" in msg and "qr_pagedkv" in msg and "'qr_paged'" in msg
+
+
+def test_error_unknown_feature_field():
+    sec = _good_section()
+    sec["fwd_pagedkv"]["pipeline_sets"]["half"][0]["set"]["dropout"] = "enabled"
+    msg = _error(sec)
+    assert "pipeline_sets.half[0].set" in msg and "unknown key(s) ['dropout']" in msg

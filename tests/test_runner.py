@@ -1,0 +1,87 @@
+"""ckfmha.run / ckfmha.explain: selection, NaN-poisoned outputs, unwritten-output detection, inputs untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ckfmha
+from ckfmha import backends
+from ckfmha.backends.cpu import CpuBackend
+from ckfmha.dispatcher import Explanation, NoKernelError, StageRole
+from ckfmha.inputs import make_inputs
+from ckfmha.problem import Problem
+from ckfmha.registry import Registry
+from ckfmha.runner import RunResult, UnwrittenOutputError, run
+from tests.test_cpu_backend import cpu_registry, golden_configs
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ckfmha-cache"))
+
+
+def test_run_and_explain_are_exported() -> None:
+    assert ckfmha.run is run
+    p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64, mask="t")
+    exp = ckfmha.explain(p, registry=cpu_registry())
+    assert isinstance(exp, Explanation) and exp.stages[0].chosen is not None
+    res = ckfmha.run(p, make_inputs(p, 0), registry=cpu_registry())
+    assert isinstance(res, RunResult) and res.plan.stages[0].kernel == exp.stages[0].chosen
+    assert res.device_ms is None and res.stage_ms == [None]
+    assert set(res.outputs) == {"o"}  # the chosen kernel has no LSE, so none is written
+
+
+def test_timing_reports_per_stage_and_total() -> None:
+    p = Problem(family="bwd", batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
+    res = run(p, make_inputs(p, 0), registry=cpu_registry(), timing=True)
+    assert [s.role for s in res.plan.stages] == [StageRole.DOT_DO_O, StageRole.DQ_DK_DV, StageRole.CONVERT_DQ]
+    assert len(res.stage_ms) == 3 and all(ms is not None and ms >= 0 for ms in res.stage_ms)
+    assert res.device_ms == pytest.approx(sum(res.stage_ms))
+    assert {"d", "dq_acc", "dq", "dk", "dv"} <= set(res.outputs)
+
+
+def test_no_kernel_error_shows_the_explanation() -> None:
+    reg = Registry("gfx942", golden_configs("fwd", "_d128_", "_fp16_"))
+    p = Problem(batch=1, nhead_q=1, seqlen_q=40, hdim_q=64, dtype="bf16")
+    with pytest.raises(NoKernelError) as ei:
+        run(p, make_inputs(p, 0), registry=reg)
+    assert "stage fwd" in str(ei.value) and "dtype: kernel is fp16, problem is bf16" in str(ei.value)
+
+
+def test_inputs_are_not_modified_by_appendkv() -> None:
+    p = Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=4, seqlen_k=100, seqlen_knew=8,
+                rotary_dim=16, rope="interleaved", hdim_q=64, mask="b")
+    inp = make_inputs(p, 0)
+    before = {k: v.copy() for k, v in inp.items()}
+    res = run(p, inp, registry=cpu_registry())
+    for k, v in inp.items():
+        assert np.array_equal(v.view(np.uint8), before[k].view(np.uint8)), k
+    assert not np.array_equal(res.outputs["q"].view(np.uint16), inp["q"].view(np.uint16))  # rotated copy
+    assert {"q", "k", "v", "o"} <= set(res.outputs)
+
+
+class _LazyBackend(CpuBackend):
+    """Writes only the first half of the query rows of ``o``."""
+
+    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
+        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
+        tensors["o"][:, :, problem.seqlen_q // 2:] = np.nan
+        return res
+
+
+def test_unwritten_outputs_are_detected(monkeypatch) -> None:
+    monkeypatch.setitem(backends._instances, "cpu", _LazyBackend())
+    p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
+    with pytest.raises(UnwrittenOutputError, match=r"output 'o': 2560 of 5120 element\(s\) left unwritten"):
+        run(p, make_inputs(p, 0), registry=cpu_registry())
+
+
+def test_backward_uses_given_forward_outputs() -> None:
+    p = Problem(family="bwd", batch=1, nhead_q=1, seqlen_q=32, hdim_q=64)
+    inp = make_inputs(p, 0)
+    base = run(p, inp, registry=cpu_registry())
+    inp2 = dict(inp, o=np.zeros((1, 1, 32, 64), np.float16), lse=np.zeros((1, 1, 32), np.float32))
+    other = run(p, inp2, registry=cpu_registry())
+    assert np.all(other.outputs["d"] == 0)
+    assert not np.array_equal(base.outputs["dq"], other.outputs["dq"])
