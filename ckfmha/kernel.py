@@ -310,6 +310,7 @@ class KernelConfig:
 
     signature: KernelSignature
     algorithm: KernelAlgorithm
+    _kid: str | None = field(default=None, init=False, compare=False, hash=False, repr=False)
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: delegate to the two parts.
@@ -369,9 +370,14 @@ class KernelConfig:
     # ---------------------------------------------------------------- identity
     @property
     def kernel_id(self) -> str:
-        from ckfmha.kernel_id import render_kernel_id
+        """The canonical id (rendered once per config object, then cached)."""
+        kid = self._kid
+        if kid is None:
+            from ckfmha.kernel_id import render_kernel_id
 
-        return render_kernel_id(self)
+            kid = render_kernel_id(self)
+            object.__setattr__(self, "_kid", kid)
+        return kid
 
     @classmethod
     def from_id(cls, kernel_id: str) -> "KernelConfig":

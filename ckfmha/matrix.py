@@ -1,0 +1,370 @@
+"""Testing matrices: YAML files of attention shapes, expanded into :class:`ckfmha.problem.Problem` objects.
+
+The schema is documented in ``matrices/README.md``; in short::
+
+    schema: 1
+    family: fwd                    # default family of every entry (a Problem family; 'bwd' = the whole backward)
+    description: free text         # optional
+    defaults: {dtype: fp16}        # optional: scalar Problem fields applied to every entry (an entry overrides)
+    entries:
+      - name: gqa_prefill          # [A-Za-z0-9_]+, unique in the file
+        category: smoke            # smoke | full | nightly   (smoke < full < nightly: a category holds the smaller ones)
+        description: free text     # optional
+        batch: 2                   # scalar Problem fields: the same for every shape of the entry
+        product:                   # cross product: field -> non-empty list of values
+          dtype: [fp16, bf16]
+          mask: [none, causal]
+        zip:                       # paired values: "field, field, ..." -> list of rows (one value per field)
+          nhead_q, nhead_k: [[8, 2], [8, 1]]
+          hdim_q, hdim_v: [[128, 128], [192, 128]]
+
+An entry expands to ``product(zip groups..., product axes...)`` in the order written; every combination must
+be a valid Problem -- an invalid one is an error (never silently dropped), as is a duplicate problem (within
+or across entries and files).  Every error is a :class:`MatrixError` naming the file, the entry and the key.
+
+Problem fields use :class:`ckfmha.problem.Problem`'s names and tokens.  Extras: ``layout`` sets both
+``input_layout`` and ``output_layout``; ``mask`` takes CK's ``-mask`` syntax (``0``, ``t``, ``b``, ``t:l,r``,
+``b:l,r``, ``xt:w``, ``xb:w``, ``g:y,x``) or the names ``none``, ``causal`` / ``top_left``, ``bottom_right``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+from ckfmha.problem import Problem, ProblemError
+
+CATEGORIES = ("smoke", "full", "nightly")
+SCHEMA_VERSION = 1
+TOP_KEYS = frozenset({"schema", "family", "description", "defaults", "entries"})
+ENTRY_META_KEYS = frozenset({"name", "category", "description", "family", "product", "zip"})
+
+_INT = ("batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "hdim_q", "hdim_v", "bias_rank", "drop_seed",
+        "drop_offset", "page_block_size", "seqlen_knew", "rotary_dim", "num_splits")
+_FLOAT = ("scale", "p_drop", "logits_soft_cap")
+_BOOL = ("lse", "sink", "cache_batch_idx", "deterministic", "dbias")
+_STR = ("dtype", "mode", "bias", "qscale", "kv_lookup", "kv_layout", "rope", "vlayout", "input_layout",
+        "output_layout", "layout", "mask")
+_INT_LIST = ("seqlens_q", "seqlens_k", "s_kpad")
+FIELD_KINDS: dict[str, str] = {**{k: "int" for k in _INT}, **{k: "number" for k in _FLOAT},
+                               **{k: "bool" for k in _BOOL}, **{k: "string" for k in _STR},
+                               **{k: "list of ints" for k in _INT_LIST}}
+SHAPE_FIELDS = frozenset(FIELD_KINDS)
+MASK_ALIASES = {"none": "0", "no_mask": "0", "causal": "t", "top_left": "t", "bottom_right": "b"}
+_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+FAMILY_ORDER = ("fwd", "fwd_splitkv", "fwd_pagedkv", "fwd_appendkv", "batch_prefill", "bwd")
+
+try:
+    _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+
+class MatrixError(ValueError):
+    """A malformed matrix file; the message names the file, the entry and the key."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One expanded shape: the problem plus where it came from."""
+
+    problem: Problem
+    file: str  # file name (e.g. fwd.yaml)
+    entry: str
+    category: str
+    index: int  # position within the entry's expansion
+
+    @property
+    def family(self) -> str:
+        return "bwd" if self.problem.is_backward else self.problem.family.value
+
+    def in_category(self, category: str) -> bool:
+        return CATEGORIES.index(self.category) <= CATEGORIES.index(category)
+
+
+def category_rank(category: str) -> int:
+    if category not in CATEGORIES:
+        raise MatrixError(f"category: unknown category {category!r}; allowed: {', '.join(CATEGORIES)}")
+    return CATEGORIES.index(category)
+
+
+def default_matrix_dir() -> Path:
+    """The packaged matrices (``ckfmha/data/matrices``)."""
+    return Path(str(resources.files("ckfmha") / "data" / "matrices"))
+
+
+# ---------------------------------------------------------------------------------------------- checking
+def _check_value(where: str, key: str, v: Any) -> Any:
+    kind = FIELD_KINDS[key]
+    ok = True
+    if kind == "int":
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    elif kind == "number":
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    elif kind == "bool":
+        ok = isinstance(v, bool)
+    elif kind == "string":
+        if isinstance(v, int) and not isinstance(v, bool) and key == "mask":
+            v = str(v)  # mask: 0 / 1 / 2 written without quotes
+        ok = isinstance(v, str)
+    elif kind == "list of ints":
+        ok = isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        if ok:
+            v = tuple(v)
+    if not ok:
+        raise MatrixError(f"{where}: {key}: expected {kind}, found {v!r} ({type(v).__name__})")
+    return v
+
+
+def _problem_kwargs(values: dict[str, Any]) -> dict[str, Any]:
+    kw = dict(values)
+    if "layout" in kw:
+        lay = kw.pop("layout")
+        kw.setdefault("input_layout", lay)
+        kw.setdefault("output_layout", lay)
+    if "mask" in kw:
+        m = str(kw["mask"]).strip()
+        kw["mask"] = MASK_ALIASES.get(m, m)
+    return kw
+
+
+def _fields(where: str, mapping: Any, what: str) -> dict[str, Any]:
+    if not isinstance(mapping, dict):
+        raise MatrixError(f"{where}: {what}: expected a mapping, found {type(mapping).__name__}")
+    out = {}
+    for k, v in mapping.items():
+        if k not in SHAPE_FIELDS:
+            raise MatrixError(f"{where}: {what}.{k}: unknown field; allowed: {', '.join(sorted(SHAPE_FIELDS))}")
+        out[k] = _check_value(f"{where}: {what}", k, v)
+    return out
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    category: str
+    family: str
+    fixed: dict
+    axes: tuple  # ((field names...), (rows...)) per axis
+
+
+def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _Entry:
+    where = f"{fname}: entries[{i}]"
+    if not isinstance(e, dict):
+        raise MatrixError(f"{where}: expected a mapping, found {type(e).__name__}")
+    name = e.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise MatrixError(f"{where}: name: expected a name of letters, digits and '_', found {name!r}")
+    where = f"{fname}: entry {name!r}"
+    for k in e:
+        if k not in ENTRY_META_KEYS and k not in SHAPE_FIELDS:
+            raise MatrixError(f"{where}: {k}: unknown key; allowed: {', '.join(sorted(ENTRY_META_KEYS))} and the "
+                              f"shape fields {', '.join(sorted(SHAPE_FIELDS))}")
+    cat = e.get("category")
+    if cat not in CATEGORIES:
+        raise MatrixError(f"{where}: category: expected one of {', '.join(CATEGORIES)}, found {cat!r}")
+    if "description" in e and not isinstance(e["description"], str):
+        raise MatrixError(f"{where}: description: expected a string, found {e['description']!r}")
+    fam = e.get("family", family)
+    if not isinstance(fam, str):
+        raise MatrixError(f"{where}: family: expected a string, found {fam!r}")
+    fixed = dict(defaults)
+    for k, v in e.items():
+        if k in SHAPE_FIELDS:
+            if isinstance(v, list) and FIELD_KINDS[k] != "list of ints":
+                raise MatrixError(f"{where}: {k}: a list of values must go under 'product' (crossed) or 'zip' "
+                                  f"(paired), found {v!r}")
+            fixed[k] = _check_value(where, k, v)
+    axes: list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]] = []
+    seen: dict[str, str] = {k: "the entry" for k in e if k in SHAPE_FIELDS}
+    prod = e.get("product", {})
+    if not isinstance(prod, dict):
+        raise MatrixError(f"{where}: product: expected a mapping field -> list, found {type(prod).__name__}")
+    for k, vals in prod.items():
+        if k not in SHAPE_FIELDS:
+            raise MatrixError(f"{where}: product.{k}: unknown field; allowed: {', '.join(sorted(SHAPE_FIELDS))}")
+        if k in seen:
+            raise MatrixError(f"{where}: product.{k}: field already set in {seen[k]}")
+        seen[k] = "product"
+        if not isinstance(vals, list) or not vals:
+            raise MatrixError(f"{where}: product.{k}: expected a non-empty list, found {vals!r}")
+        rows = tuple((_check_value(f"{where}: product", k, v),) for v in vals)
+        if len(set(rows)) != len(rows):
+            raise MatrixError(f"{where}: product.{k}: repeated value in {vals!r}")
+        axes.append(((k,), rows))
+    zp = e.get("zip", {})
+    if not isinstance(zp, dict):
+        raise MatrixError(f"{where}: zip: expected a mapping 'field, field' -> list of rows, found "
+                          f"{type(zp).__name__}")
+    for key, rows_in in zp.items():
+        names = tuple(s.strip() for s in str(key).split(","))
+        for k in names:
+            if k not in SHAPE_FIELDS:
+                raise MatrixError(f"{where}: zip.{key}: unknown field {k!r}; allowed: "
+                                  f"{', '.join(sorted(SHAPE_FIELDS))}")
+            if k in seen:
+                raise MatrixError(f"{where}: zip.{key}: field {k!r} already set in {seen[k]}")
+            seen[k] = f"zip.{key}"
+        if not isinstance(rows_in, list) or not rows_in:
+            raise MatrixError(f"{where}: zip.{key}: expected a non-empty list of rows, found {rows_in!r}")
+        rows = []
+        for j, row in enumerate(rows_in):
+            if len(names) == 1 and not isinstance(row, list):
+                row = [row]
+            if not isinstance(row, list) or len(row) != len(names):
+                raise MatrixError(f"{where}: zip.{key}[{j}]: expected a row of {len(names)} value(s) "
+                                  f"({', '.join(names)}), found {row!r}")
+            rows.append(tuple(_check_value(f"{where}: zip.{key}[{j}]", k, v) for k, v in zip(names, row)))
+        if len(set(rows)) != len(rows):
+            raise MatrixError(f"{where}: zip.{key}: repeated row")
+        axes.append((names, tuple(rows)))
+    for k in seen:
+        fixed.pop(k, None) if seen[k] != "the entry" else None
+    return _Entry(name, cat, fam, fixed, tuple(axes))
+
+
+def _expand(fname: str, ent: _Entry) -> list[Shape]:
+    out = []
+    axes = ent.axes
+    for idx, combo in enumerate(itertools.product(*(rows for _, rows in axes)) if axes else [()]):
+        values = dict(ent.fixed)
+        for (names, _), row in zip(axes, combo):
+            values.update(zip(names, row))
+        try:
+            p = Problem(family=ent.family, **_problem_kwargs(values))
+        except ProblemError as err:
+            assigned = ", ".join(f"{n}={v!r}" for (names, _), row in zip(axes, combo) for n, v in zip(names, row))
+            raise MatrixError(f"{fname}: entry {ent.name!r}: combination {idx}"
+                              f"{' (' + assigned + ')' if assigned else ''}: {err}") from None
+        except TypeError as err:  # pragma: no cover - guarded by the field checks
+            raise MatrixError(f"{fname}: entry {ent.name!r}: {err}") from None
+        out.append(Shape(p, fname, ent.name, ent.category, idx))
+    return out
+
+
+def parse_matrix(doc: Any, fname: str) -> list[Shape]:
+    """Validate and expand one matrix document (already loaded YAML)."""
+    if not isinstance(doc, dict):
+        raise MatrixError(f"{fname}: top level: expected a mapping, found {type(doc).__name__}")
+    for k in doc:
+        if k not in TOP_KEYS:
+            raise MatrixError(f"{fname}: {k}: unknown top-level key; allowed: {', '.join(sorted(TOP_KEYS))}")
+    if doc.get("schema") != SCHEMA_VERSION:
+        raise MatrixError(f"{fname}: schema: expected {SCHEMA_VERSION}, found {doc.get('schema')!r}")
+    family = doc.get("family")
+    if not isinstance(family, str):
+        raise MatrixError(f"{fname}: family: expected a problem family string, found {family!r}")
+    if "description" in doc and not isinstance(doc["description"], str):
+        raise MatrixError(f"{fname}: description: expected a string")
+    defaults = _fields(fname, doc.get("defaults", {}), "defaults")
+    for k, v in defaults.items():
+        if isinstance(v, list):  # pragma: no cover - _check_value turns int lists into tuples
+            raise MatrixError(f"{fname}: defaults.{k}: expected a scalar")
+    entries = doc.get("entries")
+    if not isinstance(entries, list) or not entries:
+        raise MatrixError(f"{fname}: entries: expected a non-empty list")
+    shapes: list[Shape] = []
+    names: set[str] = set()
+    seen: dict[Problem, Shape] = {}
+    for i, e in enumerate(entries):
+        ent = _parse_entry(fname, i, e, defaults, family)
+        if ent.name in names:
+            raise MatrixError(f"{fname}: entry {ent.name!r}: name: used by an earlier entry")
+        names.add(ent.name)
+        for s in _expand(fname, ent):
+            first = seen.get(s.problem)
+            if first is not None:
+                raise MatrixError(f"{fname}: entry {s.entry!r}: combination {s.index}: duplicate of entry "
+                                  f"{first.entry!r} combination {first.index} ({s.problem})")
+            seen[s.problem] = s
+            shapes.append(s)
+    return shapes
+
+
+def load_matrix_file(path: str | Path) -> list[Shape]:
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            doc = yaml.load(fh, Loader=_Loader)
+    except FileNotFoundError:
+        raise MatrixError(f"{p}: no such matrix file") from None
+    except yaml.YAMLError as e:
+        raise MatrixError(f"{p}: malformed YAML: {e}") from None
+    return parse_matrix(doc, p.name)
+
+
+def _file_order(p: Path) -> tuple:
+    stem = p.stem
+    alias = {"splitkv": "fwd_splitkv", "pagedkv": "fwd_pagedkv", "appendkv": "fwd_appendkv"}.get(stem, stem)
+    return (FAMILY_ORDER.index(alias) if alias in FAMILY_ORDER else len(FAMILY_ORDER), p.name)
+
+
+def matrix_files(paths: Sequence[str | Path] | None = None) -> list[Path]:
+    """The YAML files of the given files/directories (default: the packaged matrices), in a fixed order."""
+    out: list[Path] = []
+    for item in (paths or [default_matrix_dir()]):
+        p = Path(item)
+        if p.is_dir():
+            out.extend(sorted(p.glob("*.yaml"), key=_file_order))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise MatrixError(f"{p}: no such matrix file or directory")
+    return out
+
+
+def load_matrices(paths: Sequence[str | Path] | None = None) -> list[Shape]:
+    """All shapes of the given matrix files/directories, checked for duplicates across files."""
+    return list(_load_cached(tuple(str(p.resolve()) for p in matrix_files(paths)),
+                             tuple(p.stat().st_mtime_ns for p in matrix_files(paths))))
+
+
+@lru_cache(maxsize=8)
+def _load_cached(files: tuple[str, ...], _mtimes: tuple[int, ...]) -> tuple[Shape, ...]:
+    shapes: list[Shape] = []
+    seen: dict[Problem, Shape] = {}
+    names: dict[str, str] = {}
+    for f in files:
+        name = Path(f).name
+        if name in names:
+            raise MatrixError(f"{f}: a matrix file called {name!r} is already loaded from {names[name]}")
+        names[name] = f
+        for s in load_matrix_file(f):
+            first = seen.get(s.problem)
+            if first is not None:
+                raise MatrixError(f"{s.file}: entry {s.entry!r}: combination {s.index}: duplicate of "
+                                  f"{first.file} entry {first.entry!r} combination {first.index}")
+            seen[s.problem] = s
+            shapes.append(s)
+    return tuple(shapes)
+
+
+def select(shapes: Iterable[Shape], category: str, families: Iterable[str] | None = None) -> list[Shape]:
+    """The shapes of a category (which holds every smaller category), optionally only some families."""
+    rank = category_rank(category)
+    fams = None if families is None else set(families)
+    return [s for s in shapes if CATEGORIES.index(s.category) <= rank and (fams is None or s.family in fams)]
+
+
+def counts(shapes: Iterable[Shape]) -> dict[str, dict[str, int]]:
+    """Shapes per category (cumulative) and family: {category: {family: n, 'total': n}}."""
+    shapes = list(shapes)
+    out: dict[str, dict[str, int]] = {}
+    for cat in CATEGORIES:
+        row: dict[str, int] = {}
+        for s in select(shapes, cat):
+            row[s.family] = row.get(s.family, 0) + 1
+        row["total"] = sum(row.values())
+        out[cat] = row
+    return out
+
+
+__all__ = ["CATEGORIES", "MatrixError", "Shape", "counts", "default_matrix_dir", "load_matrices",
+           "load_matrix_file", "matrix_files", "parse_matrix", "select"]

@@ -1,0 +1,189 @@
+"""What to collect: shapes of the category -> the kernels that can serve each (the dispatcher's rules) -> capped.
+
+Kernel choice per shape (deterministic, documented in docs/plugin.md):
+
+1. the kernel set of the arch: the ``pytest_ckfmha_kernels`` hook's answer if a plugin/conftest gives one, else
+   the enumeration under the receipt/profile and mask mode; then the sweep, the filter expression and the filter
+   file (all AND-ed, applied to every stage's kernels);
+2. the candidates of the shape's *main* stage (fwd, splitkv, pagedkv, appendkv, batch_prefill, dq_dk_dv) that pass
+   every dispatcher rule (mask, bias, features, padding, ... -- not just hdim/dtype), in dispatcher rank order;
+3. capped at ``--ckfmha-max-kernels-per-shape``: the best-ranked kernel first, then the best-ranked kernel of each
+   (pipeline, tile) not chosen yet, then the rest in rank order; 0 = no cap.
+
+The other stages of a kernel item (combine, dot_do_o, convert_dq, the attention after appendkv) are chosen by the
+dispatcher at run time with the item's kernel pinned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.kernel import KernelConfig
+    from ckfmha.matrix import Shape
+    from pytest_ckfmha.options import Settings
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    shape: "Shape"
+    shape_id: str
+    kernels: tuple["KernelConfig", ...]  # chosen kernels of the main stage, in item order
+    n_candidates: int  # kernels of the main stage that can serve the shape (before the cap)
+
+
+def main_role(problem):
+    from ckfmha.dispatcher import StageRole
+    from ckfmha.kernel import Family
+
+    return {Family.FWD: StageRole.FWD, Family.FWD_SPLITKV: StageRole.SPLITKV, Family.FWD_PAGEDKV: StageRole.PAGEDKV,
+            Family.FWD_APPENDKV: StageRole.APPENDKV, Family.BATCH_PREFILL: StageRole.BATCH_PREFILL,
+            Family.BWD_DQ_DK_DV: StageRole.DQ_DK_DV}[problem.family]
+
+
+class DtypeView:
+    """A read-only registry view holding only one dtype's kernels: the dispatcher's first rule rejects every
+    other dtype anyway, so the view changes no answer and saves most of the work."""
+
+    def __init__(self, registry, dtype) -> None:
+        self.arch = registry.arch
+        self._by_family: dict = {}
+        for c in registry:
+            if c.signature.dtype is dtype:
+                self._by_family.setdefault(c.signature.family, []).append(c)
+
+    def candidates(self, family, dtype=None, mode=None):
+        return [c for c in self._by_family.get(family, ()) if mode is None or c.signature.mode is mode]
+
+    def __iter__(self):
+        for cs in self._by_family.values():
+            yield from cs
+
+
+class PinnedView:
+    """A registry view whose main-stage family holds just one kernel (a kernel item's plan)."""
+
+    def __init__(self, base, kernel) -> None:
+        self.arch = base.arch
+        self._base = base
+        self._kernel = kernel
+
+    def candidates(self, family, dtype=None, mode=None):
+        if family is self._kernel.signature.family:
+            return [self._kernel]
+        return self._base.candidates(family, dtype, mode)
+
+
+def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
+    """The arch's kernels after receipt/profile/mask mode/sweep/filters (see the module doc)."""
+    from ckfmha.filters import combine
+    from ckfmha.selection import KernelQuery
+
+    q = KernelQuery.build(settings.arch, receipt=settings.receipt, profile=settings.profile,
+                          mask_mode=settings.mask_mode, sweep=settings.sweep, filter_expr=settings.filter,
+                          filter_file=settings.filter_file)
+    given = config.hook.pytest_ckfmha_kernels(config=config, arch=settings.arch)
+    if given is None:
+        return q.run()
+    pred = combine([q.sweep, *q.filters])
+    return [c for c in given if pred is None or pred(c)]
+
+
+def choose(ranked: Sequence["KernelConfig"], cap: int) -> list["KernelConfig"]:
+    if cap <= 0 or len(ranked) <= cap:
+        return list(ranked)
+    chosen = [ranked[0]]
+    seen = {(ranked[0].algorithm.pipeline, ranked[0].algorithm.tile)}
+    for c in ranked[1:]:
+        if len(chosen) >= cap:
+            break
+        key = (c.algorithm.pipeline, c.algorithm.tile)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(c)
+    for c in ranked:
+        if len(chosen) >= cap:
+            break
+        if c not in chosen:
+            chosen.append(c)
+    return chosen
+
+
+class Views:
+    """Per-dtype registry views of one kernel set (built lazily)."""
+
+    def __init__(self, registry) -> None:
+        self.registry = registry
+        self._views: dict = {}
+        self._buckets: dict = {}
+
+    def buckets(self, dtype, family, mode, names: tuple[str, ...]) -> dict:
+        key = (dtype, family, mode, names)
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = {}
+            for c in self.for_dtype(dtype).candidates(family, mode=mode):
+                b.setdefault(tuple(getattr(c, n) for n in names), []).append(c)
+        return b
+
+    def for_dtype(self, dtype) -> DtypeView:
+        v = self._views.get(dtype)
+        if v is None:
+            v = self._views[dtype] = DtypeView(self.registry, dtype)
+        return v
+
+
+def ranked_candidates(views: Views, problem) -> list["KernelConfig"]:
+    """The main stage's candidates that pass every dispatcher rule, in dispatcher rank order.
+
+    Uses the dispatcher's own rule and rank functions for the main stage only (``Dispatcher.explain`` would also
+    sort every rejected candidate by its rendered kernel id, which costs ~80% of collection time); falls back to
+    ``explain`` if those internals change."""
+    from ckfmha.dispatcher import Dispatcher, StageRole, _requirements
+    from ckfmha.kernel import Mode
+    from pytest_ckfmha.ids import family_token  # noqa: F401  (keeps ids importable early)
+
+    view = views.for_dtype(problem.dtype)
+    d = Dispatcher(view)
+    role = main_role(problem)
+    rule = getattr(d, "_first_failed_rule", None)
+    rank = getattr(d, "_rank", None)
+    if rule is None or rank is None:  # pragma: no cover - dispatcher internals changed
+        for st in d.explain(problem).stages:
+            if st.role is role:
+                return [v.config for v in st.verdicts if v.ok]
+        return []
+    from ckfmha.dispatcher import ROLE_FAMILY
+
+    mode = Mode.BATCH if role is StageRole.APPENDKV else problem.mode
+    reqs = _requirements(problem, role)
+    # Pre-select by the exact-match requirement fields (a necessary condition of the dispatcher's rule 6/7), then
+    # let the dispatcher's own rule function decide on the few that remain.
+    names = tuple(f for f, _, _ in reqs)
+    buckets = views.buckets(problem.dtype, ROLE_FAMILY[role], mode, names)
+    pool: list = []
+    for key in itertools.product(*(sorted(a, key=str) for _, a, _ in reqs)):
+        pool.extend(buckets.get(key, ()))
+    pool = [c for c in pool if c.signature.hdim_q >= problem.hdim_q and c.signature.hdim_v >= problem.hdim_v]
+    ok = [c for c in pool if rule(problem, role, c, reqs) is None]
+    return sorted(ok, key=lambda c: rank(problem, role, c))
+
+
+def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
+    from ckfmha.matrix import load_matrices, select
+    from pytest_ckfmha.ids import shape_id
+
+    shapes = select(load_matrices(settings.matrices), settings.category, settings.families)
+    views = Views(registry)
+    specs = []
+    seen: dict[str, object] = {}
+    for s in shapes:
+        sid = shape_id(s.problem)
+        if sid in seen:  # pragma: no cover - ids name every non-default field
+            raise ValueError(f"shape id {sid!r} is shared by two problems ({seen[sid]} and {s.problem})")
+        seen[sid] = s.problem
+        ranked = ranked_candidates(views, s.problem)
+        specs.append(ShapeSpec(s, sid, tuple(choose(ranked, settings.max_kernels_per_shape)), len(ranked)))
+    return specs

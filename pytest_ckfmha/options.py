@@ -1,0 +1,299 @@
+"""Command-line options and ini keys of the plugin, and their validation into :class:`Settings`.
+
+Every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` (so a project's ``pytest`` run
+never turns into a matrix run by accident), ``--ckfmha-filter``/``--ckfmha-filter-file``/``--ckfmha-sweep`` and
+``--ckfmha-report``.  The command line wins over the ini file.  A bad value raises ``pytest.UsageError`` naming
+the option, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CATEGORIES = ("smoke", "full", "nightly")
+BACKENDS = ("auto", "cpu", "triton", "hip")
+FAMILIES = ("fwd", "fwd_splitkv", "fwd_pagedkv", "fwd_appendkv", "batch_prefill", "bwd")
+FAMILY_ALIASES = {"splitkv": "fwd_splitkv", "pagedkv": "fwd_pagedkv", "appendkv": "fwd_appendkv",
+                  "bwd_dq_dk_dv": "bwd"}
+DEFAULT_ARCH = "gfx942"
+DEFAULT_MAX_KERNELS = 2
+DEFAULT_CPU_MAX_FLOPS = 5e9
+DEFAULT_BENCH_REPEAT = 5
+
+# name -> (help, ini?)
+_OPTIONS: list[tuple[str, dict[str, Any], bool]] = [
+    ("category", dict(metavar="{smoke,full,nightly}",
+                      help="run the testing matrix of this category (smoke < full < nightly); without it the "
+                           "plugin creates no items"), False),
+    ("arch", dict(metavar="ARCH", help="kernel space to test (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...); "
+                  "default: detected from the GPU through torch when importable, else gfx942"), True),
+    ("backend", dict(metavar="{auto,cpu,triton,hip}", help="backend running the kernels; auto: triton with a GPU, "
+                     "hip on ROCm with hipcc and a CK root, else cpu (default auto)"), True),
+    ("family", dict(action="append", metavar="FAMILY",
+                    help="only these problem families (fwd, fwd_splitkv, fwd_pagedkv, fwd_appendkv, batch_prefill, "
+                         "bwd); repeatable or comma-separated"), True),
+    ("receipt", dict(metavar="N", help="CK receipt selecting the kernel set (default 0)"), True),
+    ("profile", dict(metavar="NAME", help="receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)"), True),
+    ("mask-mode", dict(metavar="{simplified,generic}", help="CK generator mask mode (default simplified)"), True),
+    ("sweep", dict(metavar="FILE", help="tile-engine sweep JSON narrowing the kernel set"), False),
+    ("filter", dict(metavar="EXPR", help="filter expression over c.<field> narrowing the kernel set"), False),
+    ("filter-file", dict(metavar="FILE", help="Python file defining filter_config(c) -> bool"), False),
+    ("max-kernels-per-shape", dict(metavar="N", help="kernel items per shape (best-ranked first, then spread over "
+                                   "distinct pipeline/tile); 0 = all (default 2)"), True),
+    ("seed", dict(metavar="N", help="seed of the inputs (default 0)"), True),
+    ("report", dict(action="append", metavar="PATH", help="write the report to PATH (.json or .csv); repeatable"),
+     False),
+    ("bench", dict(action="store_true", default=None, help="time each item (warm-up + repeats, median)"), True),
+    ("cpu-max-flops", dict(metavar="F", help="skip shapes above this many FLOPs on the cpu backend "
+                           f"(default {DEFAULT_CPU_MAX_FLOPS:g})"), True),
+    ("matrix", dict(action="append", metavar="PATH", help="matrix YAML files or directories to use instead of the "
+                    "packaged ones; repeatable"), True),
+    ("cache-dir", dict(metavar="DIR", help="build + reference cache root (default $CKFMHA_CACHE_DIR, else "
+                       "~/.cache/ckfmha)"), True),
+]
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ckfmha", "ckfmha FMHA testing matrix")
+    for name, kw, ini in _OPTIONS:
+        kw = dict(kw)
+        kw.setdefault("default", None)
+        group.addoption(f"--ckfmha-{name}", dest=f"ckfmha_{name.replace('-', '_')}", **kw)
+        if ini:
+            itype = "linelist" if name in ("family", "matrix") else ("bool" if name == "bench" else "string")
+            parser.addini(f"ckfmha_{name.replace('-', '_')}", help=f"default of --ckfmha-{name}", type=itype,
+                          default=None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    category: str | None
+    arch: str
+    arch_source: str  # option | ini | detected | default | controller
+    backend: str
+    families: tuple[str, ...] | None
+    receipt: str | None
+    profile: str | None
+    mask_mode: str
+    sweep: str | None
+    filter: str | None
+    filter_file: str | None
+    max_kernels_per_shape: int
+    seed: int
+    reports: tuple[Path, ...]
+    bench: bool
+    cpu_max_flops: float
+    matrices: tuple[str, ...] | None
+    cache_dir: Path
+    gpu_marker: bool = field(default=False)
+
+    @property
+    def active(self) -> bool:
+        return self.category is not None
+
+
+def _bad(option: str, value: Any, rule: str) -> pytest.UsageError:
+    return pytest.UsageError(f"--ckfmha-{option}: {value!r} {rule}")
+
+
+def _raw(config: pytest.Config, name: str) -> tuple[Any, str]:
+    dest = f"ckfmha_{name.replace('-', '_')}"
+    v = config.getoption(dest, None)
+    if v is not None:
+        return v, "option"
+    try:
+        iv = config.getini(dest)
+    except ValueError:
+        return None, "default"
+    if iv in (None, "", []):
+        return None, "default"
+    return iv, "ini"
+
+
+def _int(option: str, v: Any, lo: int = 0) -> int:
+    try:
+        n = int(str(v).strip(), 0)
+    except ValueError:
+        raise _bad(option, v, "is not an integer") from None
+    if n < lo:
+        raise _bad(option, v, f"must be >= {lo}")
+    return n
+
+
+def any_given(config: pytest.Config) -> bool:
+    return any(_raw(config, name)[1] == "option" for name, _, _ in _OPTIONS)
+
+
+def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
+    """Validate every option (UsageError on the first bad one) and return the settings."""
+    from ckfmha.archs import known_archs
+
+    cat, _ = _raw(config, "category")
+    if cat is not None and cat not in CATEGORIES:
+        raise _bad("category", cat, f"is not a category; allowed: {', '.join(CATEGORIES)}")
+
+    arch, src = _raw(config, "arch")
+    archs = known_archs()
+    if arch is not None:
+        arch = str(arch).strip()
+        if arch not in archs:
+            raise _bad("arch", arch, f"is not a known arch; known: {', '.join(archs)}")
+    else:
+        arch, src = (detected_arch, "detected") if detected_arch in archs else (DEFAULT_ARCH, "default")
+
+    backend, _ = _raw(config, "backend")
+    backend = str(backend or "auto").strip()
+    if backend not in BACKENDS:
+        raise _bad("backend", backend, f"is not a backend; allowed: {', '.join(BACKENDS)}")
+
+    fams_raw, _ = _raw(config, "family")
+    families = None
+    if fams_raw:
+        out: list[str] = []
+        for item in fams_raw:
+            for f in str(item).split(","):
+                f = f.strip()
+                if not f:
+                    continue
+                f = FAMILY_ALIASES.get(f, f)
+                if f not in FAMILIES:
+                    raise _bad("family", f, f"is not a problem family; allowed: {', '.join(FAMILIES)} "
+                                            f"(aliases: {', '.join(FAMILY_ALIASES)})")
+                if f not in out:
+                    out.append(f)
+        families = tuple(out)
+
+    receipt, rsrc = _raw(config, "receipt")
+    profile, psrc = _raw(config, "profile")
+    if receipt is not None and profile is not None:
+        raise _bad("profile", profile, f"cannot be combined with --ckfmha-receipt={receipt!r}; give one of them")
+    from ckfmha.receipts import resolve_receipt
+
+    try:
+        resolve_receipt(receipt, profile=profile)
+    except ValueError as e:
+        which = "profile" if profile is not None else "receipt"
+        raise _bad(which, profile if profile is not None else receipt, f"is not valid: {e}") from None
+
+    mask_mode, _ = _raw(config, "mask-mode")
+    mask_mode = str(mask_mode or "simplified").strip()
+    if mask_mode not in ("simplified", "generic"):
+        raise _bad("mask-mode", mask_mode, "is not a mask mode; allowed: simplified, generic")
+
+    sweep, _ = _raw(config, "sweep")
+    if sweep is not None:
+        from ckfmha.sweep import load_sweep
+
+        try:
+            load_sweep(sweep)
+        except (OSError, ValueError) as e:
+            raise _bad("sweep", sweep, f"is not a valid sweep file: {e}") from None
+    flt, _ = _raw(config, "filter")
+    if flt is not None:
+        from ckfmha.filters import FilterError, compile_filter
+
+        try:
+            compile_filter(flt)
+        except FilterError as e:
+            raise _bad("filter", flt, f"is not a valid filter expression: {e}") from None
+    ff, _ = _raw(config, "filter-file")
+    if ff is not None:
+        from ckfmha.filters import load_filter_file
+
+        if not Path(ff).is_file():
+            raise _bad("filter-file", ff, "does not exist")
+        try:
+            load_filter_file(ff)
+        except Exception as e:  # noqa: BLE001 - the user's file: any error is a usage error
+            raise _bad("filter-file", ff, f"cannot be loaded: {e}") from None
+
+    mk, _ = _raw(config, "max-kernels-per-shape")
+    max_kernels = DEFAULT_MAX_KERNELS if mk is None else _int("max-kernels-per-shape", mk, 0)
+    sd, _ = _raw(config, "seed")
+    seed = 0 if sd is None else _int("seed", sd, 0)
+    if seed >= 2 ** 32:
+        raise _bad("seed", sd, "must be < 2**32")
+
+    reports: list[Path] = []
+    for r in _raw(config, "report")[0] or ():
+        for part in str(r).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            p = Path(part)
+            if p.suffix.lower() not in (".json", ".csv"):
+                raise _bad("report", part, "must end in .json or .csv")
+            reports.append(p)
+
+    bench, _ = _raw(config, "bench")
+    bench = bool(bench) if not isinstance(bench, str) else bench.strip().lower() in ("1", "true", "yes", "on")
+
+    cmf, _ = _raw(config, "cpu-max-flops")
+    if cmf is None:
+        cpu_max_flops = DEFAULT_CPU_MAX_FLOPS
+    else:
+        try:
+            cpu_max_flops = float(str(cmf).strip())
+        except ValueError:
+            raise _bad("cpu-max-flops", cmf, "is not a number") from None
+        if not cpu_max_flops > 0 or cpu_max_flops != cpu_max_flops or cpu_max_flops == float("inf"):
+            raise _bad("cpu-max-flops", cmf, "must be a finite number > 0")
+
+    mats, msrc = _raw(config, "matrix")
+    matrices = None
+    if mats:
+        base = config.rootpath if msrc == "ini" else config.invocation_params.dir
+        matrices = []
+        for m in mats:
+            for part in str(m).split(","):
+                part = part.strip()
+                if part:
+                    p = Path(part)
+                    p = p if p.is_absolute() else base / p
+                    if not p.exists():
+                        raise _bad("matrix", part, "does not exist (a matrix YAML file or a directory of them)")
+                    matrices.append(str(p))
+        matrices = tuple(matrices)
+
+    cd, _ = _raw(config, "cache-dir")
+    if cd is not None:
+        cache_dir = Path(cd)
+    else:
+        from ckfmha.backends.cache import cache_root
+
+        cache_dir = cache_root()
+
+    return Settings(category=cat, arch=arch, arch_source=src, backend=backend, families=families,
+                    receipt=None if receipt is None else str(receipt), profile=profile, mask_mode=mask_mode,
+                    sweep=sweep, filter=flt, filter_file=ff, max_kernels_per_shape=max_kernels, seed=seed,
+                    reports=tuple(reports), bench=bench, cpu_max_flops=cpu_max_flops, matrices=matrices,
+                    cache_dir=cache_dir, gpu_marker=backend in ("triton", "hip"))
+
+
+def detect_arch() -> str | None:
+    """The arch of GPU 0 through torch (ROCm: gfx name, CUDA: ``sm<major><minor>``), or None.
+
+    Imports torch only when it is installed; never called in xdist workers (the controller passes its answer).
+    Set ``CKFMHA_NO_DETECT=1`` to skip it."""
+    import importlib.util
+
+    if os.environ.get("CKFMHA_NO_DETECT") or importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        import torch  # noqa: PLC0415
+
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(0)
+        gcn = getattr(props, "gcnArchName", None)
+        if gcn:
+            return str(gcn).split(":")[0]
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"sm{major}{minor}"
+    except Exception:  # noqa: BLE001 - detection is best effort
+        return None

@@ -1,0 +1,86 @@
+"""pytest-xdist integration: ``-n`` implies ``--dist loadgroup``, the controller's arch reaches the workers, and
+each worker sees one GPU.
+
+GPU per worker (multi-GPU machines only): worker ``gw<n>`` gets device ``n % count``.  When
+``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` is already set from outside, the worker indexes into that list
+(so ``CUDA_VISIBLE_DEVICES=2,3 pytest -n 4`` uses GPUs 2 and 3 only).  The count comes from the outer list, else
+``CKFMHA_GPU_COUNT``, else the device nodes (``/dev/nvidia<N>``, or the GPU nodes of ``/sys/class/kfd``).  Done in
+the worker's ``pytest_configure``, before anything imports torch; the controller never touches the variables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def worker_index(worker_id: str | None) -> int | None:
+    m = re.fullmatch(r"gw(\d+)", worker_id or "")
+    return int(m.group(1)) if m else None
+
+
+def count_gpus() -> int:
+    env = os.environ.get("CKFMHA_GPU_COUNT")
+    if env and env.isdigit():
+        return int(env)
+    nv = [p for p in Path("/dev").glob("nvidia[0-9]*")]
+    if nv:
+        return len(nv)
+    kfd = Path("/sys/class/kfd/kfd/topology/nodes")
+    n = 0
+    if kfd.is_dir():
+        for node in kfd.iterdir():
+            try:
+                if int((node / "gpu_id").read_text().strip() or 0):
+                    n += 1
+            except (OSError, ValueError):
+                continue
+    return n
+
+
+def assign_gpu(environ, worker_id: str | None, count=count_gpus) -> dict[str, str]:
+    """Set the visible-device variables for this worker; returns what was set (empty when nothing was)."""
+    idx = worker_index(worker_id)
+    if idx is None:
+        return {}
+    outer = next((environ[v] for v in VISIBLE_VARS if environ.get(v)), None)
+    if outer is not None:
+        devs = [d.strip() for d in outer.split(",") if d.strip()]
+        if len(devs) <= 1:
+            return {}
+        chosen = devs[idx % len(devs)]
+    else:
+        n = count()
+        if n <= 1:
+            return {}
+        chosen = str(idx % n)
+    out = {v: chosen for v in VISIBLE_VARS}
+    environ.update(out)
+    return out
+
+
+def user_chose_dist(config) -> bool:
+    """Whether --dist (or -d) was given on the command line, PYTEST_ADDOPTS or the ini addopts."""
+    toks = list(config.invocation_params.args)
+    toks += shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    try:
+        toks += list(config.getini("addopts"))
+    except ValueError:  # pragma: no cover
+        pass
+    return any(t == "--dist" or t.startswith("--dist=") or t == "-d" for t in toks)
+
+
+class XdistHooks:
+    """Registered only when pytest-xdist is active (its hooks are unknown otherwise)."""
+
+    def __init__(self, settings) -> None:
+        self.settings = settings
+
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput["ckfmha_arch"] = self.settings.arch
+        node.workerinput["ckfmha_arch_source"] = self.settings.arch_source
+        node.workerinput["ckfmha_loadgroup"] = node.config.getoption("dist", "no") == "loadgroup"

@@ -1,0 +1,95 @@
+"""Collection: counts per category, kernels that can serve a shape (mask respected), the cap, stable ids, marks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_plugin_fixtures import setup
+
+pytest_plugins = ["pytester"]
+
+
+def _ids(res):
+    return [ln for ln in res.stdout.lines if ln.startswith("ckfmha::")]
+
+
+@pytest.mark.parametrize("category, shapes", [("smoke", 2), ("full", 3), ("nightly", 4)])
+def test_counts_per_category(pytester, monkeypatch, tmp_path, category, shapes):
+    base = setup(pytester, monkeypatch, tmp_path)
+    res = pytester.runpytest(*base, "--ckfmha-category", category, "--collect-only", "-q")
+    ids = _ids(res)
+    assert sum(i.endswith("::plan") for i in ids) == shapes
+    # no-mask shapes: 4 no-mask/no-lse kernels capped to 2; causal: only the mask kernel; lse: only the lse kernel
+    kernel_items = {"smoke": 2 + 1, "full": 2 + 1 + 2, "nightly": 2 + 1 + 2 + 1}[category]
+    assert len(ids) - shapes == kernel_items
+
+
+def test_kernels_respect_mask_and_features_not_just_hdim(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    res = pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q",
+                             "--ckfmha-max-kernels-per-shape", "0")
+    ids = _ids(res)
+    causal = [i for i in ids if "-causal::" in i and not i.endswith("::plan")]
+    assert causal and all("mask=any" in i for i in causal)
+    plain = [i.split("::")[2] for i in ids if i.startswith("ckfmha::fwd-fp16-batch-b1h2s16d64::")]
+    assert len(plain) == 5 and all("mask=" not in i and not i.endswith(".lse") for i in plain[:-1])
+    lse = [i for i in ids if "-lse::" in i and not i.endswith("::plan")]
+    assert len(lse) == 1 and lse[0].endswith(".lse")
+
+
+def test_cap_is_best_ranked_then_distinct_pipeline_tile(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    full = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
+                                   "--ckfmha-max-kernels-per-shape", "0"))
+    capped = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
+                                     "--ckfmha-max-kernels-per-shape", "2"))
+    shape = "ckfmha::fwd-fp16-batch-b1h2s16d64::"
+    ranked = [i for i in full if i.startswith(shape) and not i.endswith("plan")]
+    chosen = [i for i in capped if i.startswith(shape) and not i.endswith("plan")]
+    assert chosen[0] == ranked[0] and len(chosen) == 2
+    key = lambda i: i.split(".")[4:6]  # pipeline, tile  # noqa: E731
+    assert key(chosen[1]) != key(chosen[0])
+
+
+def test_ids_are_stable_and_readable(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    a = _ids(pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q"))
+    b = _ids(pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q", "-p", "no:randomly"))
+    assert a == b and len(set(a)) == len(a)
+    assert "ckfmha::fwd-fp16-batch-b1h2s16d64-causal::plan" in a
+    assert "ckfmha::fwd-fp16-batch-b2h4s64d64-lse::plan" in a
+
+
+def test_filter_and_family_options(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    ids = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
+                                  "--ckfmha-filter", "c.pipeline == 'qr_async' or c.mask != 'none'"))
+    kernels = [i for i in ids if not i.endswith("::plan")]
+    assert len(kernels) == 2 and any("qr_async" in i for i in kernels)
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q", "--ckfmha-family", "bwd")
+    assert _ids(res) == []
+
+
+def test_marks_groups_and_selection(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + '''
+
+def pytest_collection_finish(session):
+    for it in session.items:
+        g = [m.kwargs.get("name") for m in it.iter_markers("xdist_group")]
+        print("MARKS|" + it.nodeid + "|" + ",".join(sorted(m.name for m in it.iter_markers() if m.name != "xdist_group")) + "|" + ",".join(g))
+''')
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q", "-s")
+    marks = [ln.split("|") for ln in res.stdout.lines if ln.startswith("MARKS|")]
+    assert len(marks) == 5
+    by_id = {m[1]: m for m in marks}
+    for nodeid, (_, _, names, groups) in ((k, v) for k, v in by_id.items()):
+        assert {"ckfmha", "ckfmha_fwd"} <= set(names.split(","))
+        assert ("ckfmha_plan" in names.split(",")) == nodeid.endswith("::plan")
+        assert groups.startswith("ck-") and len(groups) == 15
+    shape = "ckfmha::fwd-fp16-batch-b1h2s16d64::"
+    plan_group = by_id[shape + "plan"][3]
+    first_kernel = [k for k in by_id if k.startswith(shape) and not k.endswith("plan")][0]
+    assert by_id[first_kernel][3] == plan_group  # the plan joins its best kernel's group
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q", "-m", "ckfmha_plan")
+    assert all(i.endswith("::plan") for i in _ids(res)) and len(_ids(res)) == 2
