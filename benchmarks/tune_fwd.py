@@ -26,6 +26,12 @@ PREFILL_CANDIDATES = {
     128: [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 4), (256, 64, 8, 2)],
     256: [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 128, 8, 2), (128, 64, 8, 1)],
 }
+# --tma: the best tiles of the first sweep, with and without bulk tensor (TMA) loads of K/V
+TMA_CANDIDATES = {
+    64: [(128, 128, 4, 3), (128, 128, 4, 4)],
+    128: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 128, 8, 2)],
+    256: [(128, 64, 8, 2), (128, 64, 8, 3)],
+}
 
 
 def cfg_for(d: int, causal: bool, bm: int, bn: int, w: int, st: int) -> KernelConfig:
@@ -38,8 +44,9 @@ def med(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=150, return_mode="median"))
 
 
-def tune_prefill(rows: list) -> None:
-    for d, cands in PREFILL_CANDIDATES.items():
+def tune_prefill(rows: list, tma_mode: bool = False) -> None:
+    table = TMA_CANDIDATES if tma_mode else PREFILL_CANDIDATES
+    for d, cands in table.items():
         for causal in (False, True):
             for s in (4096, 16384):
                 b, h = 32768 // s, 2048 // d
@@ -51,11 +58,14 @@ def tune_prefill(rows: list) -> None:
                 area = s * (s + 1) // 2 if causal else s * s
                 fl = 4.0 * b * h * area * d
                 for (bm, bn, w, st) in cands:
-                    for ws in (False, True):
+                    variants = ((False, False, True), (False, True, True), (False, True, False)) if tma_mode \
+                        else ((False, False, True), (True, False, True))
+                    for ws, use_tma, edges in variants:
                         c = cfg_for(d, causal, bm, bn, w, st)
                         try:
                             launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o},
-                                                        shape=LaunchShape(bm, bn, d, d, w, st), warp_specialize=ws)
+                                                        shape=LaunchShape(bm, bn, d, d, w, st), warp_specialize=ws,
+                                                        tma=use_tma, tma_edges=edges)
                             launch()
                             ms = med(launch)
                         except Exception as e:  # a shape that does not compile or fit: report and go on
@@ -64,9 +74,9 @@ def tune_prefill(rows: list) -> None:
                             continue
                         tf = fl / ms / 1e9
                         rows.append(dict(kind="prefill", hdim=d, causal=causal, seqlen=s, bm=bm, bn=bn, warps=w,
-                                         stages=st, warp_specialize=ws, tflops=tf))
+                                         stages=st, warp_specialize=ws, tma=use_tma, tma_edges=edges, tflops=tf))
                         print(f"d{d} {'causal' if causal else 'full  '} s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} "
-                              f"ws{int(ws)}: {tf:6.1f} TFLOPS", flush=True)
+                              f"ws{int(ws)} tma{int(use_tma)}{'' if edges else '-middle'}: {tf:6.1f} TFLOPS", flush=True)
                 del q, k, v, o
 
 
@@ -113,12 +123,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", choices=("prefill", "decode"), default=None)
+    ap.add_argument("--tma", action="store_true", help="prefill: compare TMA loads on the best tiles")
     args = ap.parse_args()
     rows: list = []
     if args.only in (None, "decode"):
         tune_decode(rows)
     if args.only in (None, "prefill"):
-        tune_prefill(rows)
+        tune_prefill(rows, tma_mode=args.tma)
     print("\nbest per case:")
     keyf = lambda r: (r["kind"], r.get("hdim"), r.get("causal"), r.get("seqlen"), r.get("batch"))  # noqa: E731
     best: dict = {}

@@ -91,12 +91,31 @@ def _xs(vals) -> str:
     return "x".join(str(v) for v in vals)
 
 
+# Enumerators share a few algorithm objects among thousands of configs: remember each one's tile and pad
+# tokens (keyed by identity; the entry keeps the object alive, so the id cannot be reused while cached).
+_ALG_TOKENS: dict[int, tuple[object, str, str]] = {}
+_ALG_TOKENS_MAX = 1 << 16
+
+
+def _alg_tokens(a) -> tuple[str, str]:
+    hit = _ALG_TOKENS.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1], hit[2]
+    tile = ""
+    if len(a.warps) >= 2 and len(a.warp_tiles) >= 2:
+        tile = (f"b{_xs(a.tile)}_r{_xs(a.warps[0])}_r{_xs(a.warps[1])}_w{_xs(a.warp_tiles[0])}"
+                f"_w{_xs(a.warp_tiles[1])}")
+        if a.occupancy != -1:
+            tile += f"_o{a.occupancy}"
+    pad = _pad_token((("s", a.pad_s), ("sk", a.pad_sk), ("d", a.pad_d), ("dv", a.pad_dv)))
+    if len(_ALG_TOKENS) >= _ALG_TOKENS_MAX:
+        _ALG_TOKENS.clear()
+    _ALG_TOKENS[id(a)] = (a, tile, pad)
+    return tile, pad
+
+
 def _fwd_tile(c: KernelConfig) -> str:
-    a = c.algorithm
-    s = f"b{_xs(a.tile)}_r{_xs(a.warps[0])}_r{_xs(a.warps[1])}_w{_xs(a.warp_tiles[0])}_w{_xs(a.warp_tiles[1])}"
-    if a.occupancy != -1:
-        s += f"_o{a.occupancy}"
-    return s
+    return _alg_tokens(c.algorithm)[0]
 
 
 def _arch_suffix(c: KernelConfig) -> str:
@@ -104,8 +123,7 @@ def _arch_suffix(c: KernelConfig) -> str:
 
 
 def _fwd_pad(c: KernelConfig) -> str:
-    a = c.algorithm
-    return _pad_token((("s", a.pad_s), ("sk", a.pad_sk), ("d", a.pad_d), ("dv", a.pad_dv)))
+    return _alg_tokens(c.algorithm)[1]
 
 
 # ------------------------------------------------------------------------------------------- render

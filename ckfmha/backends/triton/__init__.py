@@ -17,6 +17,11 @@ warps (stage 0)            num_warps = m*n*k of the first GEMM stage's warps per
 pipeline / num_stages      software-pipelining depth of the key loop: ``num_stages`` when set, else qr -> 1,
                            qr_async/qr_nwarp_sshuffle/qr_pagedkv/triton -> 2, qr_async_trload(_v3) -> 3; fewer stages
                            when two K/V stages exceed the 227 KiB of shared memory
+pipeline (load strategy)   triton and qr_async_trload(_v3): K/V tiles through bulk tensor (TMA) descriptors where the
+                           problem allows (batch mode, bhsd, contiguous, power-of-two head dims, fp16/bf16; under a mask
+                           only the unmasked middle blocks); otherwise, and for the other pipelines, masked pointer loads
+GQA decode                 q-heads of a group packed into one query block when seqlen_q * 2 <= bm0 (K/V read once per
+                           kv-head); not with bias, ALiBi or dropout
 dtype                      fp16/bf16 dots in that type; fp32 dots in IEEE fp32; fp8bf16/fp8fp32: e4m3 inputs widened to
                            bf16 in registers (exact), P in bf16, output bf16/fp32
 mask                       none: no mask code; any/causal/generic: CK's (y, x) window per row, masked blocks only at

@@ -59,6 +59,7 @@ def _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl
 @triton.jit
 def _attn_block(
     acc, m_i, l_i, q, qrow_scale, n_lo, n_hi,
+    K_DESC, V_DESC, tma_row0,
     K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, k_dmask, v_dmask,
     BLOCK_TABLE, bt_row, page_size, stride_kpage, stride_vpage,
     offs_m, row_lo, row_hi, sk, sq,
@@ -71,7 +72,7 @@ def _attn_block(
     HAS_SOFTCAP: tl.constexpr, BIAS_KIND: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, STORE_RANDVAL: tl.constexpr, IS_PAGED: tl.constexpr,
     QSCALE: tl.constexpr, ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr,
-    NUM_STAGES: tl.constexpr, WARP_SPEC: tl.constexpr = False,
+    NUM_STAGES: tl.constexpr, WARP_SPEC: tl.constexpr = False, USE_TMA: tl.constexpr = False,
 ):
     LOG2E_C: tl.constexpr = 1.4426950408889634
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -86,7 +87,11 @@ def _attn_block(
             v_rows = offs_n.to(tl.int64) * stride_vn
         k_ptrs = K + k_row_base + k_rows[None, :] + offs_dq[:, None]
         v_ptrs = V + v_row_base + v_rows[:, None] + offs_dv[None, :]
-        if EVEN_N and not MASKED:
+        if USE_TMA:
+            # bulk tensor copies of whole [BLOCK_N, D] tiles; rows past this head's keys are masked in s
+            k = tl.trans(K_DESC.load([tma_row0 + n0, 0]))
+            v = V_DESC.load([tma_row0 + n0, 0])
+        elif EVEN_N and not MASKED:
             k = tl.load(k_ptrs, mask=k_dmask[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=v_dmask[None, :], other=0.0)
         else:
@@ -145,7 +150,7 @@ def _attn_block(
 @triton.jit
 def attn_fwd_kernel(
     Q, K, V, O, LSE, BIAS, ALIBI, SINK, RANDVAL, BLOCK_TABLE, SEQSTART_Q, SEQSTART_K, SEQLENS_K,
-    QDESC, KDESC, VDESC,
+    QDESC, KDESC, VDESC, K_TMA, V_TMA,
     stride_qb, stride_qh, stride_qm,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
@@ -167,7 +172,8 @@ def attn_fwd_kernel(
     HAS_SINK: tl.constexpr, IS_GROUP: tl.constexpr, IS_SPLIT: tl.constexpr, IS_PAGED: tl.constexpr,
     HAS_SEQLENS_K: tl.constexpr, QSCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
     ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr, NUM_STAGES: tl.constexpr,
-    PACK_GQA: tl.constexpr, REVERSE_M: tl.constexpr, WARP_SPEC: tl.constexpr,
+    PACK_GQA: tl.constexpr, REVERSE_M: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr,
+    TMA_EDGES: tl.constexpr,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -301,6 +307,7 @@ def attn_fwd_kernel(
     kdesc_base = b.to(tl.int64) * stride_kdb + hk * stride_kdh
     vdesc_base = b.to(tl.int64) * stride_vdb + hk * stride_vdh
     bh = b * nhead_q + h
+    tma_row0 = (bq * (nhead_q // group) + hk) * seqlen_k  # batch-mode bhsd: rows of K/V viewed as [B*Hk*S, D]
 
     # ---- key blocks: [lo, full_lo) masked, [full_lo, full_hi) unmasked, [full_hi, hi) masked
     lo_blk = (lo // BLOCK_N) * BLOCK_N
@@ -323,6 +330,7 @@ def attn_fwd_kernel(
             full_hi = tl.maximum(tl.minimum(full_hi, (sk // BLOCK_N) * BLOCK_N), full_lo)
     acc, m_i, l_i = _attn_block(
         acc, m_i, l_i, q, qrow_scale, lo_blk, full_lo,
+        K_TMA, V_TMA, tma_row0,
         K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
         BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
         qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
@@ -331,9 +339,10 @@ def attn_fwd_kernel(
         RANDVAL, rv_base, stride_rm, stride_rn,
         seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
         BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1)
+        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
     acc, m_i, l_i = _attn_block(
         acc, m_i, l_i, q, qrow_scale, full_lo, full_hi,
+        K_TMA, V_TMA, tma_row0,
         K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
         BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
         qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
@@ -342,9 +351,10 @@ def attn_fwd_kernel(
         RANDVAL, rv_base, stride_rm, stride_rn,
         seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
         BLOCK_N, False, True, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC)
+        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA)
     acc, m_i, l_i = _attn_block(
         acc, m_i, l_i, q, qrow_scale, full_hi, hi,
+        K_TMA, V_TMA, tma_row0,
         K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
         BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
         qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
@@ -353,7 +363,7 @@ def attn_fwd_kernel(
         RANDVAL, rv_base, stride_rm, stride_rn,
         seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
         BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1)
+        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
 
     # ---- epilogue
     empty = l_i == 0.0

@@ -161,7 +161,8 @@ def pack_gqa(c: KernelConfig, p: Problem) -> bool:
 
 def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], *, split: bool = False,
                        num_splits: int = 1, shape: LaunchShape | None = None,
-                       warp_specialize: bool = False) -> Callable[[], None]:
+                       warp_specialize: bool = False, tma: bool | None = None,
+                       tma_edges: bool | None = None) -> Callable[[], None]:
     """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
     t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize`` override the config's launch (tuning only)."""
     s = c.signature
@@ -265,6 +266,22 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
         DROPOUT_ROUNDS=DROPOUT_ROUNDS, NUM_STAGES=ls.num_stages, PACK_GQA=pack,
         REVERSE_M=s.mask is not MaskImpl.NONE and not pack, WARP_SPEC=warp_specialize,
     )
+    k_tma = v_tma = None
+    if tma is None:  # the config's load strategy (see the package table)
+        tma = c.algorithm.pipeline in (Pipeline.TRITON, Pipeline.QR_ASYNC_TRLOAD, Pipeline.QR_ASYNC_TRLOAD_V3)
+    if tma_edges is None:  # masked edge blocks: plain loads measured as fast or faster under a mask
+        tma_edges = s.mask is MaskImpl.NONE
+    use_tma = (tma and not paged and not group and p.input_layout is Layout.BHSD and k.is_contiguous()
+               and v.is_contiguous() and p.hdim_q == ls.block_dq and p.hdim_v == ls.block_dv
+               and s.dtype in (DType.FP16, DType.BF16))
+    if use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        k_tma = TensorDescriptor.from_tensor(k.view(-1, p.hdim_q), [ls.block_n, ls.block_dq])
+        v_tma = TensorDescriptor.from_tensor(v.view(-1, p.hdim_v), [ls.block_n, ls.block_dv])
+    args = args[:16] + (k_tma, v_tma) + args[16:]
+    meta["USE_TMA"] = use_tma
+    meta["TMA_EDGES"] = tma_edges
     kern = kernels.attn_fwd_kernel
 
     def launch() -> None:
