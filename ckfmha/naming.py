@@ -127,9 +127,71 @@ def _fwd_pad(c: KernelConfig) -> str:
 
 
 # ------------------------------------------------------------------------------------------- render
+# Signature parts of the three big families, cached by identity like the algorithm tokens above.
+_SIG_PARTS: dict[int, tuple[object, tuple[str, ...]]] = {}
+
+
+def _sig_parts(s) -> tuple[str, ...]:
+    hit = _SIG_PARTS.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    f = s.family
+    head = f"d{s.hdim_q}_{s.dtype.value}_{s.mode.value}"
+    vl = _VLAYOUT_TOKEN[s.vlayout]
+    arch = "" if s.arch_tag is ArchTag.NONE else "_" + s.arch_tag.value
+    if f is Family.FWD:
+        feats = (f"{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}_"
+                 f"{_flag(s.lse, 'lse')}_{_FWD_DROPOUT_TOKEN[s.dropout]}_{_flag(s.skip_min_seqlen_q, 'skip')}_"
+                 f"{_QSCALE_TOKEN[s.qscale]}")
+        parts = ("fmha_fwd_" + head + "_", "_" + vl + "_", "_" + feats + "_", f"_{_flag(s.sink, 'sink')}{arch}.cpp")
+    elif f is Family.BATCH_PREFILL:
+        feats = (f"{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}_"
+                 f"{_flag(s.lse, 'lse')}_{_FWD_DROPOUT_TOKEN[s.dropout]}_{_QSCALE_TOKEN[s.qscale]}_"
+                 f"{_flag(s.sink, 'sink')}_{s.kv_memory_layout.value}_{s.kv_lookup_table.value}")
+        parts = (f"fmha_batch_prefill_{head}_ps{s.page_size}_", "_" + vl + "_", "_" + feats + ".cpp")
+    else:  # BWD_DQ_DK_DV
+        parts = (f"fmha_bwd_{head}_b",
+                 f"_{_BIAS_TOKEN[s.bias]}_{_flag(s.dbias, 'dbias')}_{_MASK_TOKEN[s.mask]}_"
+                 f"{_BWD_DROPOUT_TOKEN[s.dropout]}_{_flag(s.deterministic, 'deterministic')}_",
+                 f"{arch}.cpp")
+    if len(_SIG_PARTS) >= _ALG_TOKENS_MAX:
+        _SIG_PARTS.clear()
+    _SIG_PARTS[id(s)] = (s, parts)
+    return parts
+
+
+_BWD_ALG: dict[int, tuple[object, str]] = {}
+
+
+def _bwd_alg(a) -> str:
+    hit = _BWD_ALG.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1]
+    w, wt = a.warps, a.warp_tiles
+    pad = "".join(f"{tok}{v}" for tok, v in (("d", a.pad_d), ("dv", a.pad_dv)) if v)
+    pad = "p" + pad if pad else "npad"
+    txt = (f"{_xs(a.tile)}_r{_xs(w[0])}_r{_xs(w[1])}_r{_xs(w[2])}_w{_xs(wt[0])}_w{_xs(wt[1])}_o{a.occupancy}"
+           f"_maxq{a.max_seq_len_q}_{pad}")
+    if len(_BWD_ALG) >= _ALG_TOKENS_MAX:
+        _BWD_ALG.clear()
+    _BWD_ALG[id(a)] = (a, txt)
+    return txt
+
+
 def ck_instance_name(c: KernelConfig) -> str:
     """CK's instance file name (with ``.cpp``) for a config."""
     s, a, f = c.signature, c.algorithm, c.signature.family
+    if f is Family.FWD:
+        h, v, feats, tail = _sig_parts(s)
+        tile, pad = _alg_tokens(a)
+        return f"{h}{tile}_{a.pipeline.value}{v}{pad}{feats}{'trload' if a.trload else 'ntrload'}{tail}"
+    if f is Family.BATCH_PREFILL:
+        h, v, feats = _sig_parts(s)
+        tile, pad = _alg_tokens(a)
+        return f"{h}{a.kv_load.value}_{tile}_{a.pipeline.value}{v}{pad}{feats}"
+    if f is Family.BWD_DQ_DK_DV:
+        h, feats, tail = _sig_parts(s)
+        return f"{h}{_bwd_alg(a)}{feats}{'trload' if a.trload else 'ntrload'}{tail}"
     head = f"d{s.hdim_q}_{s.dtype.value}"
     if f is Family.FWD:
         body = (

@@ -1,0 +1,647 @@
+"""Forward (``fwd`` api) enumeration: CK's ``codegen/ops/fmha_fwd.py`` factories, driven by arch data.
+
+The ``fwd`` section of an arch data file (``data/archs/_parts/<arch>/fwd.yaml``) is a mapping::
+
+    arch_tag: gfx9                 # the generator factory = CK's file-name suffix (gfx9, gfx950, gfx11, gfx12, ...)
+    modes: [batch, group]          # in generator order
+    constraints:                   # optional; every emitted kernel satisfies every rule
+      - name: group_mode_pads      # a label for error messages and docs
+        rule: "c.mode == 'batch' or (c.pad_s == 1 and c.pad_sk == 1)"    # a ckfmha.filters expression
+    dtypes:                        # in generator order
+      fp16:
+        tiles:                     # "<hdim_q>x<hdim_v>" -> tiles, in generator order (bm0 must not decrease)
+          128x128:
+            - b128x128x32x128x32x128_r4x1x1_r4x1x1_w32x32x16_w32x32x16        # CK's fwd tile notation
+            - {tile: b64x128x32x128x32x128_r4x1x1_r4x1x1_w16x16x32_w16x16x16,
+               runtime_constraint: "get_num_blocks(64) <= num_cus"}           # kept as data for dispatch
+        pipelines:                 # groups, in generator order
+          - features:              # a product over feature axes; first axis outermost (CK's loop order)
+              logits_soft_cap: [true, false]
+              mask: masks          # the run's mask implementations (CK's get_mask_map), or explicit tokens
+              bias: [none, elementwise, alibi]
+              lse: [true, false]
+            when: {hdim: [64x64, 128x128]}       # optional: which hdims / receipts / combos the group serves
+            variants:              # per feature combination, in order (innermost loop)
+              - {pipeline: qr_async, pad: psskddv}
+              - {pipeline: qr, pad: npad, vlayout: row, trload: false, when: {bias: [elementwise]}}
+
+Tile notation: ``b{bm0}x{bn0}x{bk0}x{bn1}x{bk1}x{bk0max}_r{m}x{n}x{k}_r{m}x{n}x{k}_w{m}x{n}x{k}_w{m}x{n}x{k}``
+with an optional ``_o{occupancy}`` suffix (default -1), exactly as in CK's kernel names; ``bn1`` must equal
+the table's ``hdim_v``.
+
+Feature axes (all optional; an absent axis keeps its default, shown first): ``logits_soft_cap``, ``lse``,
+``dropout``, ``skip_min_seqlen_q``, ``sink`` (booleans; dropout true = ``enabled``); ``bias``
+(none/elementwise/alibi); ``qscale`` (none/pertensor/blockscale/kv_blockscale/mx); ``mask``
+(none/any/causal/generic, or the word ``masks``).
+
+Variant keys: ``pipeline`` (a Pipeline token, required), ``pad`` (CK's pad token over s, sk, d, dv: ``npad``,
+``ps``, ``psk``, ``pssk``, ``pddv``, ``psddv``, ``psskddv``, ...; required), ``vlayout`` (row/col, default
+row), ``trload`` (default false), ``when``.
+
+``when`` (on a group or a variant) is a conjunction; each key takes a list of allowed values, or a mapping
+``{not: [...]}`` (excluded values) and, for integers, ``{min: n}`` / ``{max: n}`` (inclusive). Keys:
+``hdim`` ("HQxHV" strings), ``hdim_q`` (ints), ``receipts`` (ints: CK's receipt-dependent generation, e.g.
+receipt 1 adding qr kernels) and the feature axes above.
+
+Constraints are filter expressions over KernelConfig fields (:mod:`ckfmha.filters`). Each is evaluated once
+per distinct value of what it reads: a rule reading only problem fields (dtype, mode, hdims) and algorithm
+fields/vlayout once per (mode, tile, variant); one reading only problem and feature fields once per
+signature; any other rule per config.
+
+The receipt's filter (``data/receipt_rules/fwd.yaml``, ``ctx.keep``) is applied to every config, staged the
+same way (the fields it reads are those its compiled code names); the result equals a per-config evaluation.
+
+Upstream quirks reproduced (each commented where it lives): fwd_fp8_no_pipelines (gfx9/gfx950 list fp8 tiles
+but no fp8 pipelines: ``pipelines: []``), fwd_v3_generic_mask_names (the gfx950 fp8bf16 qr_async_trload_v3
+kernels take CK's generic ``no``/``causal`` masks in both mask modes: ``mask: [none, causal]``),
+fwd_gfx950_hdim_tile_pipeline_set (gfx950's hdim/tile rule only checks qr/qr_async/qs), in the arch data;
+fwd_default_no_fp32 and fwd_r801_simplified_mask in ``data/receipt_rules/fwd.yaml``.
+
+Generator order (kept in the returned list; it is CK's dispatch order): dtype, hdim, mode, tile, group,
+feature combination, variant. A section may be ``{}`` (no kernels) or ``{inherit: <arch>}``.
+
+Malformed data raises :class:`ckfmha.archs.ArchSpecError` naming the file, the key path, what was expected and
+what was found.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ckfmha.archs import ArchSpecError, data_dir, known_archs, load_arch_spec
+from ckfmha.filters import FilterError, compile_filter
+from ckfmha.kernel import (
+    ALGORITHM_FIELDS,
+    SIGNATURE_FIELDS,
+    ArchTag,
+    Bias,
+    Dropout,
+    DType,
+    Family,
+    KernelAlgorithm,
+    KernelConfig,
+    KernelSignature,
+    MaskImpl,
+    Mode,
+    Pipeline,
+    QScale,
+    VLayout,
+)
+
+# ------------------------------------------------------------------------------------------------ constants
+_SECTION_KEYS = {"arch_tag", "modes", "constraints", "dtypes"}
+_DTYPE_KEYS = {"tiles", "pipelines"}
+_GROUP_KEYS = {"features", "when", "variants"}
+_VARIANT_KEYS = {"pipeline", "pad", "vlayout", "trload", "when"}
+_CONSTRAINT_KEYS = {"name", "rule"}
+_TILE_ENTRY_KEYS = {"tile", "runtime_constraint"}
+
+# Feature axes: the enum-valued ones (the others are booleans), the order of a combo tuple, the defaults.
+_ENUM_AXES: dict[str, type] = {"mask": MaskImpl, "bias": Bias, "qscale": QScale}
+_AXES = ("logits_soft_cap", "mask", "bias", "lse", "dropout", "skip_min_seqlen_q", "qscale", "sink")
+_AXIS_DEFAULT: dict[str, Any] = {
+    "logits_soft_cap": False, "mask": MaskImpl.NONE, "bias": Bias.NONE, "lse": False, "dropout": False,
+    "skip_min_seqlen_q": False, "qscale": QScale.NONE, "sink": False,
+}
+_MASKS_WORD = "masks"
+_STATIC_WHEN_KEYS = ("hdim", "hdim_q", "receipts")
+_WHEN_KEYS = frozenset(_STATIC_WHEN_KEYS) | frozenset(_AXES)
+
+_TILE_RE = re.compile(
+    r"^b(\d+)x(\d+)x(\d+)x(\d+)x(\d+)x(\d+)_r(\d+)x(\d+)x(\d+)_r(\d+)x(\d+)x(\d+)"
+    r"_w(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)x(\d+)(?:_o(-?\d+))?$"
+)
+_HDIM_RE = re.compile(r"^(\d+)x(\d+)$")
+_PAD_RE = re.compile(r"^(?:npad|p(s)?(sk)?(d)?(dv)?)$")
+
+# Field classes for staged evaluation of constraints and of the receipt filter: a predicate that reads only
+# "signature-stage" fields is evaluated once per signature, one that reads only "algorithm-stage" fields once
+# per (mode, tile, variant), anything else once per config. Results are identical to a per-config evaluation.
+_PROBLEM_FIELDS = frozenset({"family", "dtype", "mode", "hdim_q", "hdim_v", "arch_tag"})
+_SIG_STAGE = frozenset(SIGNATURE_FIELDS)
+_ALG_STAGE = _PROBLEM_FIELDS | frozenset(ALGORITHM_FIELDS) | {"vlayout"}
+_ALL_FIELDS = frozenset(SIGNATURE_FIELDS) | frozenset(ALGORITHM_FIELDS)
+
+
+def _stage(read: frozenset[str] | None) -> str:
+    if read is None or not read <= _ALL_FIELDS:
+        return "config"
+    if read <= _SIG_STAGE:
+        return "signature"
+    if read <= _ALG_STAGE:
+        return "algorithm"
+    return "config"
+
+
+class _Probe:
+    """A stand-in exposing config fields to compiled filter expressions (which only read ``c.<field>``)."""
+
+    __slots__ = tuple(SIGNATURE_FIELDS) + tuple(ALGORITHM_FIELDS)
+
+    def __init__(self) -> None:
+        for part, names in ((KernelSignature(Family.FWD, DType.FP16, Mode.BATCH, 0, 0, ArchTag.NONE),
+                             SIGNATURE_FIELDS), (KernelAlgorithm(Pipeline.QR, ()), ALGORITHM_FIELDS)):
+            for name in names:
+                setattr(self, name, getattr(part, name))
+
+
+class _Err:
+    """Builds ArchSpecErrors: '<file> (<key path>): expected ..., found ...'."""
+
+    def __init__(self, where: Callable[[str], str]):
+        self.where = where
+
+    def __call__(self, path: str, expected: str, found: Any) -> ArchSpecError:
+        return ArchSpecError(f"{self.where(path)}: expected {expected}, found {found!r}")
+
+
+# ------------------------------------------------------------------------------------------ parsed section
+@dataclass(frozen=True)
+class _Cond:
+    """One ``when`` mapping: static part (hdim, hdim_q, receipts) and feature part (axis -> allowed set)."""
+
+    hdims: Callable[[tuple[int, int]], bool] | None
+    hdim_q: Callable[[int], bool] | None
+    receipts: Callable[[int], bool] | None
+    features: tuple[tuple[int, Callable[[Any], bool]], ...]  # (axis index in _AXES, matcher)
+
+    def static_ok(self, hdim: tuple[int, int], receipt: int) -> bool:
+        return ((self.hdims is None or self.hdims(hdim)) and (self.hdim_q is None or self.hdim_q(hdim[0]))
+                and (self.receipts is None or self.receipts(receipt)))
+
+    def features_ok(self, combo: tuple) -> bool:
+        return all(m(combo[i]) for i, m in self.features)
+
+
+_TRUE_COND = _Cond(None, None, None, ())
+
+
+@dataclass(frozen=True)
+class _Variant:
+    pipeline: Pipeline
+    pads: tuple[int, int, int, int]
+    vlayout: VLayout
+    trload: bool
+    when: _Cond
+
+
+@dataclass(frozen=True)
+class _Group:
+    axes: tuple[tuple[str, Any], ...]  # (axis, tuple of values or _MASKS_WORD), in product order
+    when: _Cond
+    variants: tuple[_Variant, ...]
+
+
+@dataclass(frozen=True)
+class _Tile:
+    tile: tuple[int, ...]
+    warps: tuple[tuple[int, int, int], tuple[int, int, int]]
+    warp_tiles: tuple[tuple[int, int, int], tuple[int, int, int]]
+    occupancy: int
+    runtime_constraint: str | None
+
+
+@dataclass(frozen=True)
+class _DTypeSpec:
+    dtype: DType
+    hdims: tuple[tuple[tuple[int, int], tuple[_Tile, ...]], ...]
+    groups: tuple[_Group, ...]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    fn: Callable[[KernelConfig], Any]
+    stage: str  # "signature" | "algorithm" | "config"
+
+
+@dataclass(frozen=True)
+class _Section:
+    arch_tag: ArchTag
+    modes: tuple[Mode, ...]
+    rules: tuple[_Rule, ...]
+    dtypes: tuple[_DTypeSpec, ...]
+
+
+def _parse_enum(cls, value: Any, path: str, err: _Err):
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)
+        raise err(path, f"one of {allowed}", value) from None
+
+
+def _parse_axis_value(axis: str, value: Any, path: str, err: _Err) -> Any:
+    if axis in _ENUM_AXES:
+        if not isinstance(value, str):
+            raise err(path, f"a {axis} token", value)
+        return _parse_enum(_ENUM_AXES[axis], value, path, err)
+    if not isinstance(value, bool):
+        raise err(path, "a boolean (true/false)", value)
+    return value
+
+
+def _parse_hdim_key(value: Any, path: str, err: _Err) -> tuple[int, int]:
+    m = _HDIM_RE.match(value) if isinstance(value, str) else None
+    if not m:
+        raise err(path, "an hdim pair written '<hdim_q>x<hdim_v>' (e.g. 128x128)", value)
+    return int(m.group(1)), int(m.group(2))
+
+
+def _matcher(value: Any, path: str, err: _Err, parse_one: Callable[[Any, str], Any], ints: bool):
+    """A predicate from a list of allowed values, or {not: [...], min: n, max: n}."""
+    if isinstance(value, list):
+        allowed = frozenset(parse_one(v, f"{path}[{i}]") for i, v in enumerate(value))
+        return allowed.__contains__
+    if isinstance(value, dict):
+        keys = {"not", "min", "max"} if ints else {"not"}
+        unknown = set(value) - keys
+        if unknown or not value:
+            raise err(path, f"a list or a mapping with keys {sorted(keys)}", value)
+        excluded: frozenset = frozenset()
+        if "not" in value:
+            if not isinstance(value["not"], list):
+                raise err(f"{path}.not", "a list of values", value["not"])
+            excluded = frozenset(parse_one(v, f"{path}.not[{i}]") for i, v in enumerate(value["not"]))
+        lo, hi = value.get("min"), value.get("max")
+        for k, b in (("min", lo), ("max", hi)):
+            if b is not None and (isinstance(b, bool) or not isinstance(b, int)):
+                raise err(f"{path}.{k}", "an integer", b)
+
+        def match(x: Any) -> bool:
+            return x not in excluded and (lo is None or x >= lo) and (hi is None or x <= hi)
+
+        return match
+    raise err(path, "a list of values or a mapping {not: [...]}" + (" / {min: n, max: n}" if ints else ""), value)
+
+
+def _parse_int(value: Any, path: str, err: _Err) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise err(path, "an integer", value)
+    return value
+
+
+def _parse_when(value: Any, path: str, err: _Err) -> _Cond:
+    if value is None:
+        return _TRUE_COND
+    if not isinstance(value, dict):
+        raise err(path, "a mapping of condition keys", value)
+    unknown = set(value) - _WHEN_KEYS
+    if unknown:
+        raise err(path, f"condition keys among {sorted(_WHEN_KEYS)}", sorted(unknown))
+    hdims = hdim_q = receipts = None
+    if "hdim" in value:
+        hdims = _matcher(value["hdim"], f"{path}.hdim", err, lambda v, p: _parse_hdim_key(v, p, err), False)
+    if "hdim_q" in value:
+        hdim_q = _matcher(value["hdim_q"], f"{path}.hdim_q", err, lambda v, p: _parse_int(v, p, err), True)
+    if "receipts" in value:
+        receipts = _matcher(value["receipts"], f"{path}.receipts", err, lambda v, p: _parse_int(v, p, err), True)
+    feats = []
+    for i, axis in enumerate(_AXES):
+        if axis in value:
+            feats.append((axis, _matcher(value[axis], f"{path}.{axis}", err,
+                                         lambda v, p, a=axis: _parse_axis_value(a, v, p, err), False)))
+    return _Cond(hdims, hdim_q, receipts, tuple((_AXES.index(a), m) for a, m in feats))
+
+
+def _parse_tile(entry: Any, path: str, err: _Err, hdim_v: int) -> _Tile:
+    rc = None
+    if isinstance(entry, dict):
+        unknown = set(entry) - _TILE_ENTRY_KEYS
+        if unknown or "tile" not in entry:
+            raise err(path, f"a tile string or a mapping with keys {sorted(_TILE_ENTRY_KEYS)} ('tile' required)",
+                      entry)
+        rc = entry.get("runtime_constraint")
+        if rc is not None and not isinstance(rc, str):
+            raise err(f"{path}.runtime_constraint", "a C++ boolean expression string", rc)
+        entry, path = entry["tile"], f"{path}.tile"
+    m = _TILE_RE.match(entry) if isinstance(entry, str) else None
+    if not m:
+        raise err(path, "a tile 'b{bm0}x{bn0}x{bk0}x{bn1}x{bk1}x{bk0max}_r{m}x{n}x{k}_r{m}x{n}x{k}"
+                        "_w{m}x{n}x{k}_w{m}x{n}x{k}[_o{occupancy}]'", entry)
+    v = [int(x) for x in m.groups()[:18]]
+    if v[3] != hdim_v:
+        raise err(path, f"bn1 (the 4th block entry) equal to the table's hdim_v {hdim_v}", entry)
+    occ = int(m.group(19)) if m.group(19) is not None else -1
+    return _Tile(tuple(v[0:6]), (tuple(v[6:9]), tuple(v[9:12])), (tuple(v[12:15]), tuple(v[15:18])), occ, rc)
+
+
+def _parse_variant(value: Any, path: str, err: _Err) -> _Variant:
+    if not isinstance(value, dict):
+        raise err(path, "a variant mapping {pipeline, pad[, vlayout, trload, when]}", value)
+    unknown = set(value) - _VARIANT_KEYS
+    if unknown:
+        raise err(path, f"variant keys among {sorted(_VARIANT_KEYS)}", sorted(unknown))
+    for k in ("pipeline", "pad"):
+        if k not in value:
+            raise err(f"{path}.{k}", "a value (required key)", None)
+    pipeline = _parse_enum(Pipeline, value["pipeline"], f"{path}.pipeline", err)
+    pm = _PAD_RE.match(value["pad"]) if isinstance(value["pad"], str) else None
+    if not pm or value["pad"] == "p":
+        raise err(f"{path}.pad", "a CK pad token: npad or p followed by s, sk, d, dv in this order (e.g. psskddv)",
+                  value["pad"])
+    pads = tuple(1 if g else 0 for g in pm.groups())
+    vlayout = _parse_enum(VLayout, value.get("vlayout", "row"), f"{path}.vlayout", err)
+    trload = value.get("trload", False)
+    if not isinstance(trload, bool):
+        raise err(f"{path}.trload", "a boolean", trload)
+    return _Variant(pipeline, pads, vlayout, trload, _parse_when(value.get("when"), f"{path}.when", err))  # type: ignore[arg-type]
+
+
+def _parse_group(value: Any, path: str, err: _Err) -> _Group:
+    if not isinstance(value, dict):
+        raise err(path, "a pipeline group mapping {features, variants[, when]}", value)
+    unknown = set(value) - _GROUP_KEYS
+    if unknown:
+        raise err(path, f"group keys among {sorted(_GROUP_KEYS)}", sorted(unknown))
+    feats = value.get("features", {})
+    if not isinstance(feats, dict):
+        raise err(f"{path}.features", "a mapping axis -> list of values", feats)
+    axes = []
+    for axis, vals in feats.items():
+        ap = f"{path}.features.{axis}"
+        if axis not in _AXES:
+            raise err(ap, f"a feature axis among {list(_AXES)}", axis)
+        if axis == "mask" and vals == _MASKS_WORD:
+            axes.append((axis, _MASKS_WORD))
+            continue
+        if not isinstance(vals, list) or not vals:
+            raise err(ap, "a non-empty list of values" + (" or the word 'masks'" if axis == "mask" else ""), vals)
+        axes.append((axis, tuple(_parse_axis_value(axis, v, f"{ap}[{i}]", err) for i, v in enumerate(vals))))
+    variants = value.get("variants")
+    if not isinstance(variants, list) or not variants:
+        raise err(f"{path}.variants", "a non-empty list of variants", variants)
+    return _Group(tuple(axes), _parse_when(value.get("when"), f"{path}.when", err),
+                  tuple(_parse_variant(v, f"{path}.variants[{i}]", err) for i, v in enumerate(variants)))
+
+
+def _fields_read(expression: str) -> frozenset[str]:
+    tree = ast.parse(expression.strip(), mode="eval")
+    return frozenset(n.attr for n in ast.walk(tree)
+                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c")
+
+
+def _parse_rule(value: Any, path: str, err: _Err) -> _Rule:
+    if not isinstance(value, dict) or set(value) != _CONSTRAINT_KEYS:
+        raise err(path, "a mapping {name: <label>, rule: <filter expression>}", value)
+    name, rule = value["name"], value["rule"]
+    if not isinstance(name, str) or not name:
+        raise err(f"{path}.name", "a non-empty string", name)
+    if not isinstance(rule, str):
+        raise err(f"{path}.rule", "a filter expression string", rule)
+    try:
+        fn = compile_filter(rule).fast  # type: ignore[attr-defined]
+    except FilterError as e:
+        raise ArchSpecError(f"{err.where(path + '.rule')}: {e}") from None
+    return _Rule(name, fn, _stage(_fields_read(rule)))
+
+
+def _parse_section(sec: Any, err: _Err) -> _Section | None:
+    if sec is None or sec == {}:
+        return None
+    if not isinstance(sec, dict):
+        raise err("", "a mapping (the fwd section)", sec)
+    unknown = set(sec) - _SECTION_KEYS
+    if unknown:
+        raise err("", f"section keys among {sorted(_SECTION_KEYS)}", sorted(unknown))
+    for k in ("arch_tag", "modes", "dtypes"):
+        if k not in sec:
+            raise err(k, "a value (required key)", None)
+    arch_tag = _parse_enum(ArchTag, sec["arch_tag"], "arch_tag", err)
+    if not isinstance(sec["modes"], list) or not sec["modes"]:
+        raise err("modes", "a non-empty list of modes (batch, group)", sec["modes"])
+    modes = tuple(_parse_enum(Mode, m, f"modes[{i}]", err) for i, m in enumerate(sec["modes"]))
+    cons = sec.get("constraints") or []
+    if not isinstance(cons, list):
+        raise err("constraints", "a list of {name, rule} mappings", cons)
+    rules = tuple(_parse_rule(c, f"constraints[{i}]", err) for i, c in enumerate(cons))
+    dtypes_raw = sec["dtypes"]
+    if not isinstance(dtypes_raw, dict):
+        raise err("dtypes", "a mapping dtype -> {tiles, pipelines}", dtypes_raw)
+    dtypes = []
+    for dt_key, body in dtypes_raw.items():
+        dp = f"dtypes.{dt_key}"
+        dtype = _parse_enum(DType, dt_key, dp, err)
+        if not isinstance(body, dict) or set(body) != _DTYPE_KEYS:
+            raise err(dp, "a mapping with exactly the keys pipelines and tiles", body)
+        tiles_raw, groups_raw = body["tiles"], body["pipelines"]
+        if not isinstance(tiles_raw, dict):
+            raise err(f"{dp}.tiles", "a mapping '<hdim_q>x<hdim_v>' -> list of tiles", tiles_raw)
+        hdims = []
+        for hk, tl in tiles_raw.items():
+            hp = f"{dp}.tiles.{hk}"
+            hdim = _parse_hdim_key(hk, hp, err)
+            if not isinstance(tl, list) or not tl:
+                raise err(hp, "a non-empty list of tiles", tl)
+            tiles = tuple(_parse_tile(t, f"{hp}[{i}]", err, hdim[1]) for i, t in enumerate(tl))
+            for i in range(1, len(tiles)):  # CK asserts this order (its dispatch falls back to the largest bm0)
+                if tiles[i].tile[0] < tiles[i - 1].tile[0]:
+                    raise err(f"{hp}[{i}]", f"tiles ordered by non-decreasing bm0 (previous bm0 "
+                                            f"{tiles[i - 1].tile[0]})", tl[i])
+            hdims.append((hdim, tiles))
+        if not isinstance(groups_raw, list):
+            raise err(f"{dp}.pipelines", "a list of pipeline groups", groups_raw)
+        groups = tuple(_parse_group(g, f"{dp}.pipelines[{i}]", err) for i, g in enumerate(groups_raw))
+        dtypes.append(_DTypeSpec(dtype, tuple(hdims), groups))
+    return _Section(arch_tag, modes, rules, tuple(dtypes))
+
+
+# The parsed form of each section object (sections are cached by ckfmha.archs, so identity is stable;
+# the object itself is kept alive here so its id cannot be reused).
+_PARSED: dict[int, tuple[Any, _Section | None]] = {}
+_CACHE_LIMIT = 32
+
+
+def _where(ctx) -> Callable[[str], str]:
+    """Error locations: the part file the section really comes from (following ``inherit``) and the key path
+    in it; ``ctx.where`` when the section has no part file (e.g. one written into the arch file itself)."""
+    arch, sec, seen = ctx.spec.name, ctx.spec.sections.get(ctx.api.value), set()
+    while isinstance(sec, dict) and set(sec) == {"inherit"} and sec["inherit"] not in seen:
+        seen.add(arch)
+        arch = str(sec["inherit"])
+        try:
+            sec = load_arch_spec(arch).sections.get(ctx.api.value)
+        except ArchSpecError:
+            break
+    part = data_dir() / "archs" / "_parts" / arch / f"{ctx.api.value}.yaml"
+    if part.is_file() and arch in known_archs():
+        return lambda key_path: f"{part} ({key_path or 'top level'})"
+    return lambda key_path: ctx.where(key_path) if key_path else f"{ctx.spec.path} (apis.{ctx.api.value})"
+
+
+def _section(ctx) -> _Section | None:
+    sec = ctx.section
+    hit = _PARSED.get(id(sec))
+    if hit is not None and hit[0] is sec:
+        return hit[1]
+    parsed = _parse_section(sec, _Err(_where(ctx)))
+    if len(_PARSED) >= _CACHE_LIMIT:  # sections re-read after ckfmha.archs' cache was cleared: drop stale ones
+        _PARSED.clear()
+        _EXPANDED.clear()
+    _PARSED[id(sec)] = (sec, parsed)
+    return parsed
+
+
+# --------------------------------------------------------------------------------------------- enumeration
+_DROPOUT = {False: Dropout.NONE, True: Dropout.ENABLED}
+
+
+def _combos(group: _Group, masks: tuple[MaskImpl, ...]) -> list[tuple]:
+    """The group's feature combinations (full tuples over _AXES), in product order."""
+    names = [a for a, _ in group.axes]
+    values = [masks if v == _MASKS_WORD else v for _, v in group.axes]
+    idx = [_AXES.index(a) for a in names]
+    out = []
+    base = [_AXIS_DEFAULT[a] for a in _AXES]
+    for prod in itertools.product(*values):
+        full = list(base)
+        for i, v in zip(idx, prod):
+            full[i] = v
+        out.append(tuple(full))
+    return out
+
+
+_EXPANDED: dict[tuple, tuple] = {}
+
+
+def _expand_groups(dts: _DTypeSpec, masks: tuple[MaskImpl, ...]) -> tuple[list, list, list]:
+    """Per group: the combos passing the group's feature condition, each with the indices of the variants whose
+    feature condition holds (independent of hdim and receipt; cached per parsed dtype spec and mask mode).
+    Combos get integer ids: hashing enum members is a Python-level call, too slow for the inner loops."""
+    key = (id(dts), masks)
+    hit = _EXPANDED.get(key)
+    if hit is not None and hit[0] is dts:
+        return hit[1]
+    combo_id: dict[tuple, int] = {}
+    combos: list[tuple] = []
+    group_combos = []
+    variants: list[_Variant] = []
+    for g in dts.groups:
+        vbase = len(variants)
+        variants.extend(g.variants)
+        per_combo = []
+        for combo in _combos(g, masks):
+            if g.when.features_ok(combo):
+                vis = [vbase + i for i, v in enumerate(g.variants) if v.when.features_ok(combo)]
+                if vis:
+                    cid = combo_id.get(combo)
+                    if cid is None:
+                        cid = combo_id[combo] = len(combos)
+                        combos.append(combo)
+                    per_combo.append((cid, vis))
+        group_combos.append((g, per_combo))
+    result = (combos, group_combos, variants)
+    if len(_EXPANDED) >= 8 * _CACHE_LIMIT:
+        _EXPANDED.clear()
+    _EXPANDED[key] = (dts, result)
+    return result
+
+
+def _keep_fields(keep: Callable) -> frozenset[str] | None:
+    """The config fields a compiled receipt filter reads (its code's attribute names), None if unknown."""
+    code = getattr(keep, "__code__", None)
+    if code is None or code.co_argcount != 1 or code.co_freevars:
+        return None
+    return frozenset(code.co_names)
+
+
+def enumerate_api(ctx) -> list[KernelConfig]:
+    sec = _section(ctx)
+    if sec is None:
+        return []
+    keep = ctx.keep
+    keep_stage = _stage(_keep_fields(keep))
+    masks = ctx.masks
+    receipt = ctx.receipt
+    sig_preds = [r.fn for r in sec.rules if r.stage == "signature"]
+    alg_preds = [r.fn for r in sec.rules if r.stage == "algorithm"]
+    cfg_preds = [r.fn for r in sec.rules if r.stage == "config"]
+    {"signature": sig_preds, "algorithm": alg_preds, "config": cfg_preds}[keep_stage].append(keep)
+    arch_tag = sec.arch_tag
+    fam = Family.FWD
+    sp, ap = _Probe(), _Probe()  # signature-stage and algorithm-stage probes
+    sp.family = ap.family = fam
+    sp.arch_tag = ap.arch_tag = arch_tag
+    out: list[KernelConfig] = []
+    append = out.append
+
+    for dts in sec.dtypes:
+        dtype = dts.dtype
+        sp.dtype = ap.dtype = dtype
+        combos, group_combos, variants = _expand_groups(dts, masks)
+        vl_slot = [0 if v.vlayout is VLayout.ROW else 1 for v in variants]
+        # per static pattern (which groups/variants serve an hdim under this receipt): the entries
+        # (signature slot = 2 * combo id + vlayout, variant index) in generator order, and the distinct slots
+        patterns: dict[tuple, tuple[list, list]] = {}
+
+        for hdim, tiles in dts.hdims:
+            hq, hv = hdim
+            sp.hdim_q = ap.hdim_q = hq
+            sp.hdim_v = ap.hdim_v = hv
+            static_ok = [v.when.static_ok(hdim, receipt) for v in variants]
+            group_ok = [g.when.static_ok(hdim, receipt) for g, _ in group_combos]
+            pkey = (tuple(group_ok), tuple(static_ok))
+            pat = patterns.get(pkey)
+            if pat is None:
+                entries = [(2 * cid + vl_slot[vi], vi)
+                           for (g, per_combo), gok in zip(group_combos, group_ok) if gok
+                           for cid, vis in per_combo for vi in vis if static_ok[vi]]
+                pat = patterns[pkey] = (entries, sorted({slot for slot, _ in entries}))
+            entries, slots = pat
+            if not entries:
+                continue
+            # algorithms per (tile, variant), shared by the modes
+            algs = [[KernelAlgorithm(v.pipeline, t.tile, t.warps, t.warp_tiles, occupancy=t.occupancy, pad_s=v.pads[0],
+                                     pad_sk=v.pads[1], pad_d=v.pads[2], pad_dv=v.pads[3], trload=v.trload)
+                     if static_ok[vi] else None for vi, v in enumerate(variants)] for t in tiles]
+            for mode in sec.modes:
+                sp.mode = ap.mode = mode
+                # signatures per slot; None where a signature-stage predicate rejects it
+                sigs: list = [None] * (2 * len(combos))
+                for slot in slots:
+                    logits, mask, bias, lse, dropout, skip, qscale, sink = combos[slot >> 1]
+                    vl = VLayout.COL if slot & 1 else VLayout.ROW
+                    dropout = _DROPOUT[dropout]
+                    sp.vlayout, sp.mask, sp.bias, sp.lse, sp.dropout = vl, mask, bias, lse, dropout
+                    sp.logits_soft_cap, sp.skip_min_seqlen_q, sp.qscale, sp.sink = logits, skip, qscale, sink
+                    for pred in sig_preds:
+                        if not pred(sp):
+                            break
+                    else:
+                        sigs[slot] = KernelSignature(
+                            fam, dtype, mode, hq, hv, arch_tag, vlayout=vl, mask=mask, bias=bias, lse=lse,
+                            dropout=dropout, logits_soft_cap=logits, skip_min_seqlen_q=skip, qscale=qscale, sink=sink,
+                        )
+                mode_entries = [(sig, vi) for slot, vi in entries if (sig := sigs[slot]) is not None]
+                if not mode_entries:
+                    continue
+                by_valid: dict[tuple, list] = {}  # valid-variant pattern -> entries it keeps (order kept)
+                for row in algs:
+                    valid = []
+                    for vi, a in enumerate(row):
+                        ok = a is not None
+                        if ok and alg_preds:
+                            ap.vlayout = variants[vi].vlayout
+                            ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
+                            ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = (
+                                a.occupancy, a.pad_s, a.pad_sk, a.pad_d, a.pad_dv)
+                            ap.trload = a.trload
+                            ok = all(p(ap) for p in alg_preds)
+                        valid.append(ok)
+                    vkey = tuple(valid)
+                    kept = by_valid.get(vkey)
+                    if kept is None:
+                        kept = by_valid[vkey] = [(sig, vi) for sig, vi in mode_entries if valid[vi]]
+                    if cfg_preds:
+                        for sig, vi in kept:
+                            c = KernelConfig(sig, row[vi])
+                            if all(p(c) for p in cfg_preds):
+                                append(c)
+                    else:
+                        for sig, vi in kept:
+                            append(KernelConfig(sig, row[vi]))
+    return out
