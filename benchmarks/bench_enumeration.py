@@ -51,7 +51,9 @@ def implemented_apis() -> tuple[list[Api], list[Api]]:
 
 
 def clear_caches() -> None:
-    enumeration._enumerate_api_cached.cache_clear()
+    """Cold start: every enumeration cache and the parsed arch files (the enumerators' own per-section caches
+    are keyed by the section objects, which a fresh load replaces)."""
+    enumeration.clear_caches()
     ckfmha.archs.load_arch_spec.cache_clear()
 
 

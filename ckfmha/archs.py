@@ -82,6 +82,18 @@ class ArchSpec:
                 raise ArchSpecError(f"{self.path}: apis.{key}.inherit: arch {other!r} has no section {key!r}")
         return sec
 
+    def section_owner(self, api: Api | str) -> str:
+        """The arch whose file defines this api's section (follows ``inherit``)."""
+        key = Api.parse(api, "api").value
+        owner, sec, seen = self.name, self.sections.get(key), [self.name]
+        while isinstance(sec, dict) and set(sec) == {"inherit"}:
+            owner = sec["inherit"]
+            if owner in seen:
+                raise ArchSpecError(f"{self.path}: apis.{key}.inherit: cycle {' -> '.join(seen + [owner])}")
+            seen.append(owner)
+            sec = load_arch_spec(owner).sections.get(key)
+        return owner
+
     def has_section(self, api: Api | str) -> bool:
         return Api.parse(api, "api").value in self.sections
 

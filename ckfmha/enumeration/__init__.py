@@ -95,6 +95,10 @@ def _enumerate_api_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode
     spec = _spec(arch)
     if not spec.has_section(api):
         return ()
+    owner = spec.section_owner(api)
+    if owner != arch:
+        # ``inherit``: the section is another arch's, unchanged, so its kernels are too (gfx90a = gfx942).
+        return _enumerate_api_cached(api, owner, receipt, mask_mode)
     # NVIDIA arch specs describe a GPU backend's own kernel space in one common schema.
     module = importlib.import_module(_MODULES[api] if spec.vendor == "amd" else "ckfmha.enumeration.nvidia")
     ctx = EnumContext(api, arch, spec, receipt, mask_mode)
@@ -117,8 +121,21 @@ def _receipt(receipt: int | str) -> int:
 def ck_instance_names(api: Api | str, arch: str, receipt: int | str = 0,
                       mask_mode: MaskMode | str = "simplified") -> list[str]:
     """Exactly what CK's ``generate.py -d api --targets arch -r receipt -m mask_mode`` lists (sorted, unique)."""
-    configs = _enumerate_api_cached(_api(api), arch, _receipt(receipt), _mask_mode(mask_mode))
-    return sorted({ck_instance_name(c) for c in configs})
+    a, r, m = _api(api), _receipt(receipt), _mask_mode(mask_mode)
+    spec = _spec(arch)
+    owner = spec.section_owner(a) if spec.has_section(a) else arch
+    return list(_names_cached(a, owner, r, m))
+
+
+@lru_cache(maxsize=512)
+def _names_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[str, ...]:
+    return tuple(sorted({ck_instance_name(c) for c in _enumerate_api_cached(api, arch, receipt, mask_mode)}))
+
+
+def clear_caches() -> None:
+    """Forget every cached enumeration (benchmarks measure cold runs)."""
+    _enumerate_api_cached.cache_clear()
+    _names_cached.cache_clear()
 
 
 def enumerate_kernels(arch: str, families: Iterable[Family | str] | None = None, receipt: int | str = 0,
