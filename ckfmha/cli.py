@@ -113,8 +113,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_parity_enum(sub) -> None:
+    """``parity-enum``; its implementation (ckfmha.upstream.enum_parity) is imported only when it runs."""
+    p = sub.add_parser("parity-enum", help="diff ckfmha's enumeration with a CK checkout's generate.py "
+                       "(exit 1 on any difference, 2 when the checkout cannot be used)")
+    p.add_argument("--ck-root", required=True, help="CK checkout (holds example/ck_tile/01_fmha/generate.py)")
+    p.add_argument("--arch", action="append", default=[], help="target arch (repeatable; default gfx942)")
+    p.add_argument("--api", action="append", default=[], help="generator api (repeatable; default: every api)")
+    p.add_argument("--receipt", default="0", help="CK receipt number or profile name (default 0)")
+    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
+    p.add_argument("--python", default=sys.executable, help="python that runs the generator (default: this one)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--show", type=int, default=20, help="names listed per missing/extra group (table format)")
+
+    def run(args: argparse.Namespace) -> int:
+        from ckfmha.upstream.enum_parity import cmd_parity_enum
+
+        return cmd_parity_enum(args)
+
+    p.set_defaults(func=run)
+
+
 # Other modules add sub-commands here (e.g. parity-enum) without the core importing them eagerly.
-_EXTRA_COMMANDS: list = []
+_EXTRA_COMMANDS: list = [_add_parity_enum]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

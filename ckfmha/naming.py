@@ -433,7 +433,9 @@ def parse_ck_instance_name(name: str) -> KernelConfig:
         assert pm is not None
         f.update(hdim_q=int(hq), hdim_v=tile_t[8], dtype=dt, mode=mode, tile=tile_t,
                  warps=(_t3(r0), _t3(r1), _t3(r2)), warp_tiles=(_t3(w0), _t3(w1)), occupancy=int(occ),
-                 max_seq_len_q=int(maxq), pad_d=int(pm.group(1) or 0), pad_dv=int(pm.group(2) or 0),
+                 # CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true): the name
+                 # carries only the head-dim pads
+                 max_seq_len_q=int(maxq), pad_s=1, pad_sk=1, pad_d=int(pm.group(1) or 0), pad_dv=int(pm.group(2) or 0),
                  pipeline=Pipeline.BWD_DQ_DK_DV, bias=_TOKEN_BIAS[bias], dbias=dbias == "dbias",
                  mask=_TOKEN_MASK[mask], dropout=_TOKEN_BWD_DROPOUT[drop], deterministic=det == "deterministic",
                  trload=trl == "trload", arch_tag=arch)

@@ -55,7 +55,13 @@ _OPTIONS: list[tuple[str, dict[str, Any], bool]] = [
                     "packaged ones; repeatable"), True),
     ("cache-dir", dict(metavar="DIR", help="build + reference cache root (default $CKFMHA_CACHE_DIR, else "
                        "~/.cache/ckfmha)"), True),
+    ("parity", dict(metavar="UPSTREAM", help="parity against an upstream: tile_example or "
+                    "torch[:math|efficient|flash|cudnn|flex]; items: upstream's 14 parity configurations plus the "
+                    "category's shapes"), False),
+    ("upstream-bin", dict(metavar="DIR", help="directory of tile_example_fmha_fwd/_bwd (default "
+                          "$CK_TILE_EXAMPLE_DIR)"), True),
 ]
+PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 
 
 def addoption(parser: pytest.Parser) -> None:
@@ -91,10 +97,12 @@ class Settings:
     matrices: tuple[str, ...] | None
     cache_dir: Path
     gpu_marker: bool = field(default=False)
+    parity: str | None = None
+    upstream_bin: str | None = None
 
     @property
     def active(self) -> bool:
-        return self.category is not None
+        return self.category is not None or self.parity is not None
 
 
 def _bad(option: str, value: Any, rule: str) -> pytest.UsageError:
@@ -268,11 +276,29 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
 
         cache_dir = cache_root()
 
+    parity, _ = _raw(config, "parity")
+    if parity is not None:
+        parity = str(parity).strip()
+        kind, _, tb = parity.partition(":")
+        ok = (parity == "tile_example") or (kind == "torch" and (not tb or tb in PARITY_TORCH_BACKENDS))
+        if not ok:
+            raise _bad("parity", parity, "is not an upstream; allowed: tile_example, torch, "
+                       + ", ".join(f"torch:{b}" for b in PARITY_TORCH_BACKENDS))
+    upstream_bin, ubsrc = _raw(config, "upstream-bin")
+    if upstream_bin is not None:
+        ub = Path(str(upstream_bin))
+        ub = ub if ub.is_absolute() else (config.rootpath if ubsrc == "ini" else config.invocation_params.dir) / ub
+        if not ub.is_dir():
+            raise _bad("upstream-bin", str(upstream_bin), "is not a directory (it should hold tile_example_fmha_fwd "
+                       "and tile_example_fmha_bwd)")
+        upstream_bin = str(ub)
+
     return Settings(category=cat, arch=arch, arch_source=src, backend=backend, families=families,
                     receipt=None if receipt is None else str(receipt), profile=profile, mask_mode=mask_mode,
                     sweep=sweep, filter=flt, filter_file=ff, max_kernels_per_shape=max_kernels, seed=seed,
                     reports=tuple(reports), bench=bench, cpu_max_flops=cpu_max_flops, matrices=matrices,
-                    cache_dir=cache_dir, gpu_marker=backend in ("triton", "hip"))
+                    cache_dir=cache_dir, gpu_marker=backend in ("triton", "hip"), parity=parity,
+                    upstream_bin=upstream_bin)
 
 
 def detect_arch() -> str | None:

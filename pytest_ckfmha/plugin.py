@@ -26,6 +26,8 @@ MARKERS = (
     "ckfmha_batch_prefill: ckfmha batch-prefill item",
     "ckfmha_bwd: ckfmha backward item",
     "gpu: needs a GPU (ckfmha items with --ckfmha-backend triton or hip)",
+    "ckfmha_parity: a ckfmha parity item (--ckfmha-parity)",
+    "slow: a slow test (deselect with -m 'not slow')",
 )
 
 
@@ -55,7 +57,7 @@ def pytest_configure(config) -> None:
     if category is None and not options.any_given(config):
         return
     worker = _is_worker(config)
-    if worker and category is not None:
+    if worker and (category is not None or config.getoption("ckfmha_parity", None) is not None):
         from pytest_ckfmha.xdist_support import assign_gpu
 
         assign_gpu(os.environ, config.workerinput.get("workerid"))
@@ -102,10 +104,19 @@ def pytest_make_collect_report(collector):
         from pytest_ckfmha.state import has_state
 
         if has_state(collector.config):
-            from pytest_ckfmha.items import ROOT_NAME, MatrixCollector
+            from pytest_ckfmha.state import get_state
 
-            rep.result.append(MatrixCollector.from_parent(collector, name=ROOT_NAME, nodeid=ROOT_NAME,
-                                                          path=collector.config.rootpath))
+            settings = get_state(collector.config).settings
+            if settings.category is not None:
+                from pytest_ckfmha.items import ROOT_NAME, MatrixCollector
+
+                rep.result.append(MatrixCollector.from_parent(collector, name=ROOT_NAME, nodeid=ROOT_NAME,
+                                                              path=collector.config.rootpath))
+            if settings.parity is not None:
+                from pytest_ckfmha.parity_items import PARITY_ROOT, ParityCollector
+
+                rep.result.append(ParityCollector.from_parent(collector, name=PARITY_ROOT, nodeid=PARITY_ROOT,
+                                                              path=collector.config.rootpath))
     return rep
 
 

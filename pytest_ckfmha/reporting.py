@@ -24,8 +24,9 @@ PROBLEM_FIELDS = ("family", "dtype", "mode", "batch", "nhead_q", "nhead_k", "seq
 ROW_FIELDS = ("id", "nodeid", "kind", "matrix", "entry", "category", *PROBLEM_FIELDS, "kernel_id", "plan_kernels",
               "backend", "arch", "seed", "verdict", "reason", "max_abs_err", "max_rel_err", "mismatches",
               "elements", "unwritten", "time_ms", "timed", "tflops", "gbps", "flops", "bytes", "build_s",
-              "build_cached", "ref_cached", "duration_s")
-NODE_PREFIX = "ckfmha::"
+              "build_cached", "ref_cached", "duration_s", "parity", "parity_status", "compared", "upstream_verdict",
+              "upstream_words", "ckfmha_verdict", "ckfmha_words")
+NODE_PREFIXES = ("ckfmha::", "ckfmha-parity::")
 
 
 def _plain(v: Any) -> Any:
@@ -66,6 +67,27 @@ def base_props(item, settings) -> dict[str, Any]:
     return props
 
 
+def parity_props(item, settings, row) -> dict[str, Any]:
+    """Report values of a parity item: the problem, both sides' verdicts and words, what was compared."""
+    p = row.problem
+    props: dict[str, Any] = {"id": f"{settings.parity}::{item.label}", "kind": "parity", "matrix": "", "entry": "",
+                             "category": settings.category or ""}
+    for f in PROBLEM_FIELDS:
+        props[f] = p.mask.to_ck() if f == "mask" else _plain(getattr(p, f))
+    right_kernels = row.right.fields.get("kernels") or ()
+    props.update({"kernel_id": "", "plan_kernels": " -> ".join(str(k) for k in right_kernels),
+                  "backend": settings.backend, "arch": settings.arch, "seed": settings.seed,
+                  "reason": "" if row.passed else " ".join(row.detail.split()),
+                  "parity": settings.parity, "parity_status": row.status.value, "compared": row.compared,
+                  "upstream_verdict": row.left.verdict.value, "upstream_words": " ".join(row.left.reason.split()),
+                  "ckfmha_verdict": row.right.verdict.value, "ckfmha_words": " ".join(row.right.reason.split())})
+    checks = list(row.output_checks.values()) if isinstance(row.output_checks, dict) else []
+    if checks and all(isinstance(c, dict) for c in checks):
+        props["max_abs_err"] = max(float(c.get("max_abs_err", 0.0)) for c in checks)
+        props["mismatches"] = sum(int(c.get("mismatch_count", 0)) for c in checks)
+    return {k: _plain(v) for k, v in props.items()}
+
+
 def result_props(problem, outcome) -> dict[str, Any]:
     from ckfmha.work import bytes_moved, flops
 
@@ -100,7 +122,7 @@ def _reason(report) -> str:
 
 def row_from_report(report) -> dict[str, Any] | None:
     """A row for a ckfmha item's call report (or a failed/skipped setup report), else None."""
-    if not report.nodeid.startswith(NODE_PREFIX):
+    if not report.nodeid.startswith(NODE_PREFIXES):
         return None
     if report.when == "call" or (report.when == "setup" and not report.passed):
         props = dict(report.user_properties)

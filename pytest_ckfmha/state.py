@@ -37,6 +37,17 @@ class State:
             self.collect_seconds = time.perf_counter() - t0
         return self._specs
 
+    def parity_sides(self):
+        """(upstream side, ckfmha side) for --ckfmha-parity, made once per session."""
+        if getattr(self, "_parity", None) is None:
+            from ckfmha.parity import make_pair
+            from ckfmha.receipts import resolve_receipt
+
+            s = self.settings
+            self._parity = make_pair(s.parity, f"ckfmha:{s.backend}", bin_dir=s.upstream_bin, arch=s.arch,
+                                     receipt=resolve_receipt(s.receipt, profile=s.profile), mask_mode=s.mask_mode)
+        return self._parity
+
     def runtime(self):
         if self._runtime is None:
             from pytest_ckfmha.execute import Runtime

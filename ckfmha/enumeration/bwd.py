@@ -1,0 +1,372 @@
+"""Enumerator of the ``bwd`` api: CK's backward kernels (``bwd_dot_do_o``, ``bwd_dq_dk_dv``, ``bwd_convert_dq``).
+
+CK's backward pass runs three kernels: ``dot_do_o`` (D = rowsum(dO * O)), ``dq_dk_dv`` (the main kernel) and
+``convert_dq`` (casts the fp32 dQ accumulator). The generator builds one *trait* per point of a feature
+product, emits its dq_dk_dv kernel, and pairs it with the two 1-D kernels it needs; the 1-D kernels are shared
+by many traits and emitted once each.
+
+Data section schema (``data/archs/_parts/<arch>/bwd.yaml``, or ``apis.bwd`` of the arch file)::
+
+    arch_tag: gfx9                 # CK factory name = file-name suffix (gfx9, gfx950, gfx11, gfx12, ...)
+    dtypes: [fp32, fp16, bf16]     # dtypes to try, in generator order (a dtype without tiles emits nothing)
+    modes: [batch, group]
+    biases: [none, elementwise, alibi]
+    dbias: [true, false]
+    dropouts: [none, wg16, wg16_store_randval]
+    deterministic: [true, false]
+    pads:                          # (pad_d, pad_dv) pairs of dq_dk_dv kernels; values 0, 1 or 8
+      ntrload: [[0, 0], [0, 8], [0, 1], [8, 8], [1, 0], [1, 8], [1, 1]]
+      trload: [[0, 0], [8, 8]]
+    one_d:                         # the 1-D kernels paired with each dq_dk_dv kernel
+      bm0: 64                      # their block size along seqlen_q (tile = (bm0,))
+      occupancy: 2
+      seqlen_pad: {batch: [false, true], group: [true]}   # seqlen_q pad variants per mode
+    constraints:                   # every key is required
+      dbias_biases: [elementwise]                     # dbias=true only with these biases
+      max_seq_len_q_masks: [none]                     # masks allowed for tiles with max_seq_len_q != 0
+      max_seq_len_q_below_bm0_needs_seqlen_pad: true  # 0 < max_seq_len_q < one_d.bm0: padded 1-D kernels only
+      max_seq_len_q_without_convert_dq: true          # no convert_dq for tiles with max_seq_len_q != 0
+    tiles:                         # groups of dq_dk_dv tiles
+      - dtypes: [fp16, bf16]
+        trload: false
+        tiles:
+          - block: [32, 128, 64, 32, 64, 32, 32, 64, 64]   # bm0 bn0 bk0 bk1 bk2 bk3 bk4 bhdq bhdv
+            warps: [[1, 4, 1], [4, 1, 1], [1, 4, 1]]       # gemm0/2, gemm1/3, gemm4
+            warp_tiles: [[16, 16, 32], [16, 16, 16]]       # gemm0/2/4, gemm1/3
+            occupancy: 1
+            max_seq_len_q: 0                               # optional, default 0 (no limit)
+
+``mask`` is not in the section: the masks come from the generator's mask mode (``ctx.masks``). The kernel's
+head dim is the tile's ``bhdq`` (``hdim_v`` = ``bhdv``).
+
+Product, for each dtype, trload (true first, as CK) and tile of a matching group: mode x mask x bias x dbias x
+dropout x (pad_d, pad_dv) x deterministic, less the combinations the ``constraints`` exclude. Each resulting
+dq_dk_dv config is tested with the receipt's predicate (``ctx.keep``); for every kept one the generator adds
+
+* ``bwd_dot_do_o``  (hdim, dtype, mode, pad_s = seqlen pad, pad_dv = pad_dv > 0) for each seqlen pad variant;
+* ``bwd_convert_dq`` (hdim, dtype, mode, pad_s, pad_d = pad_d > 0, deterministic), unless the tile has a
+  max_seq_len_q and ``max_seq_len_q_without_convert_dq`` holds.
+
+The dq_dk_dv kernels themselves carry no seqlen pads (``pad_s = pad_sk = 0``): CK's backward traits take only
+the head-dim pads and always handle ragged seqlens inside the kernel.
+
+Output order: dot_do_o kernels, then dq_dk_dv (in CK's generation order), then convert_dq (1-D kernels in
+order of first use).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckfmha.archs import ArchSpecError
+from ckfmha.kernel import (
+    PAD_VALUES,
+    SIGNATURE_FIELDS,
+    ArchTag,
+    Bias,
+    DType,
+    Dropout,
+    Family,
+    KernelAlgorithm,
+    KernelConfig,
+    KernelSignature,
+    MaskImpl,
+    Mode,
+    Pipeline,
+)
+
+_TOP_KEYS = {
+    "arch_tag": "a CK factory name (str)",
+    "dtypes": "a list of dtypes",
+    "modes": "a list of modes",
+    "biases": "a list of bias kinds",
+    "dbias": "a list of bools",
+    "dropouts": "a list of dropout variants",
+    "deterministic": "a list of bools",
+    "pads": "a mapping {ntrload: [[pad_d, pad_dv], ...], trload: [...]}",
+    "one_d": "a mapping {bm0, occupancy, seqlen_pad}",
+    "constraints": "a mapping of named constraints",
+    "tiles": "a list of tile groups",
+}
+_CONSTRAINT_KEYS = (
+    "dbias_biases",
+    "max_seq_len_q_masks",
+    "max_seq_len_q_below_bm0_needs_seqlen_pad",
+    "max_seq_len_q_without_convert_dq",
+)
+_TILE_KEYS = {"block", "warps", "warp_tiles", "occupancy", "max_seq_len_q"}
+_GROUP_KEYS = {"dtypes", "trload", "tiles"}
+
+
+class _Checker:
+    """Load-time checks that name the file, the key path, the expectation and what was found."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def loc(self, path: str) -> str:
+        where = self.ctx.where(path)
+        return where[:-2] + ")" if not path and where.endswith(".)") else where
+
+    def fail(self, path: str, expected: str, found: Any) -> ArchSpecError:
+        return ArchSpecError(f"{self.loc(path)}: expected {expected}, found {found!r}")
+
+    def mapping(self, value: Any, path: str, required: set[str] | dict[str, str], optional: set[str] = frozenset()
+                ) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, "a mapping", value)
+        allowed = set(required) | set(optional)
+        unknown = sorted(str(k) for k in value if k not in allowed)
+        if unknown:
+            raise ArchSpecError(f"{self.loc(path)}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        missing = sorted(k for k in required if k not in value)
+        if missing:
+            raise ArchSpecError(f"{self.loc(path)}: missing key(s) {missing}")
+        return value
+
+    def seq(self, value: Any, path: str, what: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(path, f"a list of {what}", value)
+        return value
+
+    def enum_list(self, value: Any, path: str, enum: Any) -> tuple[Any, ...]:
+        out = []
+        for i, v in enumerate(self.seq(value, path, enum.__name__ + " tokens")):
+            try:
+                out.append(enum(v))
+            except ValueError:
+                raise self.fail(f"{path}[{i}]", "one of " + ", ".join(m.value for m in enum), v) from None
+        return tuple(out)
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, "a bool", value)
+        return value
+
+    def bool_list(self, value: Any, path: str) -> tuple[bool, ...]:
+        return tuple(self.boolean(v, f"{path}[{i}]") for i, v in enumerate(self.seq(value, path, "bools")))
+
+    def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            raise self.fail(path, "an int" + (f" >= {minimum}" if minimum is not None else ""), value)
+        return value
+
+    def int_list(self, value: Any, path: str, length: int, minimum: int | None = None) -> tuple[int, ...]:
+        items = self.seq(value, path, "ints")
+        if len(items) != length:
+            raise self.fail(path, f"a list of {length} ints", value)
+        return tuple(self.integer(v, f"{path}[{i}]", minimum) for i, v in enumerate(items))
+
+    def triples(self, value: Any, path: str, count: int) -> tuple[tuple[int, int, int], ...]:
+        items = self.seq(value, path, "[m, n, k] triples")
+        if len(items) != count:
+            raise self.fail(path, f"a list of {count} [m, n, k] triples", value)
+        return tuple(self.int_list(v, f"{path}[{i}]", 3, 1) for i, v in enumerate(items))  # type: ignore[misc]
+
+
+class _Plan:
+    """A checked bwd section with its algorithm objects precomputed (shared by every receipt / mask mode)."""
+
+    __slots__ = ("arch_tag", "dtypes", "modes", "biases", "dbias", "dropouts", "deterministic", "pads",
+                 "bm0", "occupancy", "seqlen_pad", "dbias_biases", "maxq_masks", "maxq_short_needs_spad",
+                 "maxq_no_convert", "tiles", "sigs", "one_d_cache")
+
+    def __init__(self, ctx: Any, section: Any) -> None:
+        ck = _Checker(ctx)
+        sec = ck.mapping(section, "", _TOP_KEYS)
+        tag = sec["arch_tag"]
+        try:
+            self.arch_tag = ArchTag(tag)
+        except ValueError:
+            raise ck.fail("arch_tag", "one of " + ", ".join(m.value for m in ArchTag if m is not ArchTag.NONE),
+                          tag) from None
+        self.dtypes = ck.enum_list(sec["dtypes"], "dtypes", DType)
+        self.modes = ck.enum_list(sec["modes"], "modes", Mode)
+        self.biases = ck.enum_list(sec["biases"], "biases", Bias)
+        self.dbias = ck.bool_list(sec["dbias"], "dbias")
+        self.dropouts = ck.enum_list(sec["dropouts"], "dropouts", Dropout)
+        self.deterministic = ck.bool_list(sec["deterministic"], "deterministic")
+
+        pads = ck.mapping(sec["pads"], "pads", {"ntrload", "trload"})
+        self.pads: dict[bool, tuple[tuple[int, int], ...]] = {}
+        for key, trl in (("trload", True), ("ntrload", False)):
+            pairs = []
+            for i, p in enumerate(ck.seq(pads[key], f"pads.{key}", "[pad_d, pad_dv] pairs")):
+                pair = ck.int_list(p, f"pads.{key}[{i}]", 2)
+                for j, v in enumerate(pair):
+                    if v not in PAD_VALUES:
+                        raise ck.fail(f"pads.{key}[{i}][{j}]", f"a pad in {PAD_VALUES}", v)
+                pairs.append(pair)
+            self.pads[trl] = tuple(pairs)  # type: ignore[assignment]
+
+        one_d = ck.mapping(sec["one_d"], "one_d", {"bm0", "occupancy", "seqlen_pad"})
+        self.bm0 = ck.integer(one_d["bm0"], "one_d.bm0", 1)
+        self.occupancy = ck.integer(one_d["occupancy"], "one_d.occupancy", -1)
+        sp = ck.mapping(one_d["seqlen_pad"], "one_d.seqlen_pad", set(), {m.value for m in Mode})
+        self.seqlen_pad = {m: ck.bool_list(sp.get(m.value, []), f"one_d.seqlen_pad.{m.value}") for m in Mode}
+
+        cons = ck.mapping(sec["constraints"], "constraints", set(_CONSTRAINT_KEYS))
+        self.dbias_biases = frozenset(ck.enum_list(cons["dbias_biases"], "constraints.dbias_biases", Bias))
+        self.maxq_masks = frozenset(ck.enum_list(cons["max_seq_len_q_masks"], "constraints.max_seq_len_q_masks",
+                                                 MaskImpl))
+        self.maxq_short_needs_spad = ck.boolean(cons["max_seq_len_q_below_bm0_needs_seqlen_pad"],
+                                                "constraints.max_seq_len_q_below_bm0_needs_seqlen_pad")
+        self.maxq_no_convert = ck.boolean(cons["max_seq_len_q_without_convert_dq"],
+                                          "constraints.max_seq_len_q_without_convert_dq")
+
+        # tiles[(dtype, trload)] = [(hdim_q, hdim_v, max_seq_len_q, ((pad_d, pad_dv, algorithm), ...),
+        #                            pad_dv > 0 flags, pad_d > 0 flags)]
+        self.tiles: dict[tuple[DType, bool], list[tuple[Any, ...]]] = {}
+        for gi, group in enumerate(ck.seq(sec["tiles"], "tiles", "tile groups")):
+            gpath = f"tiles[{gi}]"
+            ck.mapping(group, gpath, _GROUP_KEYS)
+            gdtypes = ck.enum_list(group["dtypes"], f"{gpath}.dtypes", DType)
+            trload = ck.boolean(group["trload"], f"{gpath}.trload")
+            rows = []
+            for ti, row in enumerate(ck.seq(group["tiles"], f"{gpath}.tiles", "tiles")):
+                tpath = f"{gpath}.tiles[{ti}]"
+                ck.mapping(row, tpath, _TILE_KEYS - {"max_seq_len_q"}, {"max_seq_len_q"})
+                block = ck.int_list(row["block"], f"{tpath}.block", 9, 1)
+                warps = ck.triples(row["warps"], f"{tpath}.warps", 3)
+                wtiles = ck.triples(row["warp_tiles"], f"{tpath}.warp_tiles", 2)
+                occ = ck.integer(row["occupancy"], f"{tpath}.occupancy", -1)
+                maxq = ck.integer(row.get("max_seq_len_q", 0), f"{tpath}.max_seq_len_q", 0)
+                # pads s/sk = 1: CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true)
+                algs = tuple(
+                    (pd, pdv, KernelAlgorithm(Pipeline.BWD_DQ_DK_DV, block, warps, wtiles, occ, 1, 1, pd, pdv,
+                                              trload, max_seq_len_q=maxq))
+                    for pd, pdv in self.pads[trload]
+                )
+                dv_flags = tuple(dict.fromkeys(pdv > 0 for _, pdv, _ in algs))
+                d_flags = tuple(dict.fromkeys(pd > 0 for pd, _, _ in algs))
+                rows.append((block[7], block[8], maxq, algs, dv_flags, d_flags))
+            for dt in gdtypes:
+                self.tiles.setdefault((dt, trload), []).extend(rows)
+        self.sigs: dict[tuple[Any, ...], KernelSignature] = {}
+        self.one_d_cache: dict[tuple[Any, ...], KernelConfig] = {}
+
+    def sig(self, dtype: DType, mode: Mode, hq: int, hv: int, mask: MaskImpl, bias: Bias, dbias: bool,
+            dropout: Dropout, det: bool) -> KernelSignature:
+        key = (dtype, mode, hq, hv, mask, bias, dbias, dropout, det)
+        s = self.sigs.get(key)
+        if s is None:
+            s = self.sigs[key] = KernelSignature(
+                Family.BWD_DQ_DK_DV, dtype, mode, hq, hv, self.arch_tag, mask=mask, bias=bias, dbias=dbias,
+                dropout=dropout, deterministic=det)
+        return s
+
+    def dot_do_o(self, dtype: DType, hdim: int, mode: Mode, spad: int, dvpad: int) -> KernelConfig:
+        key = (Family.BWD_DOT_DO_O, dtype, hdim, mode, spad, dvpad)
+        c = self.one_d_cache.get(key)
+        if c is None:
+            c = self.one_d_cache[key] = KernelConfig(
+                KernelSignature(Family.BWD_DOT_DO_O, dtype, mode, hdim, hdim, self.arch_tag),
+                KernelAlgorithm(Pipeline.BWD_DOT_DO_O, (self.bm0,), occupancy=self.occupancy, pad_s=spad,
+                                pad_dv=dvpad))
+        return c
+
+    def convert_dq(self, dtype: DType, hdim: int, mode: Mode, spad: int, dpad: int, det: bool) -> KernelConfig:
+        key = (Family.BWD_CONVERT_DQ, dtype, hdim, mode, spad, dpad, det)
+        c = self.one_d_cache.get(key)
+        if c is None:
+            c = self.one_d_cache[key] = KernelConfig(
+                KernelSignature(Family.BWD_CONVERT_DQ, dtype, mode, hdim, hdim, self.arch_tag, deterministic=det),
+                KernelAlgorithm(Pipeline.BWD_CONVERT_DQ, (self.bm0,), occupancy=self.occupancy, pad_s=spad,
+                                pad_d=dpad))
+        return c
+
+
+_PLANS: dict[int, tuple[Any, _Plan]] = {}
+
+
+def _plan(ctx: Any) -> _Plan:
+    section = ctx.section
+    hit = _PLANS.get(id(section))
+    if hit is not None and hit[0] is section:
+        return hit[1]
+    plan = _Plan(ctx, section)
+    _PLANS[id(section)] = (section, plan)  # keeps the section alive, so the id stays valid
+    return plan
+
+
+_SIGNATURE_FIELD_SET = frozenset(SIGNATURE_FIELDS)
+
+
+def _reads_signature_only(keep: Any) -> bool:
+    """True when ``keep`` is a plain compiled filter that reads signature fields only.
+
+    Receipt predicates are lambdas compiled from checked ``c.<field>`` expressions, so the names their code
+    loads are exactly the fields they read. Such a predicate gives the same answer for every algorithm of a
+    signature and is evaluated once per signature instead of once per config.
+    """
+    code = getattr(keep, "__code__", None)
+    if code is None or getattr(keep, "__closure__", None) or code.co_freevars:
+        return False
+    if any(hasattr(const, "co_code") for const in code.co_consts):
+        return False
+    return set(code.co_names) <= _SIGNATURE_FIELD_SET
+
+
+def enumerate_api(ctx: Any) -> list[KernelConfig]:
+    """All bwd kernels (dot_do_o, dq_dk_dv, convert_dq) the generator emits for ctx's arch/receipt/mask mode."""
+    p = _plan(ctx)
+    keep = ctx.keep
+    per_signature = _reads_signature_only(keep)
+    masks = ctx.masks
+    dq: list[KernelConfig] = []
+    append = dq.append
+    # 1-D kernel keys in first-use order: (dtype, hdim, mode, seqlen pad variants, pad flag[, deterministic])
+    dot_keys: dict[tuple[Any, ...], None] = {}
+    conv_keys: dict[tuple[Any, ...], None] = {}
+    dets = p.deterministic
+    for dtype in p.dtypes:
+        for trload in (True, False):  # CK tries trload tiles first
+            for hq, hv, maxq, algs, dv_flags, d_flags in p.tiles.get((dtype, trload), ()):
+                convert = not (maxq and p.maxq_no_convert)
+                alg0 = algs[0][2] if algs else None
+                for mode in p.modes:
+                    spads = p.seqlen_pad[mode]
+                    if maxq and maxq < p.bm0 and p.maxq_short_needs_spad:
+                        spads = tuple(s for s in spads if s)
+                    if not spads:
+                        continue
+                    for mask in masks:
+                        if maxq and mask not in p.maxq_masks:
+                            continue
+                        for bias in p.biases:
+                            for dbias in p.dbias:
+                                if dbias and bias not in p.dbias_biases:
+                                    continue
+                                for dropout in p.dropouts:
+                                    sigs = [p.sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, d) for d in dets]
+                                    if per_signature:
+                                        sigs = [s for s in sigs if keep(KernelConfig(s, alg0))]
+                                        if not sigs:
+                                            continue
+                                        for _, _, alg in algs:
+                                            for sig in sigs:
+                                                append(KernelConfig(sig, alg))
+                                        for f in dv_flags:
+                                            dot_keys[(dtype, hq, mode, spads, f)] = None
+                                        if convert:
+                                            for f in d_flags:
+                                                for sig in sigs:
+                                                    conv_keys[(dtype, hq, mode, spads, f, sig.deterministic)] = None
+                                        continue
+                                    for pd, pdv, alg in algs:
+                                        for sig in sigs:
+                                            c = KernelConfig(sig, alg)
+                                            if keep(c):
+                                                append(c)
+                                                dot_keys[(dtype, hq, mode, spads, pdv > 0)] = None
+                                                if convert:
+                                                    conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = None
+    dots: dict[KernelConfig, None] = {}
+    for dtype, hq, mode, spads, dv in dot_keys:
+        for s in spads:
+            dots[p.dot_do_o(dtype, hq, mode, int(s), int(dv))] = None
+    convs: dict[KernelConfig, None] = {}
+    for dtype, hq, mode, spads, d, det in conv_keys:
+        for s in spads:
+            convs[p.convert_dq(dtype, hq, mode, int(s), int(d), det)] = None
+    return [*dots, *dq, *convs]

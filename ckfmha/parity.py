@@ -1,0 +1,302 @@
+"""Parity: run the same problems through two sides and report every agreement and disagreement.
+
+A *side* is anything with ``name`` and ``run(problem, seed) -> SideResult`` (:class:`ParitySide`):
+``tile_example`` (CK's binaries, :mod:`ckfmha.upstream.tile_runner`), ``ckfmha[:backend]`` (our dispatcher +
+backend, :mod:`ckfmha.upstream.ckfmha_side`) and ``torch[:backend]`` (PyTorch SDPA / FlexAttention,
+:mod:`ckfmha.upstream.torch_sdpa`); build them with :func:`make_side`.
+
+Semantics (:func:`compare_results`), per problem:
+
+* either side ``skipped`` -> the row is ``skipped`` (with the reason); never a pass;
+* either side ``error`` -> ``error``;
+* verdicts differ -> ``disagree``, with both sides' words;
+* both ``unsupported`` -> ``agree`` (compared: verdicts);
+* both ran -> where both produced outputs, the common outputs are compared with each other using the
+  validator's tolerance for the problem; any mismatch -> ``disagree``; otherwise ``agree`` (compared:
+  ``verdicts+outputs`` or, when a side yields no tensors -- tile_example -- ``verdicts``: each side's own
+  verdict came from comparing with a reference).  Both ``ran_invalid`` still agree, flagged ``both_invalid``.
+
+:func:`run_parity` returns a :class:`ParityReport` (JSON / CSV / a readable table).  The default parity set is
+upstream's 14 configurations (research/upstream_testing.md §2.1) in ``data/parity_default.yaml``
+(:func:`default_parity_set`).  docs/parity.md describes the API the pytest plugin uses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+
+import yaml
+
+from ckfmha.problem import Problem, ProblemError
+from ckfmha.upstream.result import SideResult, Verdict, check_summary
+
+PARITY_DEFAULT_PATH = Path(__file__).with_name("data") / "parity_default.yaml"
+
+
+@runtime_checkable
+class ParitySide(Protocol):
+    name: str
+
+    def run(self, problem: Problem, seed: int = 0) -> SideResult:  # pragma: no cover - protocol
+        ...
+
+
+class Status(str, Enum):
+    AGREE = "agree"
+    DISAGREE = "disagree"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+# ------------------------------------------------------------------------------------------ sides
+def make_side(spec: str, *, bin_dir: str | Path | None = None, timeout_s: float | None = None,
+              arch: str = "gfx942", receipt: int | str = 0, mask_mode: str = "simplified",
+              device: str | None = None) -> ParitySide:
+    """``tile_example`` | ``ckfmha[:backend]`` (default cpu) | ``torch[:math|efficient|flash|cudnn|flex]``."""
+    s = spec.strip()
+    if s == "tile_example":
+        from ckfmha.upstream.tile_runner import DEFAULT_TIMEOUT_S, TileExampleSide
+
+        return TileExampleSide(bin_dir, timeout_s or DEFAULT_TIMEOUT_S)
+    if s == "ckfmha" or s.startswith("ckfmha:"):
+        from ckfmha.upstream.ckfmha_side import CkfmhaSide
+
+        return CkfmhaSide(s.partition(":")[2] or "cpu", arch=arch, receipt=receipt, mask_mode=mask_mode)
+    if s == "torch" or s.startswith("torch:"):
+        from ckfmha.upstream.torch_sdpa import TorchSide
+
+        return TorchSide(s, device=device)
+    raise ValueError(f"parity side: {spec!r} unknown; allowed: tile_example, ckfmha[:backend], "
+                     "torch[:math|efficient|flash|cudnn|flex]")
+
+
+def make_pair(upstream: str, ckfmha: str = "ckfmha:cpu", **kw) -> tuple[ParitySide, ParitySide]:
+    """``(upstream side, ckfmha side)`` for ``--ckfmha-parity <upstream>``."""
+    return make_side(upstream, **kw), make_side(ckfmha, **kw)
+
+
+# ------------------------------------------------------------------------------------------ comparing
+_ARCH_SUFFIX = re.compile(r"(_gfx[0-9a-z]+)?(\.cpp)?$")
+
+
+def _norm_kernel(name: str) -> str:
+    return _ARCH_SUFFIX.sub("", name)
+
+
+@dataclass
+class ParityRow:
+    name: str
+    problem: Problem
+    seed: int
+    left: SideResult
+    right: SideResult
+    status: Status
+    compared: str  # "verdicts" | "verdicts+outputs" | "" (nothing compared: skipped/error)
+    detail: str
+    output_checks: dict[str, dict] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.AGREE and bool(self.compared)
+
+    def pytest_outcome(self) -> tuple[str, str]:
+        """("passed" | "failed" | "skipped", message) for a test item."""
+        if self.status is Status.SKIPPED:
+            return "skipped", self.detail
+        if self.passed:
+            return "passed", self.detail
+        return "failed", self.detail
+
+    def to_dict(self, raw: bool = False) -> dict[str, Any]:
+        try:
+            args = " ".join(self.problem.to_ck_args())
+        except ProblemError:
+            args = ""
+        return {"name": self.name, "problem": str(self.problem), "family": self.problem.family.value,
+                "ck_args": args, "seed": self.seed, "status": self.status.value, "compared": self.compared,
+                "detail": self.detail, "output_checks": self.output_checks, "info": self.info,
+                "left": self.left.to_dict(raw), "right": self.right.to_dict(raw)}
+
+    def csv_row(self) -> dict[str, Any]:
+        return {"name": self.name, "problem": str(self.problem), "status": self.status.value,
+                "compared": self.compared, "left_side": self.left.side, "left_verdict": self.left.verdict.value,
+                "left_words": " ".join(self.left.reason.split()), "right_side": self.right.side,
+                "right_verdict": self.right.verdict.value, "right_words": " ".join(self.right.reason.split()),
+                "detail": " ".join(self.detail.split())}
+
+
+def compare_results(problem: Problem, left: SideResult, right: SideResult) -> tuple[Status, str, str, dict]:
+    """``(status, compared, detail, output_checks)``; see the module doc."""
+    both = f"{left.side}: {left.words()} || {right.side}: {right.words()}"
+    skipped = [r for r in (left, right) if r.verdict is Verdict.SKIPPED]
+    if skipped:
+        return Status.SKIPPED, "", "; ".join(f"{r.side} skipped: {r.reason}" for r in skipped), {}
+    errors = [r for r in (left, right) if r.verdict is Verdict.ERROR]
+    if errors:
+        return Status.ERROR, "", "; ".join(f"{r.side} error: {r.reason}" for r in errors) + f" || {both}", {}
+    if left.verdict is not right.verdict:
+        return Status.DISAGREE, "verdicts", f"verdicts differ: {both}", {}
+    if left.verdict is Verdict.UNSUPPORTED:
+        return Status.AGREE, "verdicts", f"both unsupported: {both}", {}
+    common = [n for n in (left.outputs or {}) if n in (right.outputs or {})]
+    note = " (both invalid)" if left.verdict is Verdict.RAN_INVALID else ""
+    if not common:
+        lacking = [r.side for r in (left, right) if not r.outputs]
+        return Status.AGREE, "verdicts", (f"both {left.verdict.value}{note}; outputs not compared ("
+                                          f"{', '.join(lacking) or 'no common outputs'} gives no tensors): {both}"), {}
+    from ckfmha.validator import validate
+
+    checks = validate(problem, left.outputs, right.outputs, names=common)
+    summ = {n: check_summary(c) for n, c in checks.items()}
+    bad = [c for c in checks.values() if not c.passed]
+    if bad:
+        return Status.DISAGREE, "verdicts+outputs", ("outputs differ between the sides: "
+                                                     + "; ".join(str(c) for c in bad) + f" || {both}"), summ
+    return Status.AGREE, "verdicts+outputs", (f"both {left.verdict.value}{note}; outputs agree ("
+                                              + ", ".join(common) + f"): {both}"), summ
+
+
+def compare_one(problem: Problem, left: ParitySide, right: ParitySide, seed: int = 0, name: str = "") -> ParityRow:
+    """Run both sides on one problem and compare (what a plugin test item calls)."""
+    lres = left.run(problem, seed)
+    rres = right.run(problem, seed)
+    status, compared, detail, checks = compare_results(problem, lres, rres)
+    info: dict[str, Any] = {}
+    lk, rk = lres.fields.get("kernels"), rres.fields.get("kernels")
+    if lk and rk:
+        info["kernels_match"] = sorted(map(_norm_kernel, lk)) == sorted(map(_norm_kernel, rk))
+        info["left_kernels"], info["right_kernels"] = list(lk), list(rk)
+    return ParityRow(name or str(problem), problem, seed, lres, rres, status, compared, detail, checks, info)
+
+
+# ------------------------------------------------------------------------------------------ report
+@dataclass
+class ParityReport:
+    left: str
+    right: str
+    rows: list[ParityRow] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        c = {s.value: 0 for s in Status}
+        for r in self.rows:
+            c[r.status.value] += 1
+        c["total"] = len(self.rows)
+        return c
+
+    @property
+    def ok(self) -> bool:
+        """No disagreement and no error (skips do not fail, and do not count as agreements)."""
+        return all(r.status in (Status.AGREE, Status.SKIPPED) for r in self.rows)
+
+    @property
+    def disagreements(self) -> list[ParityRow]:
+        return [r for r in self.rows if r.status in (Status.DISAGREE, Status.ERROR)]
+
+    def to_dict(self, raw: bool = False) -> dict[str, Any]:
+        return {"left": self.left, "right": self.right, "counts": self.counts(), "ok": self.ok,
+                "rows": [r.to_dict(raw) for r in self.rows]}
+
+    def to_json(self, path: str | Path | None = None, raw: bool = False) -> str:
+        text = json.dumps(self.to_dict(raw), indent=1, allow_nan=False, default=str)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        buf = io.StringIO()
+        cols = [
+            "name", "problem", "status", "compared", "left_side", "left_verdict", "left_words", "right_side",
+            "right_verdict", "right_words", "detail"]
+        w = csv.DictWriter(buf, fieldnames=cols)
+        w.writeheader()
+        for r in self.rows:
+            w.writerow(r.csv_row())
+        if path is not None:
+            Path(path).write_text(buf.getvalue())
+        return buf.getvalue()
+
+    def table(self) -> str:
+        lines = [f"parity {self.left} vs {self.right}"]
+        w = max([4] + [len(r.name) for r in self.rows])
+        for r in self.rows:
+            lines.append(f"  {r.name.ljust(w)}  {r.status.value:<8}  {r.left.verdict.value:<11}  "
+                         f"{r.right.verdict.value:<11}  {r.compared}")
+        c = self.counts()
+        lines.append("  " + ", ".join(f"{k} {v}" for k, v in c.items()))
+        for r in self.disagreements:
+            lines.append(f"  {r.status.value.upper()} {r.name}: {r.detail}")
+        return "\n".join(lines)
+
+
+def _named(problems: Iterable) -> list[tuple[str, Problem]]:
+    out = []
+    for item in problems:
+        if isinstance(item, Problem):
+            out.append((str(item), item))
+        else:
+            name, p = item
+            out.append((str(name), p))
+    return out
+
+
+def run_parity(problems: Iterable, left: ParitySide | str, right: ParitySide | str, seed: int = 0,
+               progress: Callable[[ParityRow], None] | None = None, **side_kw) -> ParityReport:
+    """Every problem (``Problem`` or ``(name, Problem)``) through both sides; sides may be given as specs."""
+    ls = make_side(left, **side_kw) if isinstance(left, str) else left
+    rs = make_side(right, **side_kw) if isinstance(right, str) else right
+    rep = ParityReport(ls.name, rs.name)
+    for name, p in _named(problems):
+        row = compare_one(p, ls, rs, seed, name)
+        rep.rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rep
+
+
+# ------------------------------------------------------------------------------------------ default set
+class ParitySetError(ValueError):
+    pass
+
+
+def load_parity_set(path: str | Path = PARITY_DEFAULT_PATH) -> list[tuple[str, Problem]]:
+    """``[(name, Problem)]`` from a parity-set YAML (``defaults`` + ``cases`` of tile_example arguments)."""
+    doc = yaml.safe_load(Path(path).read_text())
+    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("cases"), list):
+        raise ParitySetError(f"{path}: expected version: 1 and a 'cases' list")
+    defaults = doc.get("defaults") or {}
+    binary = doc.get("binary", "fwd")
+    out, seen = [], set()
+    for i, case in enumerate(doc["cases"]):
+        if not isinstance(case, dict) or "name" not in case:
+            raise ParitySetError(f"{path}: cases[{i}] needs a name")
+        name = str(case["name"])
+        if name in seen:
+            raise ParitySetError(f"{path}: cases[{i}]: duplicate name {name!r}")
+        seen.add(name)
+        args = {**defaults, **{k: v for k, v in case.items() if k != "name"}}
+        toks = [f"-{k}={v}" for k, v in args.items()]
+        try:
+            out.append((name, Problem.from_ck_args(toks, binary=binary)))
+        except ProblemError as e:
+            raise ParitySetError(f"{path}: cases[{i}] ({name}): {e}") from None
+    return out
+
+
+def default_parity_set() -> list[tuple[str, Problem]]:
+    """Upstream's 14 parity configurations (research/upstream_testing.md §2.1)."""
+    return load_parity_set(PARITY_DEFAULT_PATH)
+
+
+__all__ = ["ParitySide", "Status", "ParityRow", "ParityReport", "SideResult", "Verdict", "make_side", "make_pair",
+           "compare_results", "compare_one", "run_parity", "load_parity_set", "default_parity_set"]

@@ -1,0 +1,70 @@
+"""ckfmha itself as a parity side: dispatcher + backend, validated against the NumPy reference.
+
+``unsupported`` when no kernel serves the problem (:class:`~ckfmha.dispatcher.NoKernelError`) or the backend
+cannot realize the selected kernel (:class:`~ckfmha.backends.UnsupportedConfig`); ``skipped`` when the backend
+is not available here; otherwise the plan runs and its outputs are checked with the validator's tolerance.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from ckfmha.problem import Problem
+from ckfmha.upstream.reference_cache import compared_names, inputs_and_reference
+from ckfmha.upstream.result import SideResult, Verdict, check_summary
+
+
+class CkfmhaSide:
+    def __init__(self, backend: str = "cpu", arch: str = "gfx942", receipt: int | str = 0,
+                 mask_mode: str = "simplified", registry=None, name: str | None = None) -> None:
+        self.backend = backend
+        self.arch = arch
+        self.receipt = receipt
+        self.mask_mode = mask_mode
+        self.registry = registry
+        self.name = name or f"ckfmha:{backend}"
+
+    def run(self, problem: Problem, seed: int = 0) -> SideResult:
+        from ckfmha.backends import BackendError, UnsupportedConfig, get_backend
+        from ckfmha.dispatcher import NoKernelError
+        from ckfmha.naming import ck_instance_name
+        from ckfmha.runner import run
+        from ckfmha.validator import validate
+
+        try:
+            avail = get_backend(self.backend).available()
+        except BackendError as e:
+            return SideResult(self.name, Verdict.SKIPPED, str(e))
+        if not avail:
+            return SideResult(self.name, Verdict.SKIPPED, f"backend {self.backend!r} unavailable: {avail.reason}")
+        inputs, ref = inputs_and_reference(problem, seed)
+        try:
+            res = run(problem, inputs, backend=self.backend, arch=self.arch, registry=self.registry,
+                      receipt=self.receipt, mask_mode=self.mask_mode)
+        except NoKernelError as e:
+            first = str(e).splitlines()[0]
+            return SideResult(self.name, Verdict.UNSUPPORTED, first, raw=str(e))
+        except UnsupportedConfig as e:
+            return SideResult(self.name, Verdict.UNSUPPORTED, str(e))
+        except Exception as e:  # a crash is an error, reported with its words
+            return SideResult(self.name, Verdict.ERROR, f"{type(e).__name__}: {e}", raw=traceback.format_exc())
+        kernels = []
+        for st in res.plan.stages:
+            try:
+                kernels.append(ck_instance_name(st.kernel).removesuffix(".cpp"))
+            except Exception:  # pragma: no cover - e.g. non-CK arch tags
+                kernels.append(st.kernel.kernel_id)
+        names = [n for n in compared_names(problem) if n in res.outputs and n in ref]
+        missing = [n for n in compared_names(problem) if n not in res.outputs]
+        fields = {"kernels": kernels, "plan": str(res.plan), "backend": self.backend, "arch": self.arch}
+        if not names:
+            return SideResult(self.name, Verdict.ERROR, f"the plan produced none of {compared_names(problem)}",
+                              fields=fields)
+        checks = validate(problem, res.outputs, ref, names=names)
+        ok = all(c.passed for c in checks.values()) and not missing
+        words = "; ".join(str(c) for c in checks.values())
+        if missing:
+            words += f"; missing outputs {missing}"
+        return SideResult(self.name, Verdict.RAN_VALID if ok else Verdict.RAN_INVALID, words,
+                          outputs={n: res.outputs[n] for n in names},
+                          checks={n: check_summary(c) for n, c in checks.items()}, fields=fields)

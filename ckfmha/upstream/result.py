@@ -1,0 +1,92 @@
+"""What one side of a parity comparison reports for one problem: a :class:`Verdict` plus its words.
+
+Verdicts:
+
+* ``unsupported`` -- the side has no kernel for the problem (CK: ``not supported yet``; ckfmha: the dispatcher
+  found no kernel or the backend cannot realize it).
+* ``ran_valid`` / ``ran_invalid`` -- it ran and its result matched / did not match its reference.
+* ``error`` -- it could not be judged (crash, timeout, bad arguments, garbage output, inconsistent output).
+* ``skipped`` -- the side was not run (missing binary, no GPU, a problem the side cannot express); the
+  reason says why.  A skip is never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+
+class Verdict(str, Enum):
+    UNSUPPORTED = "unsupported"
+    RAN_VALID = "ran_valid"
+    RAN_INVALID = "ran_invalid"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+    @property
+    def ran(self) -> bool:
+        return self in (Verdict.RAN_VALID, Verdict.RAN_INVALID)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, Enum):
+        return v.value
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return {"shape": list(v.shape), "dtype": str(v.dtype)}
+    if isinstance(v, float) and v != v:  # NaN is not JSON
+        return None
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    return str(v)
+
+
+@dataclass
+class SideResult:
+    """One side's report.  ``reason`` holds the side's own words (a CK line, an exception, a skip reason);
+    ``outputs`` (name -> array in CK's shapes) are kept for the cross-side comparison; ``checks`` summarise the
+    side's own comparison with ckfmha's reference; ``fields`` hold parsed details (kernel names, timings, the
+    echoed problem, the command line); ``raw`` the raw text (stdout + stderr) where there is one."""
+
+    side: str
+    verdict: Verdict
+    reason: str = ""
+    outputs: dict[str, np.ndarray] | None = None
+    checks: dict[str, dict] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    raw: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
+
+    def words(self) -> str:
+        """One line for reports: verdict plus reason."""
+        r = " ".join(self.reason.split())
+        return f"{self.verdict.value}" + (f": {r}" if r else "")
+
+    def to_dict(self, raw: bool = True) -> dict[str, Any]:
+        d = {"side": self.side, "verdict": self.verdict.value, "reason": self.reason,
+             "checks": _jsonable(self.checks), "fields": _jsonable(self.fields), "notes": list(self.notes),
+             "outputs": sorted(self.outputs) if self.outputs else []}
+        if raw:
+            d["raw"] = self.raw
+        return d
+
+
+def check_summary(res) -> dict[str, Any]:
+    """A JSON-able summary of a :class:`ckfmha.validator.CheckResult`."""
+    return {"passed": bool(res.passed), "max_abs_err": res.max_abs_err, "max_rel_err": res.max_rel_err,
+            "mismatches": res.mismatch_count, "total": res.total, "rtol": res.rtol, "atol": res.atol,
+            "message": res.message}

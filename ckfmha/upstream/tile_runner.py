@@ -1,0 +1,284 @@
+"""Run CK's ``tile_example_fmha_fwd`` / ``tile_example_fmha_bwd`` on a Problem and judge the run.
+
+* Arguments: :func:`tile_example_args` = ``Problem.to_ck_args()`` plus the runner options ``-v=1 -kname=1
+  -warmup=0 -repeat=1`` and, with a JSON path, ``-json=1 -jsonfile=PATH``.
+* Binaries: ``find_binary('fwd'|'bwd', bin_dir)`` looks in ``bin_dir`` (or ``$CK_TILE_EXAMPLE_DIR``) and its
+  ``bin/``.  A missing binary is a ``skipped`` result with the reason -- never a pass.
+* Running: a subprocess in its own session with a timeout; on timeout the whole process group is killed.
+* Judging (:func:`interpret`): the exit status *and* the parsed stdout.  CK returns -1 (255) for argument
+  errors and -2 (254) for a failed validation, for no instance and for invalid argument combinations alike,
+  so 254 is decided by the line: ``not supported yet`` -> unsupported, ``valid:n`` -> ran_invalid, neither
+  -> error.  0 needs ``valid:y``.  The echoed problem must be the problem we asked for (else error: the
+  binary ran something else, e.g. it dropped dropout or switched the mode).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ckfmha.kernel import Bias, Family, Mode
+from ckfmha.masking import MaskError, MaskSpec
+from ckfmha.problem import Problem, ProblemError
+from ckfmha.upstream.result import SideResult, Verdict
+from ckfmha.upstream.tile_output import TileOutput, TileOutputError, json_verification, parse_stdout
+
+ENV_DIR = "CK_TILE_EXAMPLE_DIR"
+DEFAULT_TIMEOUT_S = 120.0
+RUNNER_OPTIONS = ("-v=1", "-kname=1", "-warmup=0", "-repeat=1")
+
+
+def binary_name(binary: str) -> str:
+    if binary not in ("fwd", "bwd"):
+        raise ValueError(f"binary: {binary!r} must be 'fwd' or 'bwd'")
+    return f"tile_example_fmha_{binary}"
+
+
+def find_binary(binary: str, bin_dir: str | Path | None = None) -> tuple[Path | None, str]:
+    """``(path, "")`` or ``(None, reason)``.  Looks in ``bin_dir`` (else ``$CK_TILE_EXAMPLE_DIR``) and its
+    ``bin/`` sub-directory."""
+    name = binary_name(binary)
+    root = bin_dir if bin_dir is not None else os.environ.get(ENV_DIR)
+    if not root:
+        return None, f"{name}: no binary directory given (pass a directory or set {ENV_DIR})"
+    d = Path(root)
+    if not d.is_dir():
+        return None, f"{name}: binary directory {d} does not exist"
+    for cand in (d / name, d / "bin" / name):
+        if cand.is_file():
+            return cand, ""
+    return None, f"{name}: not found in {d} (nor {d / 'bin'})"
+
+
+def tile_example_args(problem: Problem, json_file: str | Path | None = None,
+                      extra: Sequence[str] = ()) -> list[str]:
+    """The argument list (without the program) for the problem's binary."""
+    args = problem.to_ck_args() + list(RUNNER_OPTIONS)
+    if json_file is not None:
+        args += ["-json=1", f"-jsonfile={json_file}"]
+    return args + list(extra)
+
+
+@dataclass
+class RawRun:
+    argv: list[str]
+    returncode: int | None  # None when killed on timeout
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+
+
+def run_process(argv: Sequence[str], timeout_s: float, cwd: str | Path | None = None,
+                env: dict | None = None) -> RawRun:
+    """Run in a new session; on timeout kill the whole process group, then collect what it printed."""
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
+                            start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # pragma: no cover - already gone
+            pass
+        out, err = proc.communicate()
+    rc = None if timed_out else proc.returncode
+    return RawRun(list(argv), rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out,
+                  time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------------------ echo check
+def _bias_printed(p: Problem) -> str:
+    if p.bias is Bias.NONE:
+        return "n"
+    tok = "e" if p.bias is Bias.ELEMENTWISE else "alibi"
+    return tok if p.bias_rank == 0 else f"{tok}[{p.bias_rank}]"
+
+
+def _layout_printed(p: Problem) -> str:
+    i, o = p.input_layout.value, p.output_layout.value
+    return i if i == o else f"{i}-{o}"
+
+
+def parse_printed_mask(text: str) -> MaskSpec:
+    """CK's printed mask (``n``, ``t(l:r)``, ``b(l:r)``, ``g(y:x)``) as a MaskSpec."""
+    import re
+
+    if text == "n":
+        return MaskSpec()
+    m = re.fullmatch(r"([tbg])\((-?\d+):(-?\d+)\)", text)
+    if not m:
+        raise MaskError(f"mask: cannot read printed mask {text!r}")
+    a, b = int(m.group(2)), int(m.group(3))
+    if m.group(1) == "g":
+        return MaskSpec.generic(a, b)
+    return MaskSpec.window(a, b, bottom_right=m.group(1) == "b")
+
+
+def echo_mismatches(problem: Problem, out: TileOutput) -> list[str]:
+    """Fields where the binary's echo differs from the problem we asked for (empty = same problem)."""
+    p = problem
+    bad: list[str] = []
+    try:
+        ev = out.echo_values()
+    except TileOutputError as e:
+        return [str(e)]
+
+    def want(name: str, got, exp) -> None:
+        if got != exp:
+            bad.append(f"{name}: printed {got!r}, asked {exp!r}")
+
+    want("prec", out.prec, p.dtype.value)
+    want("mode", out.mode, "group" if p.mode is Mode.GROUP else "batch")
+    want("layout", out.layout, _layout_printed(p))
+    if "b" in ev:
+        want("b", ev["b"], p.batch)
+    if "h" in ev:
+        want("h", ev["h"], (p.nhead_q, p.nhead_k))
+    if "d" in ev:
+        want("d", ev["d"], (p.hdim_q, p.hdim_v))
+    if "s" in ev:
+        sq, sk, kpad = ev["s"]
+        want("s", (sq, sk), (p.seqlens_q_list[0], p.seqlens_k_list[0]))
+        if p.s_kpad is not None:
+            want("s_kpad", kpad, p.s_kpad[0])
+    key = "scale" if p.is_backward else "scale_s"
+    if key in ev and isinstance(ev[key], float):
+        if not math.isclose(ev[key], p.softmax_scale, rel_tol=1e-5, abs_tol=1e-9):
+            bad.append(f"{key}: printed {ev[key]!r}, asked {p.softmax_scale!r}")
+    if "bias" in ev:
+        want("bias", out.echo["bias"], _bias_printed(p))
+    if "p_drop" in ev:
+        if not math.isclose(float(ev["p_drop"]), p.p_drop, rel_tol=1e-6, abs_tol=1e-9):
+            bad.append(f"p_drop: printed {ev['p_drop']!r}, asked {p.p_drop!r}")
+    if "lse" in ev and not p.is_backward:
+        want("lse", bool(ev["lse"]), p.lse)
+    if "dbias" in ev:
+        want("dbias", bool(ev["dbias"]), p.dbias)
+    if "deterministic" in ev:
+        want("deterministic", bool(ev["deterministic"]), p.deterministic)
+    if "mask" in ev:
+        try:
+            m = parse_printed_mask(out.echo["mask"])
+            if m != p.mask:
+                bad.append(f"mask: printed {out.echo['mask']!r}, asked {p.mask.ck_printed()!r}")
+        except MaskError as e:
+            bad.append(str(e))
+    if "v" in ev:
+        want("v", out.echo["v"], "r" if p.vlayout.value in ("r", "row") else "c")
+    if "num_splits" in ev or p.num_splits > 1:
+        want("num_splits", ev.get("num_splits", 1), p.num_splits)
+    if "page_block_size" in ev or p.page_block_size:
+        want("page_block_size", ev.get("page_block_size", 0), p.page_block_size)
+    if "rotary_dim" in ev or p.rotary_dim:
+        rd = ev.get("rotary_dim", (0, None))
+        want("rotary_dim", rd[0], p.rotary_dim)
+    return bad
+
+
+# ------------------------------------------------------------------------------------------ verdict
+def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_example") -> SideResult:
+    """Decide the verdict from the exit status together with the parsed output (see the module doc)."""
+    text = raw.stdout + (("\n--- stderr ---\n" + raw.stderr) if raw.stderr.strip() else "")
+    fields = {"argv": raw.argv, "returncode": raw.returncode, "seconds": raw.seconds, **out.to_dict()}
+    err_words = " | ".join(line.strip() for line in (raw.stderr.strip().splitlines()[-3:] or []))
+
+    def res(verdict: Verdict, reason: str, notes: list[str] | None = None) -> SideResult:
+        return SideResult(side, verdict, reason, None, {}, fields, text, notes or [])
+
+    if raw.timed_out:
+        return res(Verdict.ERROR, f"timed out after {raw.seconds:.1f}s (process group killed)"
+                   + (f"; last output: {out.result_line}" if out.result_line else ""))
+    rc = raw.returncode
+    line = out.result_line or ""
+    if rc is not None and rc < 0:
+        return res(Verdict.ERROR, f"killed by signal {-rc}" + (f"; output: {line}" if line else ""))
+    notes: list[str] = []
+    jv = json_verification(out)
+    if jv is not None and out.valid is not None and jv != out.valid:
+        notes.append(f"JSON verification={out.json_result.get('verification')!r} disagrees with valid:"
+                     f"{'y' if out.valid else 'n'}")
+    if out.unparsed:
+        notes.append("unparsed fields: " + ", ".join(out.unparsed))
+    if rc == 255:
+        words = err_words or " | ".join(out.other_lines[-3:]) or "(no message)"
+        return res(Verdict.ERROR, f"exit 255 (argument error): {words}", notes)
+    if rc not in (0, 254):
+        return res(Verdict.ERROR, f"exit {rc} (not a tile_example status)" + (f"; {err_words}" if err_words else ""),
+                   notes)
+    if not out.has_result_line:
+        words = err_words or " | ".join(out.other_lines[-3:]) or "(no output)"
+        kind = "no result line (invalid arguments or an exception)" if rc == 254 else "no result line"
+        return res(Verdict.ERROR, f"exit {rc}, {kind}: {words}", notes)
+    if out.not_supported and out.valid is not None:
+        return res(Verdict.ERROR, f"exit {rc}: the line says both 'not supported yet' and valid: {line}", notes)
+    mism = echo_mismatches(problem, out)
+    if mism and not out.not_supported:
+        return res(Verdict.ERROR, "the binary ran a different problem: " + "; ".join(mism) + f" (line: {line})",
+                   notes)
+    if mism:
+        notes.append("echo differs: " + "; ".join(mism))
+    if out.not_supported:
+        if rc == 0:
+            notes.append("exit 0 with 'not supported yet'")
+        return res(Verdict.UNSUPPORTED, f"not supported yet ({line})", notes)
+    if rc == 0:
+        if out.valid is True:
+            if jv is False:
+                return res(Verdict.ERROR, f"valid:y but the JSON file says verification=fail: {line}", notes)
+            return res(Verdict.RAN_VALID, f"valid:y ({line})", notes)
+        if out.valid is False:
+            return res(Verdict.ERROR, f"exit 0 but valid:n: {line}", notes)
+        return res(Verdict.ERROR, f"exit 0 without a validation verdict: {line}", notes)
+    # rc == 254
+    if out.valid is False:
+        return res(Verdict.RAN_INVALID, f"valid:n ({line})" + (f"; stderr: {err_words}" if err_words else ""),
+                   notes)
+    if out.valid is True:
+        return res(Verdict.ERROR, f"exit 254 but valid:y: {line}", notes)
+    return res(Verdict.ERROR, f"exit 254 without valid:n or 'not supported yet' (invalid arguments or an "
+               f"exception): {line}" + (f"; stderr: {err_words}" if err_words else ""), notes)
+
+
+class TileExampleSide:
+    """``tile_example`` as a parity side: ``run(problem, seed) -> SideResult``.  ``seed`` is passed as CK's
+    ``-seed`` (inputs are CK's own; the binary validates against its own CPU reference)."""
+
+    def __init__(self, bin_dir: str | Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 extra_args: Sequence[str] = (), name: str = "tile_example") -> None:
+        self.bin_dir = bin_dir
+        self.timeout_s = timeout_s
+        self.extra_args = tuple(extra_args)
+        self.name = name
+
+    def run(self, problem: Problem, seed: int = 0) -> SideResult:
+        if problem.family is Family.BATCH_PREFILL:
+            return SideResult(self.name, Verdict.SKIPPED, "batch_prefill has no tile_example binary")
+        path, why = find_binary(problem.ck_binary, self.bin_dir)
+        if path is None:
+            return SideResult(self.name, Verdict.SKIPPED, why)
+        if not os.access(path, os.X_OK):
+            return SideResult(self.name, Verdict.ERROR, f"{path} is not executable")
+        try:
+            extra = list(self.extra_args) + ([f"-seed={seed}"] if seed else [])
+            with tempfile.TemporaryDirectory(prefix="ckfmha_tile_") as td:
+                jf = Path(td) / f"fmha_{problem.ck_binary}.json"
+                argv = [str(path)] + tile_example_args(problem, jf, extra)
+                raw = run_process(argv, self.timeout_s, cwd=td)
+                out = parse_stdout(raw.stdout, jf)
+        except ProblemError as e:
+            return SideResult(self.name, Verdict.SKIPPED, f"no tile_example command line: {e}")
+        except OSError as e:
+            return SideResult(self.name, Verdict.ERROR, f"cannot run {path}: {e}")
+        return interpret(problem, raw, out, self.name)

@@ -1,0 +1,48 @@
+"""torch as an upstream on a GPU: fwd and bwd across masks, GQA and dtypes, each torch backend against ckfmha's
+NumPy reference.  Skipped without torch or without a GPU ("no GPU"), as on CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckfmha.problem import Problem
+from ckfmha.upstream.result import Verdict
+from ckfmha.upstream.torch_express import BACKENDS, express
+from ckfmha.upstream.torch_sdpa import TorchSide, gpu_status
+
+_ok, _why = gpu_status()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=_why)]
+
+MASKS = ("0", "t", "b", "t:24,8", "b:16,0")
+CASES = [Problem(family=fam, dtype=dt, batch=2, nhead_q=4, nhead_k=hk, seqlen_q=sq, seqlen_k=sk, hdim_q=64,
+                 mask=m)
+         for fam in ("fwd", "bwd") for dt in ("fp16", "bf16") for hk in (4, 2) for m in MASKS
+         for sq, sk in ((128, 128), (96, 160))]
+EXTRA = [
+    Problem(batch=2, nhead_q=4, seqlen_q=128, hdim_q=64, bias="elementwise", lse=True),
+    Problem(batch=2, nhead_q=4, seqlen_q=128, hdim_q=64, bias="alibi", mask="b"),
+    Problem(batch=1, nhead_q=4, seqlen_q=128, hdim_q=64, logits_soft_cap=20.0),
+    Problem(batch=1, nhead_q=4, seqlen_q=128, hdim_q=64, sink=True, mask="t:32,0", lse=True),
+    Problem(mode="group", batch=3, nhead_q=4, nhead_k=2, seqlens_q=(17, 64, 5), seqlens_k=(33, 64, 80), hdim_q=64,
+            mask="b"),
+    Problem(family="bwd", dtype="fp32", batch=1, nhead_q=2, seqlen_q=64, seqlen_k=96, hdim_q=64,
+            bias="elementwise", dbias=True),
+]
+_SIDES = {b: TorchSide(b) for b in BACKENDS}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("p", CASES + EXTRA, ids=lambda p: str(p).replace(" ", "_"))
+def test_torch_backend_matches_reference(backend, p):
+    if not express(p, backend):
+        pytest.skip(express(p, backend).reason)
+    # Found on an H200 (torch 2.11): the bf16 GQA backward of efficient / cudnn / flex misses CK's bf16 tolerance
+    # against ckfmha's fp32 reference on a few elements (dK/dV reduced over the q-head group in bf16).
+    known = p.is_backward and p.dtype.value == "bf16" and p.nhead_k != p.nhead_q and backend != "math"
+    r = _SIDES[backend].run(p, seed=3)
+    if r.verdict is Verdict.SKIPPED:
+        pytest.skip(r.reason)
+    if known and r.verdict is Verdict.RAN_INVALID:
+        pytest.xfail("known: torch's bf16 GQA backward misses CK's bf16 tolerance on a few elements: " + r.reason)
+    assert r.verdict is Verdict.RAN_VALID, r.reason
+    assert set(r.checks) == set(express(p, backend).compare)
