@@ -12,6 +12,8 @@ from the arch data files (:mod:`ckfmha.archs`); what each receipt keeps comes fr
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -90,8 +92,26 @@ def _spec(arch: str) -> ArchSpec:
         raise EnumerationError(str(e)) from None
 
 
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Enumeration allocates hundreds of thousands of small immutable objects that form no reference cycles;
+    the cyclic collector would scan them again and again (a third of the run time), so it pauses meanwhile."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 @lru_cache(maxsize=512)
 def _enumerate_api_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[KernelConfig, ...]:
+    with _no_cyclic_gc():
+        return _enumerate_api(api, arch, receipt, mask_mode)
+
+
+def _enumerate_api(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[KernelConfig, ...]:
     spec = _spec(arch)
     if not spec.has_section(api):
         return ()
@@ -129,7 +149,9 @@ def ck_instance_names(api: Api | str, arch: str, receipt: int | str = 0,
 
 @lru_cache(maxsize=512)
 def _names_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[str, ...]:
-    return tuple(sorted({ck_instance_name(c) for c in _enumerate_api_cached(api, arch, receipt, mask_mode)}))
+    configs = _enumerate_api_cached(api, arch, receipt, mask_mode)
+    with _no_cyclic_gc():
+        return tuple(sorted({ck_instance_name(c) for c in configs}))
 
 
 def clear_caches() -> None:
