@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 
@@ -25,8 +24,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckfmha.backends.triton.launch import attention_launcher, combine_launcher
-from ckfmha.dispatcher import Dispatcher, StageRole
-from ckfmha.kernel import Family
+from ckfmha.dispatcher import Dispatcher
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
 
@@ -99,7 +97,6 @@ def prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
                     print(f"{dt} d{d:<3} s{s:<5} {'causal' if causal else 'full  '} ours {row['tflops']:6.1f} "
                           f"flash {row['flash_tflops']:6.1f} cudnn {row['cudnn_tflops']:6.1f} "
                           f"x{row['vs_flash']:.2f}/x{row['vs_cudnn']:.2f} err {err:.1e}", flush=True)
-                    del q, k, v, o, ref
     return rows
 
 

@@ -120,13 +120,6 @@ def load_arch_spec(arch: str) -> ArchSpec:
     if vendor not in ("amd", "nvidia"):
         raise ArchSpecError(f"{path}: vendor: expected 'amd' or 'nvidia', found {vendor!r}")
     sections = dict(doc.get("apis") or {})
-    # Development layout: per-api parts under data/archs/_parts/<arch>/<api>.yaml are merged in.
-    parts_dir = data_dir() / "archs" / "_parts" / arch
-    if parts_dir.is_dir():
-        for part in sorted(parts_dir.glob("*.yaml")):
-            if part.stem in sections:
-                raise ArchSpecError(f"{part}: api {part.stem!r} is defined both here and in {path}")
-            sections[part.stem] = load_yaml(part)
     for key in sections:
         try:
             Api(key)

@@ -50,7 +50,6 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ckfmha.kernel import (
-    Bias,
     Dropout,
     DType,
     Family,

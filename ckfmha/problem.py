@@ -225,9 +225,6 @@ class Problem:
             if sum(self.seqlens_q) < 1:
                 raise _err("seqlens_q", self.seqlens_q, "must contain at least one query")
             if self.s_kpad is not None:
-                if is_bwd:
-                    raise _err("s_kpad", self.s_kpad, "is not defined for the backward (tile_example_fmha_bwd has "
-                               "no -s_kpad)")
                 if len(self.s_kpad) != self.batch:
                     raise _err("s_kpad", self.s_kpad, f"has {len(self.s_kpad)} entries, batch={self.batch}")
                 for i, (p, k) in enumerate(zip(self.s_kpad, self.seqlens_k)):
@@ -446,6 +443,9 @@ class Problem:
             add("s", ",".join(map(str, self.seqlens_q)))
             add("s_k", ",".join(map(str, self.seqlens_k)))
             if self.s_kpad is not None:
+                if self.is_backward:
+                    raise ProblemError(f"s_kpad: {self.s_kpad!r} cannot be given to tile_example_fmha_bwd, which has no "
+                                       "-s_kpad argument")
                 add("s_kpad", ",".join(map(str, self.s_kpad)))
         else:
             add("s", self.seqlen_q)

@@ -252,11 +252,11 @@ def test_error_unknown_dtype():
     assert "dtypes.fp6" in msg and "fp16" in msg
 
 
-def test_error_location_names_the_part_file():
+def test_error_location_names_the_file_holding_the_section():
     spec = load_arch_spec("gfx90a")  # inherits gfx942's section
     where = fwd._where(EnumContext(Api(API), "gfx90a", spec, 0, MaskMode.SIMPLIFIED))
     loc = where("dtypes.fp16.tiles")
-    assert loc.endswith("_parts/gfx942/fwd.yaml (dtypes.fp16.tiles)")
+    assert loc.endswith("archs/gfx942.yaml (apis.fwd.dtypes.fp16.tiles)")
 
 
 @pytest.mark.parametrize("receipt", (0, 2, 888))

@@ -148,10 +148,10 @@ def test_error_bad_constraint():
     assert "fwd_splitkv.constraints[0]" in msg and "unknown field 'nonsense'" in msg
 
 
-def test_error_names_part_file():
-    # errors in a real data file name that file (the per-api part file holds the section itself)
+def test_error_names_the_file_holding_the_section():
+    # errors in a real data file name that file and the section's key path in it
     from ckfmha.enumeration._fwdlike import section_source
 
     ctx = EnumContext(Api(API), "gfx950", load_arch_spec("gfx950"), 0, MaskMode.SIMPLIFIED)
     path, prefix = section_source(ctx)  # gfx950 inherits gfx942's section
-    assert path.endswith("_parts/gfx942/fwd_splitkv.yaml") and prefix == ""
+    assert path.endswith("archs/gfx942.yaml") and prefix == "apis.fwd_splitkv"

@@ -59,6 +59,7 @@ def test_group_equals_batch_one_by_one(sqs, sks, m, bias, seed):
     sks = sks[:b]
     if sum(sqs) == 0:
         sqs = [1] + sqs[1:]
+    assume(not (bias == "alibi" and str(m).startswith("g")))  # CK defines no ALiBi with a generic mask
     kw = dict(nhead_q=2, hdim_q=4, mask=m, bias=bias, dtype="fp32", p_drop=0.25, drop_seed=seed)
     g = Problem(mode="group", batch=b, seqlens_q=tuple(sqs), seqlens_k=tuple(sks), **kw)
     x = make_inputs(g, seed)

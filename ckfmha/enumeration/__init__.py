@@ -67,8 +67,11 @@ class EnumContext:
         return (MaskImpl.NONE, MaskImpl.CAUSAL, MaskImpl.GENERIC)
 
     def where(self, key_path: str) -> str:
-        """A location string for error messages: file and key path."""
-        return f"{self.spec.path} (apis.{self.api.value}.{key_path})"
+        """A location for error messages: the file that really holds the section (following ``inherit``) and
+        the key path in it."""
+        owner = self.spec.section_owner(self.api)
+        path = self.spec.path if owner == self.spec.name else load_arch_spec(owner).path
+        return f"{path} (apis.{self.api.value}{'.' + key_path if key_path else ''})"
 
 
 def _api(value: Api | str) -> Api:

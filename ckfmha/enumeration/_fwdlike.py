@@ -49,7 +49,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ckfmha.archs import ArchSpecError, data_dir, load_arch_spec
+from ckfmha.archs import ArchSpecError, load_arch_spec
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     ALGORITHM_FIELDS,
@@ -320,23 +320,9 @@ def parse_section(section: Any, families: tuple[Family, ...], source: str, prefi
 # ------------------------------------------------------------------------------------------------ context
 def section_source(ctx: Any) -> tuple[str, str]:
     """(file, key path of the section in it) where ``ctx``'s api section really lives (following ``inherit``)."""
-    spec = ctx.spec
-    api = ctx.api.value
-    arch = spec.name
-    sec = spec.sections.get(api)
-    seen = {arch}
-    while isinstance(sec, dict) and set(sec) == {"inherit"} and sec["inherit"] not in seen:
-        arch = str(sec["inherit"])
-        seen.add(arch)
-        try:
-            sec = load_arch_spec(arch).sections.get(api)
-        except ArchSpecError:
-            break
-    part = data_dir() / "archs" / "_parts" / arch / f"{api}.yaml"
-    if part.is_file():
-        return str(part), ""
-    path = spec.path if arch == spec.name else data_dir() / "archs" / f"{arch}.yaml"
-    return str(path), f"apis.{api}"
+    owner = ctx.spec.section_owner(ctx.api)
+    path = ctx.spec.path if owner == ctx.spec.name else load_arch_spec(owner).path
+    return str(path), f"apis.{ctx.api.value}"
 
 
 _PARSED: dict[int, tuple[Any, tuple[FamilyBlock, ...]]] = {}

@@ -72,7 +72,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ckfmha.archs import ArchSpecError, data_dir, known_archs, load_arch_spec
+from ckfmha.archs import ArchSpecError
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     ALGORITHM_FIELDS,
@@ -457,20 +457,8 @@ _CACHE_LIMIT = 32
 
 
 def _where(ctx) -> Callable[[str], str]:
-    """Error locations: the part file the section really comes from (following ``inherit``) and the key path
-    in it; ``ctx.where`` when the section has no part file (e.g. one written into the arch file itself)."""
-    arch, sec, seen = ctx.spec.name, ctx.spec.sections.get(ctx.api.value), set()
-    while isinstance(sec, dict) and set(sec) == {"inherit"} and sec["inherit"] not in seen:
-        seen.add(arch)
-        arch = str(sec["inherit"])
-        try:
-            sec = load_arch_spec(arch).sections.get(ctx.api.value)
-        except ArchSpecError:
-            break
-    part = data_dir() / "archs" / "_parts" / arch / f"{ctx.api.value}.yaml"
-    if part.is_file() and arch in known_archs():
-        return lambda key_path: f"{part} ({key_path or 'top level'})"
-    return lambda key_path: ctx.where(key_path) if key_path else f"{ctx.spec.path} (apis.{ctx.api.value})"
+    """Error locations: the arch file the section really comes from (following ``inherit``) and the key path."""
+    return ctx.where
 
 
 def _section(ctx) -> _Section | None:

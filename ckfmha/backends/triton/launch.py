@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
+from ckfmha.kernel import Bias, DType, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
 from ckfmha.backends.triton import kernels
@@ -185,8 +185,6 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
     else:
         skb, skh, skn = seq_strides(k, p.input_layout)
         svb, svh, svn = seq_strides(v, p.input_layout)
-    nb = 1 if group else p.batch
-    rows = p.total_q if group else p.seqlen_q
     if split:
         o = t["o_acc"]
         lse = t["lse_acc"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode
+from ckfmha.kernel import Bias, Family, KernelConfig, MaskImpl, Mode
 
 
 def synthetic_problem(c: KernelConfig):
@@ -55,10 +55,7 @@ def compile_config(c: KernelConfig) -> dict[str, Any]:
             Family.FWD_SPLITKV_COMBINE: StageRole.COMBINE, Family.FWD_PAGEDKV: StageRole.PAGEDKV}[c.signature.family]
     t0 = time.perf_counter()
     if role is StageRole.COMBINE:
-        # the combine reads the split stage's partials: produce them with any split config is not needed —
-        # fabricate them directly
-        import numpy as np
-
+        # the combine reads the split stage's partials: fabricate them directly
         nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
         tensors["_device"] = {}
         import torch
