@@ -316,9 +316,9 @@ def detect_arch() -> str | None:
         if not torch.cuda.is_available():
             return None
         props = torch.cuda.get_device_properties(0)
-        gcn = getattr(props, "gcnArchName", None)
-        if gcn:
-            return str(gcn).split(":")[0]
+        gcn = str(getattr(props, "gcnArchName", "") or "")
+        if getattr(torch.version, "hip", None) and gcn.startswith("gfx"):  # CUDA builds report a non-gfx name
+            return gcn.split(":")[0]
         major, minor = torch.cuda.get_device_capability(0)
         return f"sm{major}{minor}"
     except Exception:  # noqa: BLE001 - detection is best effort

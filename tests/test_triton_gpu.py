@@ -31,8 +31,8 @@ def dispatcher() -> Dispatcher:
     return _REG["d"]
 
 
-def run_plan(p: Problem, seed: int = 0, return_randval: bool = False):
-    inputs = make_inputs(p, seed)
+def run_plan(p: Problem, seed: int = 0, fp8_format: str = "ocp"):
+    inputs = make_inputs(p, seed, fp8_format=fp8_format)
     ref = reference(p, inputs)
     plan = dispatcher().select(p)
     tensors = dict(inputs)
@@ -166,3 +166,17 @@ def test_pagedkv(layout: str) -> None:
                 hdim_q=128, page_block_size=128, mask="b", input_layout=layout, output_layout=layout)
     _, out, ref, _ = run_plan(p)
     assert_valid(p, out, ref)
+
+
+def test_fp8_fnuz_inputs_widened_exactly() -> None:
+    # AMD's e4m3fnuz inputs (what CK arch spaces use) have no NVIDIA type: the backend widens them to bf16
+    p = Problem(dtype="fp8bf16", qscale="pertensor", batch=1, nhead_q=2, seqlen_q=128, seqlen_k=256, hdim_q=128)
+    _, out, ref, _ = run_plan(p, fp8_format="fnuz")
+    assert_valid(p, out, ref)
+
+
+def test_splitkv_with_cache_batch_idx() -> None:
+    p = Problem(family="fwd_splitkv", dtype="bf16", batch=3, nhead_q=4, nhead_k=2, seqlen_q=1, seqlen_k=300,
+                hdim_q=128, num_splits=2, cache_batch_idx=True, lse=True)
+    _, out, ref, _ = run_plan(p)
+    assert_valid(p, out, ref, ("o", "lse"))

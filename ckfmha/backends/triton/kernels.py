@@ -150,7 +150,7 @@ def _attn_block(
 @triton.jit
 def attn_fwd_kernel(
     Q, K, V, O, LSE, BIAS, ALIBI, SINK, RANDVAL, BLOCK_TABLE, SEQSTART_Q, SEQSTART_K, SEQLENS_K,
-    QDESC, KDESC, VDESC, K_TMA, V_TMA,
+    QDESC, KDESC, VDESC, K_TMA, V_TMA, CACHE_BATCH_IDX,
     stride_qb, stride_qh, stride_qm,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
@@ -173,7 +173,7 @@ def attn_fwd_kernel(
     HAS_SEQLENS_K: tl.constexpr, QSCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
     ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr, NUM_STAGES: tl.constexpr,
     PACK_GQA: tl.constexpr, REVERSE_M: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr,
-    TMA_EDGES: tl.constexpr,
+    TMA_EDGES: tl.constexpr, HAS_CBI: tl.constexpr,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -296,8 +296,11 @@ def attn_fwd_kernel(
         v_row_base = hk.to(tl.int64) * stride_vh
         bt_row = b.to(tl.int64) * stride_btb
     else:
-        k_row_base = bq.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
-        v_row_base = bq.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
+        bk = bq
+        if HAS_CBI:  # KV-cache rows of this batch entry come from cache row cache_batch_idx[b]
+            bk = tl.load(CACHE_BATCH_IDX + b)
+        k_row_base = bk.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_kn
+        v_row_base = bk.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vn
         bt_row = 0
     bias_base = bq.to(tl.int64) * stride_bb + h.to(tl.int64) * stride_bh + q_start.to(tl.int64) * stride_bm
     alibi_slope = 0.0

@@ -93,7 +93,10 @@ def to_torch(a: np.ndarray, device: str | None = None) -> torch.Tensor:
     if name == "float8_e4m3fn":
         return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).to(device).view(torch.float8_e4m3fn)
     if name == "float8_e4m3fnuz":
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).to(device).view(torch.float8_e4m3fnuz)
+        # AMD's fp8 (bias 8) has no NVIDIA type: widen to bf16 (exact), which the kernels load like fp8
+        import ml_dtypes
+
+        return to_torch(np.ascontiguousarray(a).astype(ml_dtypes.bfloat16), device)
     return torch.from_numpy(np.ascontiguousarray(a)).to(device)
 
 
@@ -171,8 +174,6 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
     dev = t["q"].device
     group = p.mode is Mode.GROUP
     paged = "k_cache" in t
-    if "cache_batch_idx" in t:
-        raise PreconditionError("cache_batch_idx is not supported by the triton backend")
     q = t["q"]
     k = t["k_cache"] if paged else t["k"]
     v = t["v_cache"] if paged else t["v"]
@@ -269,7 +270,7 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
         tma = c.algorithm.pipeline in (Pipeline.TRITON, Pipeline.QR_ASYNC_TRLOAD, Pipeline.QR_ASYNC_TRLOAD_V3)
     if tma_edges is None:  # masked edge blocks: plain loads measured as fast or faster under a mask
         tma_edges = s.mask is MaskImpl.NONE
-    use_tma = (tma and not paged and not group and p.input_layout is Layout.BHSD and k.is_contiguous()
+    use_tma = (tma and not paged and not group and "cache_batch_idx" not in t and p.input_layout is Layout.BHSD and k.is_contiguous()
                and v.is_contiguous() and p.hdim_q == ls.block_dq and p.hdim_v == ls.block_dv
                and s.dtype in (DType.FP16, DType.BF16))
     if use_tma:
@@ -277,7 +278,9 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
 
         k_tma = TensorDescriptor.from_tensor(k.view(-1, p.hdim_q), [ls.block_n, ls.block_dq])
         v_tma = TensorDescriptor.from_tensor(v.view(-1, p.hdim_v), [ls.block_n, ls.block_dv])
-    args = args[:16] + (k_tma, v_tma) + args[16:]
+    cbi = t.get("cache_batch_idx")
+    args = args[:16] + (k_tma, v_tma, cbi if cbi is not None else dummy) + args[16:]
+    meta["HAS_CBI"] = cbi is not None
     meta["USE_TMA"] = use_tma
     meta["TMA_EDGES"] = tma_edges
     kern = kernels.attn_fwd_kernel
