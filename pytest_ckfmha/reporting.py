@@ -202,8 +202,24 @@ def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path]) -> N
     for fam, s in summ.items():
         if s["worst_id"] and s["failed"]:
             tr.write_line(f"  worst {fam}: {s['worst_id']}")
+    cold = build_times(rows)
+    if cold:
+        times = sorted(cold.values())
+        slow_id, slow = max(cold.items(), key=lambda kv: kv[1])
+        tr.write_line(f"cold builds: {len(times)} kernel(s), median {times[len(times) // 2]:.3g} s, "
+                      f"total {sum(times):.3g} s, slowest {slow:.3g} s ({slow_id})")
     for p in written:
         tr.write_line(f"ckfmha report: {p}")
+
+
+def build_times(rows: list[dict]) -> dict[str, float]:
+    """Kernel id -> cold build seconds (builds that did not come from the cache)."""
+    out: dict[str, float] = {}
+    for r in rows:
+        b = r.get("build_s")
+        if r.get("kernel_id") and isinstance(b, (int, float)) and not isinstance(b, bool) and r.get("build_cached") is False:
+            out[r["kernel_id"]] = max(out.get(r["kernel_id"], 0.0), float(b))
+    return out
 
 
 def meta_for(settings, rows: list[dict], collect_seconds) -> dict:

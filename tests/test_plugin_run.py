@@ -21,6 +21,7 @@ def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_pa
     res.assert_outcomes(passed=6, skipped=2)  # 2 qs kernel items: the backend cannot realize them
     out = res.stdout.str()
     assert "ckfmha summary" in out and "fwd" in out and "worst abs err" in out and "best TFLOPS" in out
+    assert "cold builds: " in out and "median 0.25 s" in out
     from pytest_ckfmha.reporting import REPORT_SCHEMA, ROW_FIELDS
 
     doc = json.loads((pytester.path / "r.json").read_text())
