@@ -283,6 +283,30 @@ class KernelAlgorithm:
     num_stages: int = 0
 
 
+def _install_fast_init(cls: type) -> None:
+    """Replace a frozen slots dataclass's generated ``__init__`` by one that stores through the slot descriptors
+    directly: the same signature and defaults, about twice as fast (enumeration builds ~10^5 of these)."""
+    fields = dataclasses.fields(cls)
+    ns: dict[str, Any] = {}
+    params, body = [], []
+    for i, f in enumerate(fields):
+        ns[f"_s{i}"] = cls.__dict__[f.name].__set__
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            ns[f"_d{i}"] = f.default
+            params.append(f"{f.name}=_d{i}")
+        body.append(f"    _s{i}(self, {f.name})")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n", ns)  # noqa: S102 - our own code
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[misc]
+
+
+_install_fast_init(KernelSignature)
+_install_fast_init(KernelAlgorithm)
+
 SIGNATURE_FIELDS = tuple(f.name for f in dataclasses.fields(KernelSignature))
 ALGORITHM_FIELDS = tuple(f.name for f in dataclasses.fields(KernelAlgorithm))
 _SIGNATURE_FIELD_SET = frozenset(SIGNATURE_FIELDS)

@@ -128,6 +128,12 @@ def _fwd_pad(c: KernelConfig) -> str:
 _SIG_PARTS: dict[int, tuple[object, tuple[str, ...]]] = {}
 
 
+# Pieces shared by many signatures, keyed by the ids of their (singleton) enum members and plain values:
+# cheap to hash, unlike enum members, whose __hash__ runs Python code.
+_HEADS: dict[tuple, str] = {}
+_FEATS: dict[tuple, tuple[str, ...]] = {}
+
+
 def _sig_parts(s) -> tuple[str, ...]:
     # Hot path of the enumeration benchmark: str-valued enum members concatenate as their raw strings with ``+``
     # (much faster than ``.value`` or f-string formatting of enum members).
@@ -135,29 +141,41 @@ def _sig_parts(s) -> tuple[str, ...]:
     if hit is not None and hit[0] is s:
         return hit[1]
     f = s.family
-    head = "d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode
+    hkey = (id(f), s.hdim_q, id(s.dtype), id(s.mode), id(s.vlayout), id(s.arch_tag), s.page_size,
+            id(s.kv_memory_layout), id(s.kv_lookup_table))
+    head = _HEADS.get(hkey)
+    if head is None:
+        head = _HEADS[hkey] = "d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode
+    fkey = (hkey, s.logits_soft_cap, id(s.bias), id(s.mask), s.lse, id(s.dropout), s.skip_min_seqlen_q,
+            id(s.qscale), s.sink, s.dbias, s.deterministic)
+    parts = _FEATS.get(fkey)
+    if parts is None:
+        parts = _FEATS[fkey] = _build_sig_parts(s, head)
+    if len(_SIG_PARTS) >= _ALG_TOKENS_MAX:
+        _SIG_PARTS.clear()
+    _SIG_PARTS[id(s)] = (s, parts)
+    return parts
+
+
+def _build_sig_parts(s, head: str) -> tuple[str, ...]:
+    f = s.family
     vl = _VLAYOUT_TOKEN[s.vlayout]
     arch = "" if s.arch_tag is ArchTag.NONE else "_" + s.arch_tag
     common = (("logits_" if s.logits_soft_cap else "nlogits_") + _BIAS_TOKEN[s.bias] + "_" + _MASK_TOKEN[s.mask]
               + ("_lse_" if s.lse else "_nlse_") + _FWD_DROPOUT_TOKEN.get(s.dropout, "?") + "_")
     if f is Family.FWD:
         feats = common + ("skip_" if s.skip_min_seqlen_q else "nskip_") + _QSCALE_TOKEN[s.qscale]
-        parts = ("fmha_fwd_" + head + "_", "_" + vl + "_", "_" + feats + "_",
-                 ("_sink" if s.sink else "_nsink") + arch + ".cpp")
-    elif f is Family.BATCH_PREFILL:
+        return ("fmha_fwd_" + head + "_", "_" + vl + "_", "_" + feats + "_",
+                ("_sink" if s.sink else "_nsink") + arch + ".cpp")
+    if f is Family.BATCH_PREFILL:
         feats = (common + _QSCALE_TOKEN[s.qscale] + ("_sink_" if s.sink else "_nsink_") + s.kv_memory_layout + "_"
                  + s.kv_lookup_table)
-        parts = ("fmha_batch_prefill_" + head + "_ps" + str(s.page_size) + "_", "_" + vl + "_",
-                 "_" + feats + ".cpp")
-    else:  # BWD_DQ_DK_DV
-        parts = ("fmha_bwd_" + head + "_b",
-                 "_" + _BIAS_TOKEN[s.bias] + ("_dbias_" if s.dbias else "_ndbias_") + _MASK_TOKEN[s.mask] + "_"
-                 + _BWD_DROPOUT_TOKEN[s.dropout] + ("_deterministic_" if s.deterministic else "_ndeterministic_"),
-                 arch + ".cpp")
-    if len(_SIG_PARTS) >= _ALG_TOKENS_MAX:
-        _SIG_PARTS.clear()
-    _SIG_PARTS[id(s)] = (s, parts)
-    return parts
+        return ("fmha_batch_prefill_" + head + "_ps" + str(s.page_size) + "_", "_" + vl + "_", "_" + feats + ".cpp")
+    # BWD_DQ_DK_DV
+    return ("fmha_bwd_" + head + "_b",
+            "_" + _BIAS_TOKEN[s.bias] + ("_dbias_" if s.dbias else "_ndbias_") + _MASK_TOKEN[s.mask] + "_"
+            + _BWD_DROPOUT_TOKEN[s.dropout] + ("_deterministic_" if s.deterministic else "_ndeterministic_"),
+            arch + ".cpp")
 
 
 _BWD_ALG: dict[int, tuple[object, str]] = {}
