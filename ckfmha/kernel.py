@@ -24,7 +24,13 @@ from typing import Any, Iterator
 
 
 class _Token(str, Enum):
-    """A str-valued enum whose str() is its token."""
+    """A str-valued enum whose str() is its token.
+
+    Members hash like their token (``str.__hash__``, in C): consistent with their ``str`` equality (Enum's own
+    ``__hash__`` hashes the *name*, so ``{'fp16': 1}[DType.FP16]`` would miss), and fast in the dict lookups of
+    the enumeration hot paths."""
+
+    __hash__ = str.__hash__
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
