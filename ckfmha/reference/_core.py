@@ -180,7 +180,9 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
         o[:, r0:r1] = oc
         if backward is not None:
             doc = do_all[:, r0:r1]
-            dd = np.sum(doc * oc, axis=-1)  # D = rowsum(dO * O)
+            # D = rowsum(dO * O), with O as the backward receives it: stored in the output dtype
+            o_for_d = oc if backward.get("o_dtype") is None else oc.astype(backward["o_dtype"]).astype(accum)
+            dd = np.sum(doc * o_for_d, axis=-1)
             d_out[:, r0:r1] = dd
             dp = np.matmul(doc.reshape(hk, g, r1 - r0, dv), vv4.transpose(0, 1, 3, 2)).reshape(hq, r1 - r0, nk)
             if keep is not None:
@@ -192,6 +194,10 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
                 ds_x = ds * (1 - t * t)
             else:
                 ds_x = ds
+            lp = backward.get("lp_dtype")
+            if lp is not None:  # CK's reference: P and dS enter the gradient GEMMs in the input precision
+                ds_x = ds_x.astype(lp).astype(accum)
+                pd = pd.astype(lp).astype(accum)
             ds4 = ds_x.reshape(hk, g, r1 - r0, nk)
             dq_out[:, r0:r1] = np.matmul(ds4, kk[:, None]).reshape(hq, r1 - r0, dq) * scale
             dk_acc += np.matmul(ds4.transpose(0, 1, 3, 2), qc) * scale

@@ -1,7 +1,9 @@
 """Backward reference (``bwd_dq_dk_dv`` = the whole backward: dot_do_o, dq_dk_dv, convert_dq).
 
 With ``P`` the softmax probabilities, ``Z`` the dropout keep mask and ``pk = 1 - p_drop``:
-``O = (P * Z / pk) V``; ``D = rowsum(dO * O)`` (the dot_do_o term); ``dP = (dO V^T) * Z / pk``;
+``O = (P * Z / pk) V``; ``D = rowsum(dO * O)`` (the dot_do_o term; O rounded to the output dtype first, as
+the backward reads the stored forward output; P and dS are rounded to the input dtype before the gradient GEMMs,
+as in CK's reference); ``dP = (dO V^T) * Z / pk``;
 ``dS = P * (dP - D)``; ``dQ = scale * dS K``; ``dK = scale * dS^T Q`` and ``dV = (P * Z / pk)^T dO``, both summed
 over the q-heads that share a K/V head (GQA/MQA); ``dBias = dS`` summed over the bias's broadcast axes.
 ``deterministic`` changes only the kernel's reduction order, not the reference.
@@ -14,13 +16,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha.inputs import lse_shape
+from ckfmha.inputs import lse_shape, output_dtype, storage_dtype
 from ckfmha.kernel import Mode
 from ckfmha.problem import Problem
 from ckfmha.reference._core import attend, from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
 
 
 def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
+    # The dot_do_o term reads O as the forward stored it (output dtype), as CK's backward does; with float64
+    # accumulation (the finite-difference checks) O stays exact.
+    o_dtype = None if np.dtype(accum) == np.float64 else output_dtype(p.dtype)
+    # Likewise P and dS enter the gradient GEMMs in the input precision (CK's reference keeps a low-precision
+    # copy of each), except in float64 checks and for fp32.
+    lp_dtype = None if np.dtype(accum) == np.float64 or p.dtype.value == "fp32" else storage_dtype(p.dtype)
     q_hsd = to_hsd(inputs["q"], p.input_layout)
     k_hsd = to_hsd(inputs["k"], p.input_layout)
     v_hsd = to_hsd(inputs["v"], p.input_layout)
@@ -39,7 +47,7 @@ def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
         dob = seq_slice(p, do_hsd, b, "q").astype(accum)
         sq, sk = qb.shape[1], kb.shape[1]
         ex = sequence_extras(p, inputs, b, sq, sk, accum)
-        bw = {"do": dob, "want_ds": p.dbias}
+        bw = {"do": dob, "want_ds": p.dbias, "o_dtype": o_dtype, "lp_dtype": lp_dtype}
         ob, lb, _ = attend(p, qb, kb, vb, ex, accum, backward=bw)
         bi = 0 if p.mode is Mode.GROUP else b
         rows = q_rows(p, b)
