@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import stat
 import sys
 from pathlib import Path
