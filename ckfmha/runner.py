@@ -96,24 +96,18 @@ def _forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, n
     return ref["o"].astype(storage_dtype(problem.dtype)), ref["lse"].astype(np.float32)
 
 
-def _is_float(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" or a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8")
-
-
-def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gfx942",
-        registry: Registry | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
-        timing: bool = False) -> RunResult:
-    """Select, build and run the plan for ``problem`` on ``backend``; see the module doc."""
-    disp = dispatcher_for(backend, arch, registry, receipt, mask_mode)
-    be = disp.backend
-    plan = disp.select(problem)
-    tensors: dict[str, Any] = dict(inputs)
+def prepare_tensors(problem: Problem, plan: Plan, inputs: dict,
+                    forward: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The tensors a plan runs on: the inputs (copies of those a stage updates in place: append-KV's caches and
+    rotated q), the backward's forward outputs (``forward`` = (o, lse), stored in the input precision) and every
+    output allocated and poisoned with NaN. Returns (tensors, names the plan writes)."""
     p = problem
-    if p.is_backward and ("o" not in tensors or "lse" not in tensors):
-        tensors["o"], tensors["lse"] = _forward_for_backward(p, inputs)
+    tensors: dict[str, Any] = dict(inputs)
+    if forward is not None:
+        tensors["o"] = np.asarray(forward[0]).astype(storage_dtype(p.dtype))
+        tensors["lse"] = np.asarray(forward[1]).astype(np.float32)
     in_place: list[str] = []
     if p.family is Family.FWD_APPENDKV:
-        # the appendkv kernel updates the caches and rotates q in place: work on copies
         for name in ("q", "k", "v", "k_cache", "v_cache"):
             if name in tensors:
                 tensors[name] = np.array(tensors[name], copy=True)
@@ -126,6 +120,26 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
         elif name == "dbias":
             shape, dtype = tensors["bias"].shape, tensors["bias"].dtype
         tensors[name] = np.full(shape, np.nan, dtype=dtype)
+    return tensors, list(specs) + in_place
+
+
+def _is_float(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" or a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8")
+
+
+def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gfx942",
+        registry: Registry | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
+        timing: bool = False) -> RunResult:
+    """Select, build and run the plan for ``problem`` on ``backend``; see the module doc."""
+    disp = dispatcher_for(backend, arch, registry, receipt, mask_mode)
+    be = disp.backend
+    plan = disp.select(problem)
+    p = problem
+    forward = None
+    if p.is_backward and ("o" not in inputs or "lse" not in inputs):
+        forward = _forward_for_backward(p, inputs)
+    tensors, written = prepare_tensors(p, plan, inputs, forward)
+    specs = output_specs(p, plan)
     stage_ms: list[float | None] = []
     t_all = 0.0
     for st in plan.stages:
@@ -134,7 +148,7 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
         res = be.run_stage(kernel, st, p, tensors, timing=timing)
         t_all += (time.perf_counter() - t0) * 1e3
         stage_ms.append(res.device_ms)
-    outputs = {n: tensors[n] for n in list(specs) + in_place}
+    outputs = {n: tensors[n] for n in written}
     inputs_finite = all(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
                         for a in inputs.values() if isinstance(a, np.ndarray) and _is_float(a))
     if inputs_finite:

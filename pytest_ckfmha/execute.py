@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+
 
 import numpy as np
 
@@ -140,30 +140,11 @@ def _f64(a) -> np.ndarray:
 
 
 def prepare_tensors(problem, plan, inputs: dict, ref: dict) -> tuple[dict, list[str]]:
-    from ckfmha.inputs import storage_dtype
-    from ckfmha.kernel import Family
-    from ckfmha.runner import output_specs
+    """ckfmha.runner's tensor set-up; the backward reads the forward outputs of the cached reference."""
+    from ckfmha.runner import prepare_tensors as _prepare
 
-    p = problem
-    tensors: dict[str, Any] = dict(inputs)
-    if p.is_backward:
-        tensors["o"] = np.asarray(ref["o"]).astype(storage_dtype(p.dtype))
-        tensors["lse"] = np.asarray(ref["lse"]).astype(np.float32)
-    in_place = []
-    if p.family is Family.FWD_APPENDKV:
-        for name in ("q", "k", "v", "k_cache", "v_cache"):
-            if name in tensors:
-                tensors[name] = np.array(tensors[name], copy=True)
-                in_place.append(name)
-    specs = output_specs(p, plan)
-    sdt = storage_dtype(p.dtype)
-    for name, (shape, dtype) in specs.items():
-        if name in ("dq", "dk", "dv"):
-            shape, dtype = tensors[{"dq": "q", "dk": "k", "dv": "v"}[name]].shape, sdt
-        elif name == "dbias":
-            shape, dtype = tensors["bias"].shape, tensors["bias"].dtype
-        tensors[name] = np.full(shape, np.nan, dtype=dtype)
-    return tensors, list(specs) + in_place
+    forward = (ref["o"], ref["lse"]) if problem.is_backward else None
+    return _prepare(problem, plan, inputs, forward)
 
 
 def _crash(what: str, e: BaseException) -> ItemFailure:

@@ -68,8 +68,8 @@ def reference_appendkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
             pos = cache[b] + np.arange(p.seqlen_knew)
             if p.rotary_dim:
                 knb = apply_rope(knb, inputs["rotary_cos"], inputs["rotary_sin"], pos, p.rope, p.rotary_dim).astype(sdt)
-            _write(p, inputs, kc, knb, b, pos, paged)
-            _write(p, inputs, vc, vn[b], b, pos, paged)
+            write_cache(p, inputs, kc, knb, b, pos, paged)
+            write_cache(p, inputs, vc, vn[b], b, pos, paged)
     inp[kname], inp[vname] = kc, vc
     inp["q"] = from_hsd(q_hsd, p.input_layout)
     k_src, v_src = kv_sources(p, inp)
@@ -78,7 +78,7 @@ def reference_appendkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
     return out
 
 
-def _write(p: Problem, inputs: dict, cache: np.ndarray, new_hsd: np.ndarray, b: int, pos: np.ndarray,
+def write_cache(p: Problem, inputs: dict, cache: np.ndarray, new_hsd: np.ndarray, b: int, pos: np.ndarray,
            paged: bool) -> None:
     """Write (hk, n, d) values at key positions ``pos`` of batch ``b``'s cache, in place."""
     if paged:

@@ -34,9 +34,9 @@ from ckfmha.backends.base import BackendError
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
 from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, Mode
-from ckfmha.problem import Layout, Problem
+
 from ckfmha.reference._core import from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
-from ckfmha.reference.appendkv import apply_rope
+from ckfmha.reference.appendkv import apply_rope, write_cache
 from ckfmha.reference.forward import sequences
 from ckfmha.reference.pagedkv import kv_sources, page_list
 
@@ -136,25 +136,6 @@ def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict)
     return written
 
 
-def _write_cache(p: Problem, tensors: dict, cache: np.ndarray, new_hsd: np.ndarray, b: int, pos: np.ndarray,
-                 paged: bool) -> None:
-    """Write (hk, n, d) values at key positions ``pos`` of batch ``b``'s cache, in place."""
-    if paged:
-        page = p.page_block_size
-        pages = page_list(p, tensors, b, p.seqlen_k)
-        blk, off = pages[pos // page], pos % page
-        if p.input_layout is Layout.BHSD:  # (n, hk, page, d)
-            cache[blk, :, off] = new_hsd.transpose(1, 0, 2)
-        else:  # (n, page, hk, d)
-            cache[blk, off] = new_hsd.transpose(1, 0, 2)
-        return
-    row = int(tensors["cache_batch_idx"][b]) if "cache_batch_idx" in tensors else b
-    if p.input_layout is Layout.BHSD:
-        cache[row, :, pos] = new_hsd.transpose(1, 0, 2)
-    else:
-        cache[row, pos] = new_hsd.transpose(1, 0, 2)
-
-
 def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
     q = _need(tensors, "q", "appendkv")
     sdt = q.dtype
@@ -181,8 +162,8 @@ def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
             if p.rotary_dim:
                 knb = apply_rope(knb, tensors["rotary_cos"], tensors["rotary_sin"], pos, cfg.rope,
                                  p.rotary_dim).astype(sdt)
-            _write_cache(p, tensors, kc, knb, b, pos, paged)
-            _write_cache(p, tensors, vc, vn[b], b, pos, paged)
+            write_cache(p, tensors, kc, knb, b, pos, paged)
+            write_cache(p, tensors, vc, vn[b], b, pos, paged)
         written += [kname, vname]
     return written
 
