@@ -7,6 +7,8 @@ the peak memory: the Python heap peak under ``tracemalloc`` (measured in a separ
 slows Python down) and the process's maximum resident set size (``resource.getrusage``).
 
 Targets on the 2-core dev machine: <= 1.0 s total (median of the runs) and <= 300 MB peak.
+The machine's own speed drifts (shared cores): a fixed pure-Python calibration loop is timed before and after the
+runs, so a reader can tell a slow machine from a slow enumeration; the fastest run is printed too.
 An api whose enumerator module does not exist yet is reported as 'not implemented' and skipped.
 
 Usage: python benchmarks/bench_enumeration.py [--repeat N] [--json PATH]
@@ -72,6 +74,15 @@ def run_once(apis: list[Api]) -> tuple[float, dict[str, int], dict[str, float]]:
     return time.perf_counter() - t0, counts, per_api
 
 
+def calibration_s() -> float:
+    """Seconds for a fixed pure-Python loop (3M multiply-adds): the machine's speed at the moment."""
+    t0 = time.perf_counter()
+    acc = 0
+    for i in range(3_000_000):
+        acc += i * i
+    return time.perf_counter() - t0
+
+
 def maxrss_mb() -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0  # bytes on macOS, KiB on Linux
@@ -84,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     apis, missing = implemented_apis()
+    calib_before = calibration_s()
     times: list[float] = []
     counts: dict[str, int] = {}
     api_times: dict[str, list[float]] = {api.value: [] for api in apis}
@@ -93,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in per_api.items():
             api_times[k].append(v)
     api_median = {k: statistics.median(v) for k, v in api_times.items()}
+    calib_after = calibration_s()
 
     tracemalloc.start()
     run_once(apis)
@@ -116,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{api.value:<18}{counts[api.value]:>10,}{api_median[api.value]:>10.3f}")
     print(f"{'total':<18}{sum(counts.values()):>10,}{median:>10.3f}")
     print("(the first api's time includes reading the arch data files)")
-    print(f"wall time: median {median:.3f} s over {len(times)} run(s) "
+    print(f"wall time: median {median:.3f} s, fastest {min(times):.3f} s over {len(times)} run(s) "
           f"({', '.join(f'{t:.3f}' for t in times)})")
+    print(f"machine calibration loop: {calib_before:.3f} s before, {calib_after:.3f} s after "
+          "(compare runs only at similar calibration times)")
     print(f"peak memory: tracemalloc heap {heap_mb:.1f} MB, maxrss {rss_mb:.1f} MB")
     print(f"target time   <= {TIME_TARGET_S:.1f} s : {'PASS' if time_ok else 'FAIL'} ({median:.3f} s)")
     print(f"target memory <= {MEMORY_TARGET_MB:.0f} MB: {'PASS' if mem_ok else 'FAIL'} ({peak_mb:.1f} MB)")
@@ -127,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "counts": counts, "api_median_s": api_median, "not_implemented": [a.value for a in missing], "times_s": times,
-            "median_s": median, "tracemalloc_peak_mb": heap_mb, "maxrss_mb": rss_mb,
+            "median_s": median, "fastest_s": min(times), "calibration_s": [calib_before, calib_after],
+            "tracemalloc_peak_mb": heap_mb, "maxrss_mb": rss_mb,
             "time_target_s": TIME_TARGET_S, "memory_target_mb": MEMORY_TARGET_MB,
             "time_pass": time_ok, "memory_pass": mem_ok,
         }, indent=2) + "\n")

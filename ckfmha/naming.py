@@ -135,29 +135,41 @@ _FEATS: dict[tuple, tuple[str, ...]] = {}
 
 
 def _sig_parts(s) -> tuple[str, ...]:
-    # Hot path of the enumeration benchmark: str-valued enum members concatenate as their raw strings with ``+``
-    # (much faster than ``.value`` or f-string formatting of enum members).
+    """The four signature pieces of a name (P0..P3, see _FAST_FAMILIES), cached per signature object; on a miss
+    they are assembled from a head piece (family, hdim, dtype, mode, page size) and the feature pieces (every
+    other named field), both shared by many signatures."""
     hit = _SIG_PARTS.get(id(s))
     if hit is not None and hit[0] is s:
         return hit[1]
     f = s.family
-    hkey = (id(f), s.hdim_q, id(s.dtype), id(s.mode), id(s.vlayout), id(s.arch_tag), s.page_size,
+    hkey = (id(f), s.hdim_q, id(s.dtype), id(s.mode), s.page_size)
+    p0 = _HEADS.get(hkey)
+    if p0 is None:
+        head = "d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode
+        if f is Family.FWD:
+            p0 = "fmha_fwd_" + head + "_"
+        elif f is Family.FWD_SPLITKV:
+            p0 = "fmha_fwd_splitkv_" + head + "_"
+        elif f is Family.BATCH_PREFILL:
+            p0 = "fmha_batch_prefill_" + head + "_ps" + str(s.page_size) + "_"
+        else:  # BWD_DQ_DK_DV
+            p0 = "fmha_bwd_" + head + "_b"
+        _HEADS[hkey] = p0
+    fkey = (id(f), id(s.arch_tag), id(s.vlayout), s.logits_soft_cap, id(s.bias), id(s.mask), s.lse, id(s.dropout),
+            s.skip_min_seqlen_q, id(s.qscale), s.sink, s.dbias, s.deterministic, s.paged_kv, s.fp8_static_quant,
             id(s.kv_memory_layout), id(s.kv_lookup_table))
-    head = _HEADS.get(hkey)
-    if head is None:
-        head = _HEADS[hkey] = "d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode
-    fkey = (hkey, s.logits_soft_cap, id(s.bias), id(s.mask), s.lse, id(s.dropout), s.skip_min_seqlen_q,
-            id(s.qscale), s.sink, s.dbias, s.deterministic)
-    parts = _FEATS.get(fkey)
-    if parts is None:
-        parts = _FEATS[fkey] = _build_sig_parts(s, head)
+    rest = _FEATS.get(fkey)
+    if rest is None:
+        rest = _FEATS[fkey] = _feature_pieces(s)
+    parts = (p0,) + rest
     if len(_SIG_PARTS) >= _ALG_TOKENS_MAX:
         _SIG_PARTS.clear()
     _SIG_PARTS[id(s)] = (s, parts)
     return parts
 
 
-def _build_sig_parts(s, head: str) -> tuple[str, ...]:
+def _feature_pieces(s) -> tuple[str, str, str]:
+    """P1..P3 of a name: everything of the signature but the head (family, hdim, dtype, mode, page size)."""
     f = s.family
     vl = _VLAYOUT_TOKEN[s.vlayout]
     arch = "" if s.arch_tag is ArchTag.NONE else "_" + s.arch_tag
@@ -165,17 +177,20 @@ def _build_sig_parts(s, head: str) -> tuple[str, ...]:
               + ("_lse_" if s.lse else "_nlse_") + _FWD_DROPOUT_TOKEN.get(s.dropout, "?") + "_")
     if f is Family.FWD:
         feats = common + ("skip_" if s.skip_min_seqlen_q else "nskip_") + _QSCALE_TOKEN[s.qscale]
-        return ("fmha_fwd_" + head + "_", "_" + vl + "_", "_" + feats + "_",
-                ("_sink" if s.sink else "_nsink") + arch + ".cpp")
+        return "_" + vl + "_", "_" + feats + "_", ("_sink" if s.sink else "_nsink") + arch + ".cpp"
+    if f is Family.FWD_SPLITKV:
+        feats = (("logits_" if s.logits_soft_cap else "nlogits_") + _BIAS_TOKEN[s.bias] + "_" + _MASK_TOKEN[s.mask]
+                 + ("_lse" if s.lse else "_nlse") + ("_squant" if s.fp8_static_quant else "_nsquant")
+                 + ("_pagedkv" if s.paged_kv else "_npagedkv") + ("_sink" if s.sink else "_nsink"))
+        return "_" + vl + "_", "_" + feats + arch + ".cpp", ""
     if f is Family.BATCH_PREFILL:
         feats = (common + _QSCALE_TOKEN[s.qscale] + ("_sink_" if s.sink else "_nsink_") + s.kv_memory_layout + "_"
                  + s.kv_lookup_table)
-        return ("fmha_batch_prefill_" + head + "_ps" + str(s.page_size) + "_", "_" + vl + "_", "_" + feats + ".cpp")
+        return "_" + vl + "_", "_" + feats + ".cpp", ""
     # BWD_DQ_DK_DV
-    return ("fmha_bwd_" + head + "_b",
-            "_" + _BIAS_TOKEN[s.bias] + ("_dbias_" if s.dbias else "_ndbias_") + _MASK_TOKEN[s.mask] + "_"
+    return ("_" + _BIAS_TOKEN[s.bias] + ("_dbias_" if s.dbias else "_ndbias_") + _MASK_TOKEN[s.mask] + "_"
             + _BWD_DROPOUT_TOKEN[s.dropout] + ("_deterministic_" if s.deterministic else "_ndeterministic_"),
-            arch + ".cpp")
+            arch + ".cpp", "")
 
 
 _BWD_ALG: dict[int, tuple[object, str]] = {}
@@ -196,36 +211,61 @@ def _bwd_alg(a) -> str:
     return txt
 
 
+# The three big families render as P0 + A0 + P1 + A1 + P2 + A2 + P3: four signature pieces (_sig_parts, shared by
+# all configs of a signature) interleaved with three algorithm pieces (_alg_pieces, shared by all configs of an
+# algorithm object), so a name costs two cache lookups and six concatenations.
+_FAST_FAMILIES = frozenset((Family.FWD, Family.FWD_SPLITKV, Family.BATCH_PREFILL, Family.BWD_DQ_DK_DV))
+_ALG_PIECES: dict[int, tuple[object, tuple[str, str, str]]] = {}
+
+
+def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
+    hit = _ALG_PIECES.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1]
+    tr = "trload" if a.trload else "ntrload"
+    if family is Family.BWD_DQ_DK_DV:
+        pieces = (_bwd_alg(a), tr, "")
+    else:
+        tile, pad = _alg_tokens(a)
+        if family is Family.FWD:
+            pieces = (tile + "_" + a.pipeline, pad, tr)
+        elif family is Family.FWD_SPLITKV:
+            pieces = (tile + "_" + a.pipeline, pad, "")
+        else:  # BATCH_PREFILL
+            pieces = (a.kv_load + "_" + tile + "_" + a.pipeline, pad, "")
+    if len(_ALG_PIECES) >= _ALG_TOKENS_MAX:
+        _ALG_PIECES.clear()
+    _ALG_PIECES[id(a)] = (a, pieces)
+    return pieces
+
+
+def render_ck_names(configs) -> list[str]:
+    """``[ck_instance_name(c) for c in configs]``, faster for long lists (the enumeration's hot path)."""
+    out: list[str] = []
+    append = out.append
+    sig_get, alg_get = _SIG_PARTS.get, _ALG_PIECES.get
+    for c in configs:
+        s, a = c.signature, c.algorithm
+        f = s.family
+        if f not in _FAST_FAMILIES:
+            append(ck_instance_name(c))
+            continue
+        hit = sig_get(id(s))
+        sp = hit[1] if hit is not None and hit[0] is s else _sig_parts(s)
+        hit = alg_get(id(a))
+        ap = hit[1] if hit is not None and hit[0] is a else _alg_pieces(a, f)
+        append(sp[0] + ap[0] + sp[1] + ap[1] + sp[2] + ap[2] + sp[3])
+    return out
+
+
 def ck_instance_name(c: KernelConfig) -> str:
     """CK's instance file name (with ``.cpp``) for a config."""
     s, a, f = c.signature, c.algorithm, c.signature.family
-    if f is Family.FWD:
-        h, v, feats, tail = _sig_parts(s)
-        tile, pad = _alg_tokens(a)
-        return h + tile + "_" + a.pipeline + v + pad + feats + ("trload" if a.trload else "ntrload") + tail
-    if f is Family.BATCH_PREFILL:
-        h, v, feats = _sig_parts(s)
-        tile, pad = _alg_tokens(a)
-        return h + a.kv_load + "_" + tile + "_" + a.pipeline + v + pad + feats
-    if f is Family.BWD_DQ_DK_DV:
-        h, feats, tail = _sig_parts(s)
-        return h + _bwd_alg(a) + feats + ("trload" if a.trload else "ntrload") + tail
+    if f in _FAST_FAMILIES:
+        sp, ap = _sig_parts(s), _alg_pieces(a, f)
+        return sp[0] + ap[0] + sp[1] + ap[1] + sp[2] + ap[2] + sp[3]
     head = f"d{s.hdim_q}_{s.dtype.value}"
-    if f is Family.FWD:
-        body = (
-            f"fmha_fwd_{head}_{s.mode.value}_{_fwd_tile(c)}_{a.pipeline.value}_{_VLAYOUT_TOKEN[s.vlayout]}_{_fwd_pad(c)}"
-            f"_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}_{_flag(s.lse, 'lse')}"
-            f"_{_FWD_DROPOUT_TOKEN[s.dropout]}_{_flag(s.skip_min_seqlen_q, 'skip')}_{_QSCALE_TOKEN[s.qscale]}"
-            f"_{_flag(a.trload, 'trload')}_{_flag(s.sink, 'sink')}"
-        )
-    elif f is Family.FWD_SPLITKV:
-        body = (
-            f"fmha_fwd_splitkv_{head}_{s.mode.value}_{_fwd_tile(c)}_{a.pipeline.value}_{_VLAYOUT_TOKEN[s.vlayout]}"
-            f"_{_fwd_pad(c)}_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}"
-            f"_{_flag(s.lse, 'lse')}_{_flag(s.fp8_static_quant, 'squant')}_{_flag(s.paged_kv, 'pagedkv')}"
-            f"_{_flag(s.sink, 'sink')}"
-        )
-    elif f is Family.FWD_PAGEDKV:
+    if f is Family.FWD_PAGEDKV:
         body = (
             f"fmha_fwd_pagedkv_{head}_{s.mode.value}_{_fwd_tile(c)}_{a.pipeline.value}_{_VLAYOUT_TOKEN[s.vlayout]}"
             f"_{_fwd_pad(c)}_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}"
@@ -246,23 +286,6 @@ def ck_instance_name(c: KernelConfig) -> str:
         rope = "" if s.rope is Rope.NONE else "_" + _ROPE_TOKEN[s.rope]
         paged = "_pagedkv" if s.paged_kv else ""
         body = f"fmha_fwd_appendkv_{head}_b{_xs(a.tile)}{occ}_{_VLAYOUT_TOKEN[s.vlayout]}{pad}{rope}{paged}"
-    elif f is Family.BATCH_PREFILL:
-        body = (
-            f"fmha_batch_prefill_{head}_{s.mode.value}_ps{s.page_size}_{a.kv_load.value}_{_fwd_tile(c)}"
-            f"_{a.pipeline.value}_{_VLAYOUT_TOKEN[s.vlayout]}_{_fwd_pad(c)}_{_flag(s.logits_soft_cap, 'logits')}"
-            f"_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}_{_flag(s.lse, 'lse')}_{_FWD_DROPOUT_TOKEN[s.dropout]}"
-            f"_{_QSCALE_TOKEN[s.qscale]}_{_flag(s.sink, 'sink')}_{s.kv_memory_layout.value}_{s.kv_lookup_table.value}"
-        )
-    elif f is Family.BWD_DQ_DK_DV:
-        w, wt = a.warps, a.warp_tiles
-        pad = "".join(f"{tok}{v}" for tok, v in (("d", a.pad_d), ("dv", a.pad_dv)) if v)
-        pad = "p" + pad if pad else "npad"
-        body = (
-            f"fmha_bwd_{head}_{s.mode.value}_b{_xs(a.tile)}_r{_xs(w[0])}_r{_xs(w[1])}_r{_xs(w[2])}"
-            f"_w{_xs(wt[0])}_w{_xs(wt[1])}_o{a.occupancy}_maxq{a.max_seq_len_q}_{pad}_{_BIAS_TOKEN[s.bias]}"
-            f"_{_flag(s.dbias, 'dbias')}_{_MASK_TOKEN[s.mask]}_{_BWD_DROPOUT_TOKEN[s.dropout]}"
-            f"_{_flag(s.deterministic, 'deterministic')}_{_flag(a.trload, 'trload')}"
-        )
     elif f is Family.BWD_DOT_DO_O:
         pad = _pad_token((("s", a.pad_s), ("dv", a.pad_dv)))
         body = f"fmha_bwd_dot_do_o_d{s.hdim_v}_{s.dtype.value}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"

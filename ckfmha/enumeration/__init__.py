@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ckfmha.archs import ArchSpec, ArchSpecError, load_arch_spec
 from ckfmha.filters import ConfigPredicate
 from ckfmha.kernel import API_FAMILIES, FAMILY_API, Api, Family, KernelConfig, MaskImpl, MaskMode
-from ckfmha.naming import ck_instance_name
+from ckfmha.naming import render_ck_names
 from ckfmha.receipts import receipt_predicate, resolve_receipt
 
 _MODULES: dict[Api, str] = {
@@ -154,7 +154,7 @@ def ck_instance_names(api: Api | str, arch: str, receipt: int | str = 0,
 def _names_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[str, ...]:
     configs = _enumerate_api_cached(api, arch, receipt, mask_mode)
     with _no_cyclic_gc():
-        return tuple(sorted({ck_instance_name(c) for c in configs}))
+        return tuple(sorted(set(render_ck_names(configs))))
 
 
 def clear_caches() -> None:
