@@ -103,13 +103,17 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
             lse[bi, :, rows] = lb
     if num_splits:
         return ["o_acc", "lse_acc"]
+    return _write_o_lse(cfg, p, tensors, o_hsd, lse)
+
+
+def _write_o_lse(cfg: KernelConfig, p: Problem, tensors: dict, o_hsd: np.ndarray, lse: np.ndarray) -> list[str]:
+    """Store O (output layout and dtype) and, for kernels with LSE, the LSE; return the names written."""
     o = _out(tensors, "o", o_shape(p), output_dtype(cfg.dtype))
     o[...] = from_hsd(o_hsd, p.output_layout).astype(o.dtype)
-    written = ["o"]
-    if cfg.lse:
-        _out(tensors, "lse", lse_shape(p), F32)[...] = lse
-        written.append("lse")
-    return written
+    if not cfg.lse:
+        return ["o"]
+    _out(tensors, "lse", lse_shape(p), F32)[...] = lse
+    return ["o", "lse"]
 
 
 def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
@@ -127,13 +131,7 @@ def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict)
     lse_safe = np.where(empty, F32(np.inf), lse)  # empty rows: every weight exp(-inf - inf) = 0
     w = np.exp(lse_acc - lse_safe[None])
     o_hsd = np.einsum("n...,n...d->...d", w, o_acc, dtype=F32)
-    o = _out(tensors, "o", o_shape(p), output_dtype(cfg.dtype))
-    o[...] = from_hsd(o_hsd, p.output_layout).astype(o.dtype)
-    written = ["o"]
-    if cfg.lse:
-        _out(tensors, "lse", lse_shape(p), F32)[...] = lse
-        written.append("lse")
-    return written
+    return _write_o_lse(cfg, p, tensors, o_hsd, lse)
 
 
 def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
