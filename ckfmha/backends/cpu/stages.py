@@ -34,11 +34,11 @@ from ckfmha.backends.base import BackendError
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
 from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, Mode
-
+from ckfmha.problem import Problem
 from ckfmha.reference._core import from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
 from ckfmha.reference.appendkv import apply_rope, write_cache
 from ckfmha.reference.forward import sequences
-from ckfmha.reference.pagedkv import kv_sources, page_list
+from ckfmha.reference.pagedkv import kv_sources
 
 
 def _out(tensors: dict, name: str, shape, dtype) -> np.ndarray:
