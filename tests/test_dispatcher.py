@@ -206,3 +206,12 @@ def test_split_heuristics() -> None:
     assert decode_num_splits(32, 8, 8192, 128, num_cus=132) == 2
     assert decode_num_splits(512, 8, 8192, 128, num_cus=132) == 1
     assert decode_num_splits(1, 1, 256, 128, num_cus=132) == 1  # too few key blocks to split
+
+
+def test_unknown_and_unshipped_backends_are_clear_errors() -> None:
+    from ckfmha.backends import BackendError, get_backend
+
+    with pytest.raises(BackendError, match="unknown backend 'cuda'; known: cpu, triton, hip"):
+        get_backend("cuda")
+    with pytest.raises(BackendError, match="backend 'hip' is not part of this ckfmha version yet"):
+        get_backend("hip")
