@@ -28,5 +28,17 @@ from ckfmha.kernel import (  # noqa: F401  (public API)
     VLayout,
 )
 
-# Running problems end to end (issue 4): select a plan, build, run on a backend; explain a selection.
-from ckfmha.runner import RunResult, explain, run  # noqa: E402,F401
+# Running problems end to end: select a plan, build, run on a backend; explain a selection. Loaded on first use
+# (PEP 562), so `import ckfmha` and the CLI stay light.
+_LAZY = {"run": "ckfmha.runner", "explain": "ckfmha.runner", "RunResult": "ckfmha.runner",
+         "Problem": "ckfmha.problem"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ckfmha' has no attribute {name!r}")
