@@ -305,7 +305,11 @@ def _requirements(problem: "Problem", role: StageRole) -> list[Requirement]:
         need("bias", {p.bias}, f"bias {p.bias.value}")
         need("logits_soft_cap", {softcap}, "logits soft-cap" if softcap else "no logits soft-cap")
         need("sink", {p.sink}, "sink" if p.sink else "no sink")
-    if role in (StageRole.FWD, StageRole.PAGEDKV):
+    if role is StageRole.FWD:
+        skip = p.min_seqlen_q > 0
+        need("skip_min_seqlen_q", {skip}, f"skip_min_seqlen_q (min_seqlen_q={p.min_seqlen_q})" if skip
+             else "no skip_min_seqlen_q")
+    if role is StageRole.PAGEDKV:
         need("skip_min_seqlen_q", {False}, "no skip_min_seqlen_q")
     if role is StageRole.FWD:
         need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")

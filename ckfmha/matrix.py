@@ -47,7 +47,7 @@ TOP_KEYS = frozenset({"schema", "family", "description", "defaults", "entries"})
 ENTRY_META_KEYS = frozenset({"name", "category", "description", "family", "product", "zip"})
 
 _INT = ("batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "hdim_q", "hdim_v", "bias_rank", "drop_seed",
-        "drop_offset", "page_block_size", "seqlen_knew", "rotary_dim", "num_splits")
+        "drop_offset", "page_block_size", "seqlen_knew", "rotary_dim", "num_splits", "min_seqlen_q")
 _FLOAT = ("scale", "p_drop", "logits_soft_cap")
 _BOOL = ("lse", "sink", "cache_batch_idx", "deterministic", "dbias")
 _STR = ("dtype", "mode", "bias", "qscale", "kv_lookup", "kv_layout", "rope", "vlayout", "input_layout",

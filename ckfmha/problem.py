@@ -114,6 +114,7 @@ class Problem:
     num_splits: int = 1
     deterministic: bool = False
     dbias: bool = False
+    min_seqlen_q: int = 0  # group-mode fwd: skip sequences with seqlen_q <= min_seqlen_q (CK's skip_min_seqlen_q)
 
     # ------------------------------------------------------------------ normalisation + validation
     def __post_init__(self) -> None:
@@ -140,7 +141,7 @@ class Problem:
         except MaskError as e:
             raise ProblemError(str(e)) from None
         for name in ("batch", "nhead_q", "seqlen_q", "hdim_q", "bias_rank", "drop_seed", "drop_offset",
-                     "page_block_size", "seqlen_knew", "rotary_dim", "num_splits"):
+                     "page_block_size", "seqlen_knew", "rotary_dim", "num_splits", "min_seqlen_q"):
             s(name, self._as_int(name, getattr(self, name)))
         for name in ("nhead_k", "seqlen_k", "hdim_v"):
             v = getattr(self, name)
@@ -288,6 +289,12 @@ class Problem:
         if self.p_drop > 0 and f not in (Family.FWD, Family.BATCH_PREFILL, BWD):
             raise _err("p_drop", self.p_drop, f"dropout is not defined for {f.value} (CK ignores it on the "
                        "split-KV / KV-cache paths)")
+        if self.min_seqlen_q < 0:
+            raise _err("min_seqlen_q", self.min_seqlen_q, "must be >= 0 (0 = no sequence is skipped)")
+        if self.min_seqlen_q:
+            if f is not Family.FWD or self.mode is not Mode.GROUP:
+                raise _err("min_seqlen_q", self.min_seqlen_q, "is only defined for fwd in group mode (CK's "
+                           "skip_min_seqlen_q kernels skip whole sequences of a varlen batch)")
         if self.num_splits < 1 or self.num_splits > 128:
             raise _err("num_splits", self.num_splits, "must be in 1..128 (0 = CK's heuristic is not modelled)")
         if f is Family.FWD_SPLITKV:
@@ -430,6 +437,9 @@ class Problem:
         if f is Family.BATCH_PREFILL:
             raise ProblemError("family: 'batch_prefill' has no tile_example command line")
         bwd = self.is_backward
+        if self.min_seqlen_q:
+            raise ProblemError(f"min_seqlen_q: {self.min_seqlen_q} cannot be given to tile_example_fmha_fwd, which has "
+                               "no argument for it")
         a: list[str] = []
         add = lambda k, v: a.append(f"-{k}={v}")  # noqa: E731
         add("prec", self.dtype.value)

@@ -9,7 +9,7 @@ Group mode lists the per-sequence lengths (``s1_17_100x1_17_100``).  Features, i
 ``causalbr``, ``win{l}_{r}``, ``winbr{l}_{r}``, ``gmask{y}_{x}``), ``bias``/``alibi`` (+ rank), ``lse``,
 ``drop{p}`` (+ ``dseed``/``doff``), ``softcap{c}``, ``sink``, ``scale{s}``, ``qs{qscale}``, layouts
 (``bshd``/``ibshd``/``obshd``), ``vcol``, ``page{n}``, ``{kv_lookup}``, ``{kv_layout}``, ``cbi``, ``knew{n}``,
-``rope{dim}{i|h}``, ``split{n}``, ``det``, ``dbias``, ``kpad{...}``.
+``rope{dim}{i|h}``, ``split{n}``, ``minq{n}``, ``det``, ``dbias``, ``kpad{...}``.
 
 Item ids: ``<shape id>::<kernel id>`` for a pinned kernel, ``<shape id>::plan`` for the dispatcher's own plan
 (pytest's node id adds the ``ckfmha::`` collector in front).
@@ -98,6 +98,8 @@ def shape_id(p: Problem) -> str:
         parts.append(f"rope{p.rotary_dim}{'i' if p.rope.value == 'interleaved' else 'h'}")
     if p.num_splits != 1:
         parts.append(f"split{p.num_splits}")
+    if p.min_seqlen_q:
+        parts.append(f"minq{p.min_seqlen_q}")
     if p.deterministic:
         parts.append("det")
     if p.dbias:

@@ -20,7 +20,7 @@ PROBLEM_FIELDS = ("family", "dtype", "mode", "batch", "nhead_q", "nhead_k", "seq
                   "seqlens_k", "s_kpad", "hdim_q", "hdim_v", "mask", "bias", "bias_rank", "lse", "p_drop",
                   "logits_soft_cap", "sink", "qscale", "input_layout", "output_layout", "vlayout", "scale",
                   "page_block_size", "kv_lookup", "kv_layout", "cache_batch_idx", "seqlen_knew", "rotary_dim", "rope",
-                  "num_splits", "deterministic", "dbias")
+                  "num_splits", "min_seqlen_q", "deterministic", "dbias")
 ROW_FIELDS = ("id", "nodeid", "kind", "matrix", "entry", "category", *PROBLEM_FIELDS, "kernel_id", "plan_kernels",
               "backend", "arch", "seed", "verdict", "reason", "max_abs_err", "max_rel_err", "mismatches",
               "elements", "unwritten", "time_ms", "timed", "tflops", "gbps", "flops", "bytes", "build_s",

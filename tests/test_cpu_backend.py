@@ -335,7 +335,7 @@ def test_supports_reasons() -> None:
                pred=lambda c: _plain(c) and c.qscale.value == "pertensor")
     assert "fp8" in be.supports(fp8)
     assert "triton" in be.supports(fp16.replace(pipeline=Pipeline.TRITON))
-    assert "skip_min_seqlen_q" in be.supports(fp16.replace(skip_min_seqlen_q=True))
+    assert be.supports(fp16.replace(skip_min_seqlen_q=True)) is None  # emulated: short sequences are skipped
     assert "tile" in be.supports(fp16.replace(tile=(128, 64)))
     with pytest.raises(UnsupportedConfig, match="fp8"):
         be.build(fp8)
@@ -436,3 +436,20 @@ def test_random_problems_and_random_matching_kernels(case) -> None:
 _FAMILY_OF_ROLE = {StageRole.FWD: "fwd", StageRole.SPLITKV: "fwd_splitkv", StageRole.COMBINE: "fwd_splitkv_combine",
                    StageRole.DOT_DO_O: "bwd_dot_do_o", StageRole.DQ_DK_DV: "bwd_dq_dk_dv",
                    StageRole.CONVERT_DQ: "bwd_convert_dq"}
+
+
+def test_skip_min_seqlen_q_kernel_leaves_short_sequences_untouched() -> None:
+    # a real CK skip kernel (gfx942, group mode): short sequences keep the NaN poison, like the reference says
+    skip = [c for c in golden_configs("fwd", "_d64_", "_fp16_", "_group_") if c.skip_min_seqlen_q and not c.lse
+            and c.mask == "none" and c.bias == "none" and c.dropout == "none" and not c.sink
+            and not c.logits_soft_cap]
+    assert skip
+    p = Problem(dtype="fp16", mode="group", batch=3, nhead_q=2, seqlens_q=(1, 20, 7), seqlens_k=(5, 33, 9),
+                hdim_q=64, min_seqlen_q=7)
+    inp = make_inputs(p, 0)
+    res = run(p, inp, registry=Registry("gfx942", skip))
+    assert res.plan.stages[0].kernel.skip_min_seqlen_q
+    o = res.outputs["o"][0]
+    assert np.isnan(o[:, :1]).all() and np.isnan(o[:, 21:]).all() and np.isfinite(o[:, 1:21]).all()
+    checks = validate(p, res.outputs, reference(p, inp), names=["o"])
+    assert all(c.passed for c in checks.values()), [str(c) for c in checks.values()]

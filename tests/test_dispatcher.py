@@ -215,3 +215,10 @@ def test_unknown_and_unshipped_backends_are_clear_errors() -> None:
         get_backend("cuda")
     with pytest.raises(BackendError, match="backend 'hip' is not part of this ckfmha version yet"):
         get_backend("hip")
+
+
+def test_min_seqlen_q_needs_a_skip_kernel() -> None:
+    p = Problem(dtype="fp16", mode="group", batch=2, nhead_q=2, seqlens_q=(3, 100), seqlens_k=(3, 100), hdim_q=64)
+    assert not chosen(p).skip_min_seqlen_q
+    k = chosen(p.replace(min_seqlen_q=8))
+    assert k.skip_min_seqlen_q and k.mode == "group"

@@ -125,3 +125,14 @@ def test_qscale_and_rope_parse():
     assert p.qscale is QScale.PERTENSOR
     p = Problem.from_ck_args("-prec=fp16 -s=64 -s_knew=4 -rotary_dim=32 -rotary_interleaved=0 -d=64")
     assert p.rope is Rope.HALF_ROTATED
+
+
+def test_min_seqlen_q_is_group_mode_fwd_only_and_has_no_tile_example_argument():
+    g = Problem(mode="group", batch=2, nhead_q=2, seqlens_q=(3, 40), seqlens_k=(3, 40), hdim_q=64, min_seqlen_q=4)
+    assert g.min_seqlen_q == 4
+    with pytest.raises(ProblemError, match="min_seqlen_q: 4 is only defined for fwd in group mode"):
+        Problem(seqlen_q=8, hdim_q=64, min_seqlen_q=4)
+    with pytest.raises(ProblemError, match="min_seqlen_q: -1 must be >= 0"):
+        Problem(mode="group", batch=1, seqlens_q=(3,), hdim_q=64, min_seqlen_q=-1)
+    with pytest.raises(ProblemError, match="min_seqlen_q: 4 cannot be given to tile_example_fmha_fwd"):
+        g.to_ck_args()

@@ -168,3 +168,14 @@ def test_memory_is_chunked():
         _core.CHUNK_BYTES = old
     assert peak < 2 * 512 * 512 * 4  # less than one full score matrix
     np.testing.assert_allclose(r["o"], reference(p, x)["o"], rtol=1e-5, atol=1e-6)
+
+
+def test_skip_min_seqlen_q_leaves_short_sequences_unwritten():
+    p = Problem(mode="group", batch=3, nhead_q=2, seqlens_q=(1, 20, 7), seqlens_k=(5, 33, 9), hdim_q=32,
+                min_seqlen_q=7, lse=True)
+    x = make_inputs(p, 0)
+    r = reference(p, x)
+    full = reference(p.replace(min_seqlen_q=0), x)
+    o, lse = r["o"][0], r["lse"][0]  # (h, total_q, d), (h, total_q)
+    assert np.isnan(o[:, :1]).all() and np.isnan(o[:, 21:]).all() and np.isnan(lse[:, 21:]).all()
+    np.testing.assert_array_equal(o[:, 1:21], full["o"][0][:, 1:21])  # the long sequence is computed as usual

@@ -180,3 +180,11 @@ def test_splitkv_with_cache_batch_idx() -> None:
                 hdim_q=128, num_splits=2, cache_batch_idx=True, lse=True)
     _, out, ref, _ = run_plan(p)
     assert_valid(p, out, ref, ("o", "lse"))
+
+
+def test_skip_min_seqlen_q() -> None:
+    p = Problem(dtype="bf16", mode="group", batch=3, nhead_q=4, seqlens_q=(1, 200, 7), seqlens_k=(5, 333, 9),
+                hdim_q=128, min_seqlen_q=7, lse=True)
+    plan, out, ref, _ = run_plan(p)
+    assert plan.stages[0].kernel.skip_min_seqlen_q
+    assert_valid(p, out, ref, ("o", "lse"))  # skipped rows: NaN in both (the poison stays)

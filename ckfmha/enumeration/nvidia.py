@@ -8,7 +8,7 @@ Section schema (one per api)::
     modes: [batch, group]
     masks: [none, causal, generic]      # kernel mask implementations
     biases: [none, elementwise, alibi]
-    lse / dropout / logits_soft_cap / sink / paged_kv: [false, true]   # axes (absent = [false])
+    lse / dropout / logits_soft_cap / sink / skip_min_seqlen_q / paged_kv: [false, true]   # axes (absent = [false])
     qscale: {dtype: [pertensor, blockscale]}   # dtypes not listed: [none]
     pads: [[pad_s, pad_sk, pad_d, pad_dv], ...]
     exclude: ["<filter expression>", ...]      # configs matching any rule are not emitted
@@ -45,7 +45,7 @@ from ckfmha.kernel import (
 )
 
 _KEYS = {"families", "dtypes", "hdims", "modes", "masks", "biases", "lse", "dropout", "logits_soft_cap", "sink",
-         "paged_kv", "qscale", "pads", "exclude", "tiles", "tiles_fp32", "combine_tile"}
+         "skip_min_seqlen_q", "paged_kv", "qscale", "pads", "exclude", "tiles", "tiles_fp32", "combine_tile"}
 
 
 class NvidiaSpecError(ValueError):
@@ -109,6 +109,7 @@ def enumerate_api(ctx) -> list[KernelConfig]:
     biases = _enum_list(sec, "biases", Bias, ctx)
     lses, drops, caps, sinks = (_bools(sec, k, ctx) for k in ("lse", "dropout", "logits_soft_cap", "sink"))
     pageds = _bools(sec, "paged_kv", ctx)
+    skips = _bools(sec, "skip_min_seqlen_q", ctx)
     hdims = _list(sec, "hdims", ctx)
     pads = _list(sec, "pads", ctx)
     qscale = sec.get("qscale", {}) or {}
@@ -130,11 +131,11 @@ def enumerate_api(ctx) -> list[KernelConfig]:
             algs = [KernelAlgorithm(Pipeline.TRITON, (bm0, bn0), ((w, 1, 1), (w, 1, 1)), (), -1, *pad,
                                     num_stages=st)
                     for (bm0, bn0, w, st) in launch for pad in pads]
-            for mask, bias, lse, drop, cap, sink, paged, q in itertools.product(
-                    masks, biases, lses, drops, caps, sinks, pageds, qs):
+            for mask, bias, lse, drop, cap, sink, paged, skip, q in itertools.product(
+                    masks, biases, lses, drops, caps, sinks, pageds, skips, qs):
                 sig = KernelSignature(fam, dt, mode, hq, hv, arch_tag, mask=mask, bias=bias, lse=lse,
                                       dropout=Dropout.ENABLED if drop else Dropout.NONE, logits_soft_cap=cap,
-                                      sink=sink, paged_kv=paged, qscale=q,
+                                      sink=sink, paged_kv=paged, skip_min_seqlen_q=skip, qscale=q,
                                       fp8_static_quant=q is QScale.PERTENSOR and fam is not Family.FWD)
                 for alg in algs:
                     c = KernelConfig(sig, alg)

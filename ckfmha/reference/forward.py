@@ -1,5 +1,8 @@
 """Forward reference (``fwd``): every feature of the problem model, GQA, group mode, both layouts.
 
+With ``min_seqlen_q`` (group mode), the rows of every sequence with ``seqlen_q <= min_seqlen_q`` are NaN: CK's
+skip kernels do not write them, so a NaN-poisoned output keeps its poison exactly there.
+
 Returns ``{"o", "lse"}`` (accumulation dtype; ``o`` in the output layout, ``lse`` (b, hq, sq) or, in group
 mode, (1, hq, total_q)), plus ``"randval"`` (uint8, same row/col layout as an elementwise bias of rank 2, i.e.
 (b, hq, sq, sk) or (1, hq, total_q, max_sk)) when ``return_randval`` and dropout is on.  If ``inputs`` holds a
@@ -46,9 +49,15 @@ def run_sequences(p: Problem, inputs: dict, accum=np.float32, return_randval: bo
     splits_o = splits_lse = None
     for b, qb, kb, vb in (seqs if seqs is not None else sequences(p, inputs, accum)):
         sq, sk = qb.shape[1], kb.shape[1]
-        ex = sequence_extras(p, inputs, b, sq, sk, accum)
         bi = 0 if p.mode is Mode.GROUP else b
         rows = q_rows(p, b)
+        if p.min_seqlen_q and sq <= p.min_seqlen_q:
+            # CK's skip_min_seqlen_q: the kernel returns before touching this sequence, so its rows stay whatever
+            # the output buffer held; NaN here means "not written" (a poisoned output must still be NaN there)
+            o_hsd[bi, :, rows] = np.nan
+            lse[bi, :, rows] = np.nan
+            continue
+        ex = sequence_extras(p, inputs, b, sq, sk, accum)
         if key_ranges is not None:
             ranges = key_ranges(b, sk)
             if splits_o is None:

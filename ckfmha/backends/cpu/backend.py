@@ -151,9 +151,6 @@ class CpuBackend(Backend):
             return f"qscale {c.qscale.value}: quantized (fp8/mx) kernels are not emulated"
         if c.pipeline is Pipeline.TRITON:
             return "pipeline triton: not a CK pipeline (the triton backend runs it)"
-        if c.skip_min_seqlen_q:
-            return ("skip_min_seqlen_q: the problem model has no min_seqlen_q, so the skipped sequences cannot be "
-                    "emulated")
         names = TILE_NAMES.get(c.family)
         if names is None:
             return f"family {c.family.value} is not emulated"

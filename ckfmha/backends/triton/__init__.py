@@ -34,7 +34,8 @@ qscale                     none / pertensor (scalar descales) / blockscale (per 
 paged_kv                   vLLM 2-D block table gather of K/V pages
 =========================  ============================================================================================
 
-``supports(config)`` returns the reason for anything else (col-major V, skip_min_seqlen_q, mx/kv_blockscale,
+``skip_min_seqlen_q`` kernels return before a group-mode sequence with seqlen_q <= min_seqlen_q (its rows keep the
+poison). ``supports(config)`` returns the reason for anything else (col-major V, mx/kv_blockscale,
 non-power-of-two tiles, other families).
 """
 

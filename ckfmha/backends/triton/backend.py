@@ -60,8 +60,6 @@ class TritonBackend(Backend):
             return f"dtype {s.dtype.value} is not realized (fp16, bf16, fp32, fp8bf16, fp8fp32)"
         if s.vlayout is not VLayout.ROW:
             return "column-major V is not realized"
-        if s.skip_min_seqlen_q:
-            return "skip_min_seqlen_q is not part of ckfmha's problem model yet"
         if s.qscale not in (QScale.NONE, QScale.PERTENSOR, QScale.BLOCKSCALE):
             return f"qscale {s.qscale.value} is not realized"
         if s.fp8_static_quant and s.dtype not in (DType.FP8BF16, DType.FP8FP32):

@@ -163,7 +163,7 @@ def attn_fwd_kernel(
     stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
     seqlen_q, seqlen_k, nhead_q, group, num_splits, page_size,
     qk_scale, softcap, q_descale, k_descale, v_descale,
-    mask_kind, mask_left, mask_right, mask_y, mask_x, alibi_mode,
+    mask_kind, mask_left, mask_right, mask_y, mask_x, alibi_mode, min_seqlen_q,
     seed_lo, seed_hi, off_lo, off_hi, p_undrop, rp_keep,
     HDIM_Q: tl.constexpr, HDIM_V: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQ: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -173,7 +173,7 @@ def attn_fwd_kernel(
     HAS_SEQLENS_K: tl.constexpr, QSCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
     ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr, NUM_STAGES: tl.constexpr,
     PACK_GQA: tl.constexpr, REVERSE_M: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr,
-    TMA_EDGES: tl.constexpr, HAS_CBI: tl.constexpr,
+    TMA_EDGES: tl.constexpr, HAS_CBI: tl.constexpr, SKIP_MIN_SEQLEN_Q: tl.constexpr,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -203,6 +203,9 @@ def attn_fwd_kernel(
         else:
             sk = tl.load(SEQSTART_K + b + 1) - k_start
         bq = b * 0
+        if SKIP_MIN_SEQLEN_Q:  # CK's kSkipMinSeqlenQ: short sequences are left untouched
+            if sq <= min_seqlen_q:
+                return
     else:
         q_start = b * 0
         k_start = b * 0

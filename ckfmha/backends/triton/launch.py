@@ -249,7 +249,7 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
         sqdb, sqdh, skdb, skdh, svdb, svdh,
         p.seqlen_q, p.seqlen_k, p.nhead_q, p.nhead_q // p.nhead_k, num_splits, p.page_block_size or 1,
         scale, p.logits_soft_cap or 1.0, qdv, kdv, vdv,
-        mask_kind, ml, mr, my, mx, alibi_mode,
+        mask_kind, ml, mr, my, mx, alibi_mode, p.min_seqlen_q,
         seed & 0xFFFFFFFF, seed >> 32, off & 0xFFFFFFFF, off >> 32, p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
         1.0 / p_keep,
     )
@@ -281,6 +281,7 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
     cbi = t.get("cache_batch_idx")
     args = args[:16] + (k_tma, v_tma, cbi if cbi is not None else dummy) + args[16:]
     meta["HAS_CBI"] = cbi is not None
+    meta["SKIP_MIN_SEQLEN_Q"] = bool(s.skip_min_seqlen_q and group)
     meta["USE_TMA"] = use_tma
     meta["TMA_EDGES"] = tma_edges
     kern = kernels.attn_fwd_kernel
