@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import copy
+from functools import partial
 
 import pytest
 
-from ckfmha.archs import ArchSpec, data_dir, load_arch_spec
-from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
+from ckfmha.enumeration import ck_instance_names, enumerate_api
 from ckfmha.enumeration import pagedkv
-from ckfmha.enumeration._fwdlike import SectionError
-from ckfmha.kernel import Api, DType, Family, MaskImpl, MaskMode
+from ckfmha.kernel import DType, Family, MaskImpl
 from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.arch_sections import ctx_with_section, good_section, section_error
 from tests.golden import MASK_MODES
 
 API = "pagedkv_prefill"
@@ -50,19 +49,9 @@ def test_gfx950_uses_gfx9_factory():
 
 
 # ---------------------------------------------------------------------------------------- data errors
-def _ctx_with_section(section) -> EnumContext:
-    spec = ArchSpec("gfxtest", "test", "amd", data_dir() / "archs" / "gfxtest.yaml", {API: section})
-    return EnumContext(Api(API), "gfxtest", spec, 0, MaskMode.SIMPLIFIED)
-
-
-def _good_section():
-    return copy.deepcopy(load_arch_spec("gfx942").section(API))
-
-
-def _error(section) -> str:
-    with pytest.raises(SectionError) as ei:
-        pagedkv.enumerate_api(_ctx_with_section(section))
-    return str(ei.value)
+_ctx_with_section = partial(ctx_with_section, API)
+_good_section = partial(good_section, API)
+_error = partial(section_error, pagedkv.enumerate_api, API)
 
 
 def test_good_section_copy_enumerates():
