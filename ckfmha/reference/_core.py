@@ -50,6 +50,13 @@ def q_rows(p: Problem, b: int) -> slice:
     return slice(0, p.seqlen_q)
 
 
+def k_rows(p: Problem, b: int) -> slice:
+    """Key rows of sequence ``b`` in a (B, h, S, d) tensor (group mode: logical lengths, padding excluded)."""
+    if p.mode is Mode.GROUP:
+        return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k[b])
+    return slice(0, p.seqlen_k)
+
+
 def dequant_rows(x: np.ndarray, descale, p: Problem, b: int, heads: int, accum) -> np.ndarray:
     """Upcast (h, s, d) to ``accum`` and apply the fp8 descale (per-tensor scalar or per 128-row block)."""
     y = x.astype(accum)
@@ -232,3 +239,41 @@ def sequence_extras(p: Problem, inputs: dict, b: int, sq: int, sk: int, accum) -
         else:
             ex.randval = rv[b, :, :sq, :sk]
     return ex
+
+
+@dataclass(frozen=True)
+class BackwardSequence:
+    """One sequence of a backward problem: its operands in the compute dtype and where its results go."""
+
+    b: int
+    bi: int  # batch index into the (B, h, S) outputs (0 in group mode)
+    rows: slice  # query rows into the outputs
+    keys: slice  # key rows into dK / dV
+    q: np.ndarray  # (hq, sq, dq)
+    k: np.ndarray  # (hk, sk, dq)
+    v: np.ndarray  # (hk, sk, dv)
+    do: np.ndarray  # (hq, sq, dv)
+    extras: Extras
+
+
+def backward_sequences(p: Problem, inputs: dict, q_hsd: np.ndarray, k_hsd: np.ndarray, v_hsd: np.ndarray,
+                       do_hsd: np.ndarray, accum):
+    """Yield a ``BackwardSequence`` per sequence of ``p``, operands cast to ``accum``."""
+    for b in range(p.batch):
+        qb = seq_slice(p, q_hsd, b, "q").astype(accum)
+        kb = seq_slice(p, k_hsd, b, "k").astype(accum)
+        yield BackwardSequence(
+            b=b, bi=0 if p.mode is Mode.GROUP else b, rows=q_rows(p, b), keys=k_rows(p, b), q=qb, k=kb,
+            v=seq_slice(p, v_hsd, b, "k").astype(accum), do=seq_slice(p, do_hsd, b, "q").astype(accum),
+            extras=sequence_extras(p, inputs, b, qb.shape[1], kb.shape[1], accum))
+
+
+def add_dbias(p: Problem, dbias: np.ndarray, ds: np.ndarray, seq: BackwardSequence) -> None:
+    """Accumulate one sequence's dS (hq, sq, sk) into dBias, reduced over the bias's broadcast dimensions."""
+    sq, sk = ds.shape[1], ds.shape[2]
+    if dbias.shape[1] == 1:
+        ds = ds.sum(axis=0, keepdims=True)
+    if p.mode is Mode.GROUP:
+        dbias[0, :, seq.rows, :sk] += ds
+    else:
+        dbias[seq.b if dbias.shape[0] > 1 else 0, :, :sq, :sk] += ds

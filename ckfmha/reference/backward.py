@@ -17,9 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ckfmha.inputs import lse_shape, output_dtype, storage_dtype
-from ckfmha.kernel import Mode
 from ckfmha.problem import Problem
-from ckfmha.reference._core import attend, from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
+from ckfmha.reference._core import add_dbias, attend, backward_sequences, from_hsd, to_hsd
 
 
 def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
@@ -40,35 +39,18 @@ def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
     lse = np.full(lse_shape(p), -np.inf, dtype=accum)
     d = np.zeros(lse_shape(p), dtype=accum)
     dbias = np.zeros(inputs["bias"].shape, dtype=accum) if p.dbias else None
-    for b in range(p.batch):
-        qb = seq_slice(p, q_hsd, b, "q").astype(accum)
-        kb = seq_slice(p, k_hsd, b, "k").astype(accum)
-        vb = seq_slice(p, v_hsd, b, "k").astype(accum)
-        dob = seq_slice(p, do_hsd, b, "q").astype(accum)
-        sq, sk = qb.shape[1], kb.shape[1]
-        ex = sequence_extras(p, inputs, b, sq, sk, accum)
-        bw = {"do": dob, "want_ds": p.dbias, "o_dtype": o_dtype, "lp_dtype": lp_dtype}
-        ob, lb, _ = attend(p, qb, kb, vb, ex, accum, backward=bw)
-        bi = 0 if p.mode is Mode.GROUP else b
-        rows = q_rows(p, b)
+    for seq in backward_sequences(p, inputs, q_hsd, k_hsd, v_hsd, do_hsd, accum):
+        bw = {"do": seq.do, "want_ds": p.dbias, "o_dtype": o_dtype, "lp_dtype": lp_dtype}
+        ob, lb, _ = attend(p, seq.q, seq.k, seq.v, seq.extras, accum, backward=bw)
+        bi, rows = seq.bi, seq.rows
         o[bi, :, rows] = ob
         lse[bi, :, rows] = lb
         d[bi, :, rows] = bw["d"]
         dq[bi, :, rows] = bw["dq"]
-        if p.mode is Mode.GROUP:
-            ks = slice(p.seqstart_k[b], p.seqstart_k[b] + sk)
-        else:
-            ks = slice(0, sk)
-        dk[bi, :, ks] = bw["dk"]
-        dv[bi, :, ks] = bw["dv"]
+        dk[bi, :, seq.keys] = bw["dk"]
+        dv[bi, :, seq.keys] = bw["dv"]
         if dbias is not None:
-            ds = bw["ds"]  # (hq, sq, sk)
-            if dbias.shape[1] == 1:
-                ds = ds.sum(axis=0, keepdims=True)
-            if p.mode is Mode.GROUP:
-                dbias[0, :, rows, :sk] += ds
-            else:
-                dbias[b if dbias.shape[0] > 1 else 0, :, :sq, :sk] += ds
+            add_dbias(p, dbias, bw["ds"], seq)
     out = {"dq": from_hsd(dq, p.input_layout), "dk": from_hsd(dk, p.input_layout),
            "dv": from_hsd(dv, p.input_layout), "o": from_hsd(o, p.output_layout), "lse": lse, "d": d}
     if dbias is not None:

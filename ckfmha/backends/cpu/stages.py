@@ -35,7 +35,7 @@ from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_
 from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, Mode
 from ckfmha.problem import Problem
-from ckfmha.reference._core import from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
+from ckfmha.reference._core import add_dbias, backward_sequences, from_hsd, q_rows, sequence_extras, to_hsd
 from ckfmha.reference.appendkv import apply_rope, write_cache
 from ckfmha.reference.forward import sequences
 from ckfmha.reference.pagedkv import kv_sources
@@ -211,28 +211,16 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     want_dbias = bool(cfg.dbias)
     dbias = np.zeros(_need(tensors, "bias", "dq_dk_dv").shape, dtype=F32) if want_dbias else None
     hk, g = p.nhead_k, p.nhead_ratio
-    for b in range(p.batch):
-        qb = seq_slice(p, q_hsd, b, "q").astype(F32)
-        kb = seq_slice(p, k_hsd, b, "k").astype(F32)
-        vb = seq_slice(p, v_hsd, b, "k").astype(F32)
-        dob = seq_slice(p, do_hsd, b, "q").astype(F32)
-        sq, sk = qb.shape[1], kb.shape[1]
-        ex = sequence_extras(p, tensors, b, sq, sk, F32)
-        bi = 0 if p.mode is Mode.GROUP else b
-        rows = q_rows(p, b)
-        dkh, dvh, dsb = backward_tiled(p, qb, kb, vb, dob, lse[bi, :, rows], d[bi, :, rows], ex, bm0=bm0, bn0=bn0,
-                                       p_dtype=pdt, deterministic=cfg.deterministic,
+    for seq in backward_sequences(p, tensors, q_hsd, k_hsd, v_hsd, do_hsd, F32):
+        bi, rows = seq.bi, seq.rows
+        dkh, dvh, dsb = backward_tiled(p, seq.q, seq.k, seq.v, seq.do, lse[bi, :, rows], d[bi, :, rows], seq.extras,
+                                       bm0=bm0, bn0=bn0, p_dtype=pdt, deterministic=cfg.deterministic,
                                        dq_acc=dq_acc[:, bi, :, rows], want_dbias=want_dbias)
-        ks = slice(p.seqstart_k[b], p.seqstart_k[b] + sk) if p.mode is Mode.GROUP else slice(0, sk)
-        dk[bi, :, ks] = dkh.reshape(hk, g, sk, dkh.shape[-1]).sum(axis=1)  # GQA: reduce over the q-heads of a group
-        dv[bi, :, ks] = dvh.reshape(hk, g, sk, dvh.shape[-1]).sum(axis=1)
+        sk = seq.k.shape[1]
+        dk[bi, :, seq.keys] = dkh.reshape(hk, g, sk, dkh.shape[-1]).sum(axis=1)  # GQA: reduce over a group's q-heads
+        dv[bi, :, seq.keys] = dvh.reshape(hk, g, sk, dvh.shape[-1]).sum(axis=1)
         if dbias is not None:
-            if dbias.shape[1] == 1:
-                dsb = dsb.sum(axis=0, keepdims=True)
-            if p.mode is Mode.GROUP:
-                dbias[0, :, rows, :sk] += dsb
-            else:
-                dbias[b if dbias.shape[0] > 1 else 0, :, :sq, :sk] += dsb
+            add_dbias(p, dbias, dsb, seq)
     sdt = storage_dtype(cfg.dtype)
     _out(tensors, "dk", tensors["k"].shape, sdt)[...] = from_hsd(dk, p.input_layout).astype(sdt)
     _out(tensors, "dv", tensors["v"].shape, sdt)[...] = from_hsd(dv, p.input_layout).astype(sdt)
