@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -59,6 +58,7 @@ from ckfmha.kernel import (
     Mode,
     QScale,
     Rope,
+    TokenEnum,
 )
 from ckfmha.registry import Registry
 from ckfmha.workspace import bwd_workspace_upper_bound
@@ -68,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.problem import Problem
 
 
-class StageRole(str, Enum):
+class StageRole(TokenEnum):
     FWD = "fwd"
     SPLITKV = "splitkv"
     COMBINE = "combine"

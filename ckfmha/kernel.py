@@ -23,7 +23,7 @@ from enum import Enum
 from typing import Any, Iterator
 
 
-class _Token(str, Enum):
+class TokenEnum(str, Enum):
     """A str-valued enum whose str() is its token.
 
     Members hash like their token (``str.__hash__``, in C): consistent with their ``str`` equality (Enum's own
@@ -51,7 +51,7 @@ class _Token(str, Enum):
             raise ValueError(f"{name}: unknown value {value!r}; allowed: {allowed}") from None
 
 
-class Family(_Token):
+class Family(TokenEnum):
     FWD = "fwd"
     FWD_SPLITKV = "fwd_splitkv"
     FWD_SPLITKV_COMBINE = "fwd_splitkv_combine"
@@ -67,7 +67,7 @@ class Family(_Token):
         return self.value.startswith("bwd")
 
 
-class Api(_Token):
+class Api(TokenEnum):
     """The ``-d`` values of CK's generator; each api emits one or more families."""
 
     FWD = "fwd"
@@ -93,7 +93,7 @@ API_FAMILIES: dict[Api, tuple[Family, ...]] = {
 FAMILY_API: dict[Family, Api] = {f: a for a, fs in API_FAMILIES.items() for f in fs}
 
 
-class DType(_Token):
+class DType(TokenEnum):
     """Kernel data-type token. Mixed tokens name (Q,K,V storage)+(output type)."""
 
     FP16 = "fp16"
@@ -112,17 +112,17 @@ class DType(_Token):
         return self not in (DType.FP16, DType.BF16, DType.FP32)
 
 
-class Mode(_Token):
+class Mode(TokenEnum):
     BATCH = "batch"
     GROUP = "group"  # variable-length sequences given as seqstart offsets
 
 
-class VLayout(_Token):
+class VLayout(TokenEnum):
     ROW = "row"
     COL = "col"
 
 
-class MaskImpl(_Token):
+class MaskImpl(TokenEnum):
     """Which mask *implementation* a kernel is compiled with.
 
     ``any`` is CK's simplified mask (``-m simplified``, name token ``mask``): one kernel serves causal
@@ -136,20 +136,20 @@ class MaskImpl(_Token):
     GENERIC = "generic"
 
 
-class MaskMode(_Token):
+class MaskMode(TokenEnum):
     """The generator's ``-m`` option."""
 
     SIMPLIFIED = "simplified"
     GENERIC = "generic"
 
 
-class Bias(_Token):
+class Bias(TokenEnum):
     NONE = "none"
     ELEMENTWISE = "elementwise"
     ALIBI = "alibi"
 
 
-class QScale(_Token):
+class QScale(TokenEnum):
     NONE = "none"
     PERTENSOR = "pertensor"
     BLOCKSCALE = "blockscale"
@@ -157,13 +157,13 @@ class QScale(_Token):
     MX = "mx"
 
 
-class Rope(_Token):
+class Rope(TokenEnum):
     NONE = "none"
     INTERLEAVED = "interleaved"
     HALF_ROTATED = "half_rotated"
 
 
-class Dropout(_Token):
+class Dropout(TokenEnum):
     """Dropout variant. Forward kernels use ``none``/``enabled``; backward kernels name the workgroup
     variant (``wg16``/``wg32``) and whether the random values are stored."""
 
@@ -175,19 +175,19 @@ class Dropout(_Token):
     WG32_STORE_RANDVAL = "wg32_store_randval"
 
 
-class KVMemoryLayout(_Token):
+class KVMemoryLayout(TokenEnum):
     NONE = "none"  # not a paged batch-prefill kernel
     VECTORIZED = "vectorized"
     LINEAR = "linear"
 
 
-class KVLookupTable(_Token):
+class KVLookupTable(TokenEnum):
     NONE = "none"
     VLLM = "vllm"  # 2-D block table [batch, max_blocks]
     SGLANG = "sglang"  # 1-D page table with per-sequence offsets
 
 
-class KVLoad(_Token):
+class KVLoad(TokenEnum):
     """Batch-prefill K/V load strategy."""
 
     NONE = "none"
@@ -195,7 +195,7 @@ class KVLoad(_Token):
     GLOBAL_LDS = "gload"  # GLOBAL_LOAD_LDS variant, emitted where page_size < bn0
 
 
-class Pipeline(_Token):
+class Pipeline(TokenEnum):
     QR = "qr"
     QR_ASYNC = "qr_async"
     QR_ASYNC_TRLOAD = "qr_async_trload"
@@ -214,7 +214,7 @@ class Pipeline(_Token):
     TRITON = "triton"
 
 
-class ArchTag(_Token):
+class ArchTag(TokenEnum):
     """The generator factory a kernel comes from (CK's file-name suffix), not the target GPU."""
 
     NONE = "none"  # batch_prefill names carry no arch suffix
@@ -323,9 +323,9 @@ _FIELD_TYPES: dict[str, Any] = {}
 for _cls in (KernelSignature, KernelAlgorithm):
     for _f in dataclasses.fields(_cls):
         _FIELD_TYPES[_f.name] = _f.type
-_ENUM_FIELDS: dict[str, type[_Token]] = {
+_ENUM_FIELDS: dict[str, type[TokenEnum]] = {
     name: globals()[t] for name, t in _FIELD_TYPES.items() if isinstance(t, str) and t in globals()
-    and isinstance(globals()[t], type) and issubclass(globals()[t], _Token)
+    and isinstance(globals()[t], type) and issubclass(globals()[t], TokenEnum)
 }
 _BOOL_FIELDS = frozenset(n for n, t in _FIELD_TYPES.items() if t == "bool")
 _INT_FIELDS = frozenset(n for n, t in _FIELD_TYPES.items() if t == "int")
@@ -380,7 +380,7 @@ class KernelConfig:
         for part in (self.signature, self.algorithm):
             for name in (SIGNATURE_FIELDS if part is self.signature else ALGORITHM_FIELDS):
                 v = getattr(part, name)
-                if isinstance(v, _Token):
+                if isinstance(v, TokenEnum):
                     v = v.value
                 elif isinstance(v, tuple):
                     v = [list(x) if isinstance(x, tuple) else x for x in v]

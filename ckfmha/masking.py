@@ -25,19 +25,17 @@ bottom-right; ``t:l,r`` / ``b:l,r`` windows; ``xt:w`` / ``xb:w`` xformers window
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
+from ckfmha.kernel import TokenEnum
 
-class MaskKind(str, Enum):
+
+class MaskKind(TokenEnum):
     NONE = "none"
     TOP_LEFT = "top_left"
     BOTTOM_RIGHT = "bottom_right"
     GENERIC = "generic"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 class MaskError(ValueError):

@@ -28,12 +28,12 @@ import io
 import json
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import yaml
 
+from ckfmha.kernel import TokenEnum
 from ckfmha.problem import Problem, ProblemError
 from ckfmha.upstream.result import SideResult, Verdict, check_summary
 
@@ -48,14 +48,11 @@ class ParitySide(Protocol):
         ...
 
 
-class Status(str, Enum):
+class Status(TokenEnum):
     AGREE = "agree"
     DISAGREE = "disagree"
     SKIPPED = "skipped"
     ERROR = "error"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 # ------------------------------------------------------------------------------------------ sides

@@ -19,10 +19,10 @@ import dataclasses
 import math
 import shlex
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Iterable
 
-from ckfmha.kernel import Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, VLayout
+from ckfmha.kernel import (Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, TokenEnum,
+                           VLayout)
 from ckfmha.masking import MaskError, MaskKind, MaskSpec
 
 
@@ -30,14 +30,11 @@ class ProblemError(ValueError):
     """An impossible or CK-undefined problem; the message names the field, the value and the rule."""
 
 
-class Layout(str, Enum):
+class Layout(TokenEnum):
     """Tensor layout of Q/K/V (input) or O (output): CK's ``-iperm`` / ``-operm`` 1 = bhsd, 0 = bshd."""
 
     BHSD = "bhsd"
     BSHD = "bshd"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 BWD = Family.BWD_DQ_DK_DV

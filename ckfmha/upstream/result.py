@@ -18,16 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from ckfmha.kernel import TokenEnum
 
-class Verdict(str, Enum):
+
+class Verdict(TokenEnum):
     UNSUPPORTED = "unsupported"
     RAN_VALID = "ran_valid"
     RAN_INVALID = "ran_invalid"
     ERROR = "error"
     SKIPPED = "skipped"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
     @property
     def ran(self) -> bool:
