@@ -26,7 +26,7 @@ from ckfmha.backends import BackendError, get_backend
 from ckfmha.dispatcher import Dispatcher, Explanation, Plan, StageRole
 from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import Family, Mode
-from ckfmha.problem import Problem
+from ckfmha.problem import Layout, Problem
 from ckfmha.registry import Registry
 
 
@@ -128,7 +128,7 @@ def _written_rows(p: Problem, name: str, shape: tuple[int, ...]) -> np.ndarray:
     rows = np.concatenate([np.full(n, n > p.min_seqlen_q) for n in p.seqlens_q_list])
     if name == "lse":  # (1, h, total_q)
         return rows[None, None, :]
-    if p.output_layout.value == "bhsd":  # (1, h, total_q, d)
+    if p.output_layout is Layout.BHSD:  # (1, h, total_q, d)
         return rows[None, None, :, None]
     return rows[None, :, None, None]  # (1, total_q, h, d)
 

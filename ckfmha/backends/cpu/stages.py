@@ -80,13 +80,13 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
     k_src, v_src = kv_sources(p, tensors)
     nb, ns = _rows_shape(p)
     hq, dv = p.nhead_q, p.hdim_v
+    skip = not num_splits and cfg.skip_min_seqlen_q and p.min_seqlen_q > 0  # CK's kSkipMinSeqlenQ
     if num_splits:
         o_acc = _out(tensors, "o_acc", (num_splits, nb, hq, ns, dv), F32)
         lse_acc = _out(tensors, "lse_acc", (num_splits, nb, hq, ns), F32)
     else:
         o_hsd = np.zeros((nb, hq, ns, dv), dtype=F32)
         lse = np.full((nb, hq, ns), -np.inf, dtype=F32)
-        skip = cfg.skip_min_seqlen_q and p.min_seqlen_q > 0
         if skip:  # skipped sequences keep whatever the output buffers hold: start from them
             if "o" in tensors:
                 o_hsd = to_hsd(np.asarray(tensors["o"]), p.output_layout).astype(F32)
@@ -94,8 +94,8 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
                 lse = np.asarray(tensors["lse"]).astype(F32)
     for b, qb, kb, vb in sequences(p, tensors, F32, k_src, v_src):
         sq, sk = qb.shape[1], kb.shape[1]
-        if not num_splits and cfg.skip_min_seqlen_q and sq <= p.min_seqlen_q:
-            continue  # CK's kSkipMinSeqlenQ: the kernel returns before this sequence
+        if skip and sq <= p.min_seqlen_q:
+            continue  # the kernel returns before this sequence
         ex = sequence_extras(p, tensors, b, sq, sk, F32)
         bi = 0 if p.mode is Mode.GROUP else b
         rows = q_rows(p, b)
