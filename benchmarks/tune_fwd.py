@@ -2,10 +2,11 @@
 
 For each (hdim, causal) it times candidate (BLOCK_M, BLOCK_N, warps, stages, warp_specialize) launches at
 seqlen 4k and 16k (32k tokens, heads x hdim = 2048, fp16) and prints the best; for decode it sweeps the split
-count, BLOCK_N and stages of the paged split-KV kernel. The winners go into ckfmha/data/archs/sm90.yaml by hand
+count, BLOCK_N and stages of the paged split-KV kernel; ``--only causal`` times causal tiles at seqlen 1k/4k/16k with
+the trailing masked blocks inside the pipelined loop (FUSE_TAIL) and in a loop of their own. The winners go into ckfmha/data/archs/sm90.yaml by hand
 (the table is data; this script is how it was chosen).
 
-Usage (GPU machine): python benchmarks/tune_fwd.py [--json PATH]
+Usage (GPU machine): python benchmarks/tune_fwd.py [--only prefill|decode|causal] [--tma] [--json PATH]
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ TMA_CANDIDATES = {
     64: [(128, 128, 4, 3), (128, 128, 4, 4)],
     128: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 128, 8, 2)],
     256: [(128, 64, 8, 2), (128, 64, 8, 3)],
+}
+
+# --only causal: causal tiles at short and long sequences, the trailing masked blocks fused into the pipelined
+# loop (FUSE_TAIL) or in a loop of their own; smaller tiles let two programs share an SM
+CAUSAL_CANDIDATES = {
+    64: [(128, 128, 4, 3), (128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3)],
+    128: [(128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 2), (64, 64, 4, 3)],
+    256: [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3)],
 }
 
 
@@ -80,6 +89,38 @@ def tune_prefill(rows: list, tma_mode: bool = False) -> None:
                 del q, k, v, o
 
 
+def tune_causal(rows: list) -> None:
+    for d, cands in CAUSAL_CANDIDATES.items():
+        for s in (1024, 4096, 16384):
+            b, h = 32768 // s, 2048 // d
+            p = Problem(dtype="fp16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b")
+            q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16)
+            k, v = torch.randn_like(q), torch.randn_like(q)
+            o = torch.empty_like(q)
+            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).float()
+            fl = 4.0 * b * h * (s * (s + 1) // 2) * d
+            for (bm, bn, w, st) in cands:
+                for fuse in (True, False):
+                    c = cfg_for(d, True, bm, bn, w, st)
+                    try:
+                        launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o},
+                                                    shape=LaunchShape(bm, bn, d, d, w, st), fuse_tail=fuse)
+                        o.fill_(float("nan"))
+                        launch()
+                        err = ((o.float() - ref).norm() / ref.norm()).item()
+                        ms = med(launch)
+                    except Exception as e:  # a shape that does not compile or fit: report and go on
+                        print(f"  d{d} causal s{s} {bm}x{bn} w{w} st{st} fuse{int(fuse)}: {type(e).__name__}: "
+                              f"{str(e)[:100]}", flush=True)
+                        continue
+                    tf = fl / ms / 1e9
+                    rows.append(dict(kind="causal", hdim=d, causal=True, seqlen=s, bm=bm, bn=bn, warps=w, stages=st,
+                                     fuse_tail=fuse, rel_err=err, tflops=tf))
+                    print(f"d{d} causal s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} fuse{int(fuse)}: {tf:6.1f} TFLOPS "
+                          f"err {err:.1e}", flush=True)
+            del q, k, v, o, ref
+
+
 def tune_decode(rows: list) -> None:
     for b, hq, hk, sk in ((32, 32, 8, 8192), (64, 32, 8, 16384), (16, 32, 32, 32768)):
         d, page = 128, 128
@@ -122,7 +163,7 @@ def tune_decode(rows: list) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--only", choices=("prefill", "decode"), default=None)
+    ap.add_argument("--only", choices=("prefill", "decode", "causal"), default=None)
     ap.add_argument("--tma", action="store_true", help="prefill: compare TMA loads on the best tiles")
     args = ap.parse_args()
     rows: list = []
@@ -130,6 +171,8 @@ def main() -> int:
         tune_decode(rows)
     if args.only in (None, "prefill"):
         tune_prefill(rows, tma_mode=args.tma)
+    if args.only == "causal":
+        tune_causal(rows)
     print("\nbest per case:")
     keyf = lambda r: (r["kind"], r.get("hdim"), r.get("causal"), r.get("seqlen"), r.get("batch"))  # noqa: E731
     best: dict = {}

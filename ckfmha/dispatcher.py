@@ -35,7 +35,9 @@ Ranking of the candidates that pass
 1. the smallest head-dim bucket (no wasted head-dim padding);
 2. fewer pads (a no-pad kernel wins when the shape is aligned);
 3. seqtune: the tile that best fits the sequence lengths — the padded fraction of the last query (key) block,
-   then for long sequences the larger tile, for short ones the smaller;
+   then for long sequences the larger tile, for short ones the smaller (short: the query fits in one tile, or
+   a ``short_query_tiles`` rule of ``data/heuristics.yaml`` says so for this kernel, e.g. masked Triton
+   kernels up to 2k queries);
 4. the heuristics table ``data/heuristics.yaml`` (first matching rule's priority, lower first; benchmark
    results can rewrite it);
 5. the kernel id, so the choice is deterministic.
@@ -175,36 +177,63 @@ class NoKernelError(LookupError):
 
 
 # --------------------------------------------------------------------------------------------- heuristics
-@lru_cache(maxsize=1)
-def _heuristics() -> tuple[tuple[Callable[[KernelConfig], bool], int, str], ...]:
-    from ckfmha.archs import data_dir, load_yaml
+@dataclass(frozen=True)
+class _Heuristics:
+    rules: tuple[tuple[Callable[[KernelConfig], bool], int, str], ...]
+    short_query_tiles: tuple[tuple[Callable[[KernelConfig], bool], int, str], ...]
+
+
+def _compile_rules(path, doc: dict, key: str, value_key: str) -> tuple:
     from ckfmha.filters import FilterError, compile_filter
+
+    out = []
+    for i, rule in enumerate(doc.get(key) or ()):
+        if not isinstance(rule, dict) or set(rule) - {"when", value_key, "why"} or "when" not in rule \
+                or not isinstance(rule.get(value_key), int) or isinstance(rule.get(value_key), bool):
+            raise ValueError(f"{path}: {key}[{i}]: expected {{when: <filter>, {value_key}: <int>, why: <text>}}")
+        try:
+            pred = compile_filter(rule["when"])
+        except FilterError as e:
+            raise ValueError(f"{path}: {key}[{i}].when: {e}") from None
+        out.append((pred, rule[value_key], str(rule.get("why", ""))))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _heuristics() -> _Heuristics:
+    from ckfmha.archs import data_dir, load_yaml
 
     path = data_dir() / "heuristics.yaml"
     doc = load_yaml(path)
     if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("rules"), list):
         raise ValueError(f"{path}: expected 'schema: 1' and a 'rules' list")
-    out = []
-    for i, rule in enumerate(doc["rules"]):
-        if not isinstance(rule, dict) or set(rule) - {"when", "priority", "why"} or "when" not in rule \
-                or not isinstance(rule.get("priority"), int):
-            raise ValueError(f"{path}: rules[{i}]: expected {{when: <filter>, priority: <int>, why: <text>}}")
-        try:
-            pred = compile_filter(rule["when"])
-        except FilterError as e:
-            raise ValueError(f"{path}: rules[{i}].when: {e}") from None
-        out.append((pred, rule["priority"], str(rule.get("why", ""))))
-    return tuple(out)
+    unknown = set(doc) - {"schema", "rules", "short_query_tiles"}
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; expected schema, rules, short_query_tiles")
+    if not isinstance(doc.get("short_query_tiles", []), list):
+        raise ValueError(f"{path}: short_query_tiles: expected a list")
+    return _Heuristics(_compile_rules(path, doc, "rules", "priority"),
+                       _compile_rules(path, doc, "short_query_tiles", "max_seqlen_q"))
 
 
 DEFAULT_PRIORITY = 100
 
 
 def heuristic_priority(c: KernelConfig) -> int:
-    for pred, prio, _ in _heuristics():
+    for pred, prio, _ in _heuristics().rules:
         if pred(c):
             return prio
     return DEFAULT_PRIORITY
+
+
+def short_query_limit(c: KernelConfig) -> int:
+    """Up to how many query rows a problem counts as short for ``c``'s seqtune (the smaller query tile ranks
+    first): the first matching ``short_query_tiles`` rule of data/heuristics.yaml, else 0 (only a query shorter
+    than the tile is short)."""
+    for pred, limit, _ in _heuristics().short_query_tiles:
+        if pred(c):
+            return limit
+    return 0
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -539,7 +568,8 @@ class Dispatcher:
             sq, sk = max(qs), max(ks) if ks else 0
             fit = _waste(sq, bm0) + _waste(sk, bn0)
             # long sequences prefer the bigger tile (fewer blocks), short ones the smaller
-            size_pref = -bm0 if sq > bm0 else bm0
+            short = sq <= bm0 or sq <= short_query_limit(c)
+            size_pref = bm0 if short else -bm0
         kv_load = 0 if a.kv_load in (KVLoad.NONE, KVLoad.BLOCK) else 1
         randval = 1 if s.dropout in (Dropout.WG16_STORE_RANDVAL, Dropout.WG32_STORE_RANDVAL) else 0
         return (hdim_waste, pads, round(fit, 6), size_pref, randval, kv_load, heuristic_priority(c), c.kernel_id)

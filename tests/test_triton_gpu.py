@@ -188,3 +188,27 @@ def test_skip_min_seqlen_q() -> None:
     plan, out, ref, _ = run_plan(p)
     assert plan.stages[0].kernel.skip_min_seqlen_q
     assert_valid(p, out, ref, ("o", "lse"))  # skipped rows: NaN in both (the poison stays)
+
+
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("fuse_tail", [False, True])
+@pytest.mark.parametrize("mask", ["t", "b", "b:16,16", "g:40,70"])
+def test_masked_edge_blocks_inside_or_after_the_pipelined_loop(mask: str, fuse_tail: bool, tma: bool) -> None:
+    # aligned keys (no-pad kernel): the trailing masked blocks run in the pipelined loop (FUSE_TAIL) or apart;
+    # with and without TMA loads; a short masked problem selects the 64x64 tile (heuristics short_query_tiles)
+    import torch
+
+    from ckfmha.backends.triton.launch import attention_launcher, out_torch_dtype, to_numpy, to_torch
+    from ckfmha.inputs import lse_shape, o_shape
+
+    p = Problem(dtype="bf16", batch=2, nhead_q=4, seqlen_q=256, seqlen_k=384, hdim_q=128, mask=mask, lse=True)
+    k = dispatcher().select(p).stages[0].kernel
+    assert (k.pad_s, k.pad_sk, tuple(k.algorithm.tile[:2])) == (0, 0, (64, 64))
+    inputs = make_inputs(p, 0)
+    ref = reference(p, inputs)
+    t = {name: to_torch(inputs[name]) for name in ("q", "k", "v")}
+    t["o"] = torch.full(o_shape(p), float("nan"), dtype=out_torch_dtype(p.dtype), device="cuda")
+    t["lse"] = torch.full(lse_shape(p), float("nan"), dtype=torch.float32, device="cuda")
+    attention_launcher(k, p, t, tma=tma, fuse_tail=fuse_tail)()
+    torch.cuda.synchronize()
+    assert_valid(p, {"o": to_numpy(t["o"]), "lse": to_numpy(t["lse"])}, ref, ("o", "lse"))

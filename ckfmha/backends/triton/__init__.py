@@ -25,7 +25,8 @@ GQA decode                 q-heads of a group packed into one query block when s
 dtype                      fp16/bf16 dots in that type; fp32 dots in IEEE fp32; fp8bf16/fp8fp32: e4m3 inputs widened to
                            bf16 in registers (exact), P in bf16, output bf16/fp32
 mask                       none: no mask code; any/causal/generic: CK's (y, x) window per row, masked blocks only at
-                           the diagonal edges (full blocks run unmasked)
+                           the diagonal edges (full blocks run unmasked); up to 32 key blocks the trailing masked
+                           blocks run inside the pipelined loop behind a uniform branch (launch.FUSE_TAIL_MAX_KEY_BLOCKS)
 bias                       elementwise (CK broadcast shapes through zero strides) or ALiBi (CK slopes, the mask decides
                            vertical / top-left / bottom-right positions)
 lse, logits_soft_cap, sink  LSE output, ``cap * tanh(s / cap)``, sink logit seeding the running max/sum

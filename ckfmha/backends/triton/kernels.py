@@ -73,7 +73,11 @@ def _attn_block(
     HAS_DROPOUT: tl.constexpr, STORE_RANDVAL: tl.constexpr, IS_PAGED: tl.constexpr,
     QSCALE: tl.constexpr, ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr,
     NUM_STAGES: tl.constexpr, WARP_SPEC: tl.constexpr = False, USE_TMA: tl.constexpr = False,
+    MASK_TAIL: tl.constexpr = False, mask_from=0,
 ):
+    """Key blocks [n_lo, n_hi) into the running softmax state. MASKED: every block is masked (rows' windows and
+    the key bound); MASK_TAIL: one pipelined loop whose blocks from ``mask_from`` on are masked (a uniform branch),
+    so the diagonal blocks' loads are prefetched with the rest; else no mask (a bound mask where not EVEN_N)."""
     LOG2E_C: tl.constexpr = 1.4426950408889634
     offs_n0 = tl.arange(0, BLOCK_N)
     for n0 in tl.range(n_lo, n_hi, BLOCK_N, num_stages=NUM_STAGES, warp_specialize=WARP_SPEC):
@@ -124,6 +128,10 @@ def _attn_block(
         if MASKED:
             allowed = (offs_n[None, :] >= row_lo[:, None]) & (offs_n[None, :] < row_hi[:, None])
             s = tl.where(allowed, s, float("-inf"))
+        elif MASK_TAIL:
+            if n0 >= mask_from:
+                allowed = (offs_n[None, :] >= row_lo[:, None]) & (offs_n[None, :] < row_hi[:, None])
+                s = tl.where(allowed, s, float("-inf"))
         elif not EVEN_N:
             s = tl.where((offs_n < sk)[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -173,7 +181,7 @@ def attn_fwd_kernel(
     HAS_SEQLENS_K: tl.constexpr, QSCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
     ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr, NUM_STAGES: tl.constexpr,
     PACK_GQA: tl.constexpr, REVERSE_M: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr,
-    TMA_EDGES: tl.constexpr, HAS_CBI: tl.constexpr, SKIP_MIN_SEQLEN_Q: tl.constexpr,
+    TMA_EDGES: tl.constexpr, HAS_CBI: tl.constexpr, SKIP_MIN_SEQLEN_Q: tl.constexpr, FUSE_TAIL: tl.constexpr,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -315,7 +323,8 @@ def attn_fwd_kernel(
     bh = b * nhead_q + h
     tma_row0 = (bq * (nhead_q // group) + hk) * seqlen_k  # batch-mode bhsd: rows of K/V viewed as [B*Hk*S, D]
 
-    # ---- key blocks: [lo, full_lo) masked, [full_lo, full_hi) unmasked, [full_hi, hi) masked
+    # ---- key blocks: [lo, full_lo) masked, [full_lo, full_hi) unmasked, [full_hi, hi) masked (with FUSE_TAIL the
+    # last two in one pipelined loop)
     lo_blk = (lo // BLOCK_N) * BLOCK_N
     if not HAS_MASK and not IS_SPLIT:
         full_lo = lo_blk
@@ -346,30 +355,45 @@ def attn_fwd_kernel(
         seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
         BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
         QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
-    acc, m_i, l_i = _attn_block(
-        acc, m_i, l_i, q, qrow_scale, full_lo, full_hi,
-        K_TMA, V_TMA, tma_row0,
-        K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-        BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-        qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-        BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-        KDESC, kdesc_base, VDESC, vdesc_base,
-        RANDVAL, rv_base, stride_rm, stride_rn,
-        seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-        BLOCK_N, False, True, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA)
-    acc, m_i, l_i = _attn_block(
-        acc, m_i, l_i, q, qrow_scale, full_hi, hi,
-        K_TMA, V_TMA, tma_row0,
-        K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-        BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-        qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-        BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-        KDESC, kdesc_base, VDESC, vdesc_base,
-        RANDVAL, rv_base, stride_rm, stride_rn,
-        seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-        BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
+    if FUSE_TAIL:  # the unmasked blocks and the trailing masked ones in one pipelined loop
+        acc, m_i, l_i = _attn_block(
+            acc, m_i, l_i, q, qrow_scale, full_lo, hi,
+            K_TMA, V_TMA, tma_row0,
+            K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
+            BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
+            qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
+            BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
+            KDESC, kdesc_base, VDESC, vdesc_base,
+            RANDVAL, rv_base, stride_rm, stride_rn,
+            seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
+            BLOCK_N, False, EVEN_N, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
+            QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA,
+            True, full_hi)
+    else:
+        acc, m_i, l_i = _attn_block(
+            acc, m_i, l_i, q, qrow_scale, full_lo, full_hi,
+            K_TMA, V_TMA, tma_row0,
+            K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
+            BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
+            qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
+            BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
+            KDESC, kdesc_base, VDESC, vdesc_base,
+            RANDVAL, rv_base, stride_rm, stride_rn,
+            seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
+            BLOCK_N, False, True, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
+            QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA)
+        acc, m_i, l_i = _attn_block(
+            acc, m_i, l_i, q, qrow_scale, full_hi, hi,
+            K_TMA, V_TMA, tma_row0,
+            K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
+            BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
+            qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
+            BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
+            KDESC, kdesc_base, VDESC, vdesc_base,
+            RANDVAL, rv_base, stride_rm, stride_rn,
+            seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
+            BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
+            QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
 
     # ---- epilogue
     empty = l_i == 0.0

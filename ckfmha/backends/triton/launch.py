@@ -21,6 +21,11 @@ from ckfmha.backends.triton import kernels
 
 SMEM_BYTES = 227 * 1024  # Hopper: 227 KiB of shared memory per block
 DEVICE = "cuda"  # tests of the kernels under TRITON_INTERPRET=1 set "cpu"
+# The trailing masked key blocks join the pipelined loop (FUSE_TAIL) up to this many key blocks per sequence; past
+# it the uniform branch in the loop costs more than the unpipelined edge block. H200, fp16 causal
+# (benchmarks/tune_fwd.py --only causal): s1k d64 281 vs 259 TFLOPS, d128 64x64 349 vs 327; s4k within 1%;
+# s16k d128 474 vs 483.
+FUSE_TAIL_MAX_KEY_BLOCKS = 32
 
 
 class PreconditionError(ValueError):
@@ -165,9 +170,10 @@ def pack_gqa(c: KernelConfig, p: Problem) -> bool:
 def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], *, split: bool = False,
                        num_splits: int = 1, shape: LaunchShape | None = None,
                        warp_specialize: bool = False, tma: bool | None = None,
-                       tma_edges: bool | None = None) -> Callable[[], None]:
+                       tma_edges: bool | None = None, fuse_tail: bool | None = None) -> Callable[[], None]:
     """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
-    t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize`` override the config's launch (tuning only)."""
+    t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize``/``tma``/``tma_edges``/``fuse_tail`` override the
+    config's launch (tuning only)."""
     s = c.signature
     ls = shape or launch_shape(c)
     pack = pack_gqa(c, p)
@@ -284,6 +290,10 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
     meta["SKIP_MIN_SEQLEN_Q"] = bool(s.skip_min_seqlen_q and group)
     meta["USE_TMA"] = use_tma
     meta["TMA_EDGES"] = tma_edges
+    if fuse_tail is None:
+        fuse_tail = triton.cdiv(max(p.seqlens_k_list, default=p.seqlen_k), ls.block_n) <= FUSE_TAIL_MAX_KEY_BLOCKS
+    # the trailing masked blocks join the pipelined loop where its loads need no key bound (aligned keys or TMA)
+    meta["FUSE_TAIL"] = fuse_tail and (meta["EVEN_N"] or use_tma)
     kern = kernels.attn_fwd_kernel
 
     def launch() -> None:
