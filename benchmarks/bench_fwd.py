@@ -9,6 +9,7 @@ Decode grid: seqlen_q = 1, paged K/V (page 128) through split-KV + combine; GB/s
 (K/V cache read once, Q read, O written), against the device's measured copy bandwidth. Target >= 70%.
 
 Usage (on the GPU machine): python benchmarks/bench_fwd.py [--quick] [--json PATH]
+The report of a saved run, anywhere: python benchmarks/fwd_report.py benchmarks/results/bench_fwd_h200.json
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from ckfmha.backends.triton.launch import attention_launcher, combine_launcher
 from ckfmha.dispatcher import Dispatcher
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
+
+from fwd_report import render
 
 TOKENS = 32 * 1024
 HEAD_SIZE = 2048
@@ -156,7 +159,7 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="write the run's rows here")
     args = ap.parse_args()
     t0 = time.time()
     reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
@@ -168,29 +171,13 @@ def main() -> int:
           f"copy bandwidth {copy:.0f} GB/s", flush=True)
     pre = prefill_rows(disp, args.quick)
     dec = decode_rows(disp, copy, args.quick)
-    print("\n| dtype | hdim | seqlen | causal | ours TFLOPS | SDPA-flash | cuDNN | x flash | x cuDNN | targets |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    ok_all = True
-    for r in pre:
-        t_flash = r["vs_flash"] >= 1.3
-        t_cudnn = r["vs_cudnn"] >= 0.9 if (r["hdim"] == 128 and r["seqlen"] >= 4096) else None
-        ok = t_flash and (t_cudnn is not False)
-        ok_all &= ok
-        print(f"| {r['dtype']} | {r['hdim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | {r['tflops']:.1f} | "
-              f"{r['flash_tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['vs_flash']:.2f} | {r['vs_cudnn']:.2f} | "
-              f"{'PASS' if ok else 'FAIL'} |")
-    print("\n| batch | hq/hk | seqlen_k | splits | GB/s | % of copy | target 70% |")
-    print("|---|---|---|---|---|---|---|")
-    for r in dec:
-        ok = r["fraction"] >= 0.7
-        ok_all &= ok
-        print(f"| {r['batch']} | {r['nhead_q']}/{r['nhead_k']} | {r['seqlen_k']} | {r['num_splits']} | "
-              f"{r['gbps']:.0f} | {r['fraction']:.0%} | {'PASS' if ok else 'FAIL'} |")
-    print(f"\nall targets {'met' if ok_all else 'NOT met'}; {time.time() - t0:.0f} s")
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "copy_gbps": copy, "prefill": pre, "decode": dec}
+    text, _ = render(doc)
+    print("\n" + text + f"\n({time.time() - t0:.0f} s)")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__, "copy_gbps": copy, "prefill": pre, "decode": dec}, fh, indent=1)
+            json.dump(doc, fh, indent=1)
     return 0
 
 
