@@ -31,7 +31,7 @@ for step in "${steps[@]}"; do
              | tee "$OUT/gpu_tests.txt" ;;
     smoke) smoke smoke_fwd_sm90 200 ;;
     gfx942) smoke smoke_fwd_gfx942 200 --ckfmha-arch gfx942 ;;
-    parity) timeout 200 python3 benchmarks/parity_torch.py "$OUT/parity_torch.json" 2>&1 | tail -30 \
+    parity) timeout 400 python3 benchmarks/parity_torch.py "$OUT/parity_torch.json" 2>&1 | tail -30 \
               | tee "$OUT/parity_torch.txt" ;;
     bench) timeout 500 python3 benchmarks/bench_fwd.py --json "$OUT/bench_fwd.json" 2>&1 | tail -60 \
              | tee "$OUT/bench_fwd.txt" ;;
