@@ -154,7 +154,7 @@ class _Recorder:
         st = get_state(self.config)
         if st.settings.reports and not self.config.option.collectonly:
             self.written = write_reports(st.settings.reports, st.rows,
-                                         meta_for(st.settings, st.rows, st.collect_seconds))
+                                         meta_for(st.settings, st.rows, st.collect_seconds, self._command()))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         from pytest_ckfmha.reporting import meta_for, terminal_summary
@@ -162,8 +162,11 @@ class _Recorder:
 
         st = get_state(self.config)
         if st.rows:
-            terminal_summary(terminalreporter, st.rows, meta_for(st.settings, st.rows, st.collect_seconds),
-                             self.written)
+            terminal_summary(terminalreporter, st.rows,
+                             meta_for(st.settings, st.rows, st.collect_seconds, self._command()), self.written)
+
+    def _command(self) -> list[str]:
+        return ["pytest", *self.config.invocation_params.args]
 
 
 def load() -> None:

@@ -12,7 +12,7 @@ import datetime as _dt
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 REPORT_SCHEMA = "ckfmha.report"
 REPORT_VERSION = 1
@@ -22,7 +22,7 @@ PROBLEM_FIELDS = ("family", "dtype", "mode", "batch", "nhead_q", "nhead_k", "seq
                   "page_block_size", "kv_lookup", "kv_layout", "cache_batch_idx", "seqlen_knew", "rotary_dim", "rope",
                   "num_splits", "min_seqlen_q", "deterministic", "dbias")
 ROW_FIELDS = ("id", "nodeid", "kind", "matrix", "entry", "category", *PROBLEM_FIELDS, "kernel_id", "plan_kernels",
-              "backend", "arch", "seed", "verdict", "reason", "max_abs_err", "max_rel_err", "mismatches",
+              "backend", "device", "arch", "seed", "verdict", "reason", "max_abs_err", "max_rel_err", "mismatches",
               "elements", "unwritten", "time_ms", "timed", "tflops", "gbps", "flops", "bytes", "build_s",
               "build_cached", "ref_cached", "duration_s", "parity", "parity_status", "compared", "upstream_verdict",
               "upstream_words", "ckfmha_verdict", "ckfmha_words")
@@ -189,8 +189,10 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
 
 def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path]) -> None:
     tr.section("ckfmha summary")
+    devices = (meta.get("environment") or {}).get("devices") or ["-"]
     tr.write_line(f"category {meta.get('category')}  arch {meta.get('arch')}  backends "
-                  f"{', '.join(meta.get('backends') or ['-'])}  seed {meta.get('seed')}  items {len(rows)}")
+                  f"{', '.join(meta.get('backends') or ['-'])}  device {', '.join(devices)}  seed {meta.get('seed')}  "
+                  f"items {len(rows)}")
     summ = summarize(rows)
     hdr = f"{'family':<14}{'passed':>8}{'failed':>8}{'skipped':>9}{'error':>7}  {'worst abs err':>14}  {'best TFLOPS':>12}"
     tr.write_line(hdr)
@@ -222,9 +224,31 @@ def build_times(rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def meta_for(settings, rows: list[dict], collect_seconds) -> dict:
+ENV_PACKAGES = ("ckfmha", "numpy", "pytest", "pytest-xdist", "torch", "triton")
+
+
+def environment(command: Sequence[str], rows: list[dict]) -> dict:
+    """Where the run happened: the command, Python, the packages' versions (read from their metadata, nothing is
+    imported) and the devices the items ran on."""
+    import platform
+    import shlex
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"command": shlex.join(command), "python": platform.python_version(), "platform": platform.platform(),
+            "packages": {n: version(n) for n in ENV_PACKAGES},
+            "devices": sorted({r["device"] for r in rows if r.get("device")})}
+
+
+def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str] = ()) -> dict:
     return {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "category": settings.category, "arch": settings.arch, "arch_source": settings.arch_source,
             "backend_option": settings.backend, "backends": sorted({r["backend"] for r in rows if r.get("backend")}),
             "seed": settings.seed, "max_kernels_per_shape": settings.max_kernels_per_shape,
-            "receipt": settings.receipt, "profile": settings.profile, "collect_seconds": collect_seconds}
+            "receipt": settings.receipt, "profile": settings.profile, "collect_seconds": collect_seconds,
+            "environment": environment(command, rows)}

@@ -453,3 +453,9 @@ def test_skip_min_seqlen_q_kernel_leaves_short_sequences_untouched() -> None:
     assert np.isnan(o[:, :1]).all() and np.isnan(o[:, 21:]).all() and np.isfinite(o[:, 1:21]).all()
     checks = validate(p, res.outputs, reference(p, inp), names=["o"])
     assert all(c.passed for c in checks.values()), [str(c) for c in checks.values()]
+
+
+def test_cpu_backend_names_its_device() -> None:
+    import platform
+
+    assert get_backend("cpu").device() == f"cpu ({platform.machine()})"

@@ -68,6 +68,9 @@ class TestBackend(Backend):
     def available(self):
         return Availability.no("no GPU in this test") if self.mode == "unavailable" else Availability.yes()
 
+    def device(self):
+        return "test device 0"
+
     def supports(self, c):
         return "pipeline qs is not realized by the test backend" if c.pipeline.value == "qs" else None
 

@@ -22,17 +22,27 @@ def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_pa
     out = res.stdout.str()
     assert "ckfmha summary" in out and "fwd" in out and "worst abs err" in out and "best TFLOPS" in out
     assert "cold builds: " in out and "median 0.25 s" in out
+    assert "backends testref  device test device 0  seed 0  items 8" in out
     from pytest_ckfmha.reporting import REPORT_SCHEMA, ROW_FIELDS
 
     doc = json.loads((pytester.path / "r.json").read_text())
     assert doc["schema"] == REPORT_SCHEMA and doc["version"] == 1 and doc["fields"] == list(ROW_FIELDS)
     assert doc["category"] == "full" and doc["arch"] == "gfx942" and doc["summary"]["fwd"]["passed"] == 6
+    # where it ran: the command, the package versions (from metadata), the device of the items
+    import numpy
+    import platform
+
+    env = doc["environment"]
+    assert env["command"].startswith("pytest ") and "--ckfmha-category full --ckfmha-report r.json" in env["command"]
+    assert env["packages"]["numpy"] == numpy.__version__ and env["packages"]["pytest"] == pytest.__version__
+    assert env["python"] == platform.python_version() and env["devices"] == ["test device 0"]
     rows = doc["rows"]
     assert len(rows) == 8 and all(set(r) == set(ROW_FIELDS) for r in rows)
     ok = [r for r in rows if r["verdict"] == "passed"]
     for r in ok:
         assert r["backend"] == "testref" and r["kernel_id"] and r["max_abs_err"] < 0.01 and r["tflops"] > 0
         assert r["gbps"] > 0 and r["flops"] > 0 and r["unwritten"] == 0 and r["build_s"] >= 0
+        assert r["device"] == "test device 0"
     assert any(r["build_s"] == 0.25 for r in ok)  # cold build time of the kernel
     plan = [r for r in rows if r["kind"] == "plan"]
     assert len(plan) == 3 and all(r["plan_kernels"] for r in plan)

@@ -21,7 +21,11 @@ def test_xdist_loadgroup_run(pytester, monkeypatch, tmp_path):
     res.assert_outcomes(passed=4, skipped=1)
     import json
 
-    rows = json.loads((pytester.path / "r.json").read_text())["rows"]
+    doc = json.loads((pytester.path / "r.json").read_text())
+    rows = doc["rows"]
+    # workers' rows carry their device to the controller, which names it in the environment
+    assert doc["environment"]["devices"] == ["test device 0"]
+    assert {r["device"] for r in rows if r["verdict"] == "passed"} == {"test device 0"}
     assert len(rows) == 5 and {r["id"].split("::")[0] for r in rows} == {"fwd-fp16-batch-b1h2s16d64",
                                                                        "fwd-fp16-batch-b1h2s16d64-causal"}
 

@@ -85,6 +85,10 @@ class Backend(abc.ABC):
     def supports(self, config: KernelConfig) -> str | None:
         ...
 
+    def device(self) -> str:
+        """The device this backend runs on, in words (reports name it); call only when available."""
+        return ""
+
     @abc.abstractmethod
     def build(self, config: KernelConfig) -> BuiltKernel:
         ...

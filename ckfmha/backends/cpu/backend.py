@@ -139,6 +139,11 @@ class CpuBackend(Backend):
     name = "cpu"
     version = CPU_BACKEND_VERSION
 
+    def device(self) -> str:
+        import platform
+
+        return f"cpu ({platform.machine() or 'unknown machine'})"
+
     def available(self) -> Availability:
         return Availability.yes()
 

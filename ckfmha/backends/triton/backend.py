@@ -51,6 +51,11 @@ class TritonBackend(Backend):
             return Availability.no("no GPU: torch.cuda.is_available() is False")
         return Availability.yes()
 
+    def device(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name()
+
     # ------------------------------------------------------------------ capability
     def supports(self, config: KernelConfig) -> str | None:
         s, a = config.signature, config.algorithm
