@@ -13,6 +13,8 @@ from ckfmha.filters import compile_filter
 from ckfmha.kernel import Api, ArchTag, DType, MaskImpl, MaskMode, Pipeline, VLayout
 from ckfmha.naming import ck_instance_name, parse_ck_instance_name
 
+from tests.ck_names import assert_unique_names_parse_back
+
 
 API = "fwd"
 # (exact list parity for every arch/receipt/mask mode: tests/test_enumeration_parity.py)
@@ -31,9 +33,7 @@ def test_golden_orientation_counts():
 def test_configs_equal_parsed_names(arch, receipt):
     # config-level parity: configs are unique and each is exactly what its CK name parses back to
     configs = enumerate_api(API, arch, receipt, "generic")
-    assert len({ck_instance_name(c) for c in configs}) == len(configs)
-    for c in configs:
-        assert parse_ck_instance_name(ck_instance_name(c)) == c
+    assert_unique_names_parse_back(configs)
 
 
 @pytest.mark.parametrize("arch", ("gfx942", "gfx950", "gfx1100", "gfx1201"))

@@ -9,7 +9,7 @@ import pytest
 from ckfmha.enumeration import ck_instance_names, enumerate_api
 from ckfmha.enumeration import appendkv
 from ckfmha.kernel import DType, Rope
-from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.ck_names import assert_unique_names_parse_back
 from tests.arch_sections import ctx_with_section, good_section, section_error
 
 
@@ -21,9 +21,7 @@ ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
 @pytest.mark.parametrize("arch", ("gfx942", "gfx1100", "gfx1201"))  # gfx90a/gfx950 inherit gfx942's section
 def test_configs_equal_parsed_names(arch):
     configs = enumerate_api(API, arch)
-    assert len({ck_instance_name(c) for c in configs}) == len(configs)
-    for c in configs:
-        assert parse_ck_instance_name(ck_instance_name(c)) == c
+    assert_unique_names_parse_back(configs)
 
 
 def test_mask_mode_does_not_matter():

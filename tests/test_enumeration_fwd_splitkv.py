@@ -10,7 +10,7 @@ from ckfmha.archs import load_arch_spec
 from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
 from ckfmha.enumeration import splitkv
 from ckfmha.kernel import Api, DType, Family, MaskMode
-from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.ck_names import assert_unique_names_parse_back
 from tests.arch_sections import ctx_with_section, good_section, section_error
 from tests.golden import MASK_MODES
 
@@ -24,9 +24,7 @@ ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
 def test_configs_equal_parsed_names(arch, mask_mode):
     # config-level parity: every config is exactly what its CK name parses back to
     configs = enumerate_api(API, arch, 0, mask_mode)
-    assert len({ck_instance_name(c) for c in configs}) == len(configs)
-    for c in configs:
-        assert parse_ck_instance_name(ck_instance_name(c)) == c
+    assert_unique_names_parse_back(configs)
 
 
 def test_receipt4_quirk_keeps_only_combine_kernels():

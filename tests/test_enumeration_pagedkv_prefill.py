@@ -9,7 +9,7 @@ import pytest
 from ckfmha.enumeration import ck_instance_names, enumerate_api
 from ckfmha.enumeration import pagedkv
 from ckfmha.kernel import DType, Family, MaskImpl
-from ckfmha.naming import ck_instance_name, parse_ck_instance_name
+from tests.ck_names import assert_unique_names_parse_back
 from tests.arch_sections import ctx_with_section, good_section, section_error
 from tests.golden import MASK_MODES
 
@@ -22,9 +22,7 @@ ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
 @pytest.mark.parametrize("mask_mode", MASK_MODES)
 def test_configs_equal_parsed_names(arch, mask_mode):
     configs = enumerate_api(API, arch, 0, mask_mode)
-    assert len({ck_instance_name(c) for c in configs}) == len(configs)
-    for c in configs:
-        assert parse_ck_instance_name(ck_instance_name(c)) == c
+    assert_unique_names_parse_back(configs)
 
 
 def test_family_and_fixed_features():
