@@ -143,7 +143,6 @@ def ranked_candidates(views: Views, problem) -> list["KernelConfig"]:
     ``explain`` if those internals change."""
     from ckfmha.dispatcher import Dispatcher, StageRole, _requirements
     from ckfmha.kernel import Mode
-    from pytest_ckfmha.ids import family_token  # noqa: F401  (keeps ids importable early)
 
     view = views.for_dtype(problem.dtype)
     d = Dispatcher(view)

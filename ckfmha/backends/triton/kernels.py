@@ -355,33 +355,24 @@ def attn_fwd_kernel(
         seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
         BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
         QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
-    if FUSE_TAIL:  # the unmasked blocks and the trailing masked ones in one pipelined loop
-        acc, m_i, l_i = _attn_block(
-            acc, m_i, l_i, q, qrow_scale, full_lo, hi,
-            K_TMA, V_TMA, tma_row0,
-            K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-            BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-            qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-            BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-            KDESC, kdesc_base, VDESC, vdesc_base,
-            RANDVAL, rv_base, stride_rm, stride_rn,
-            seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-            BLOCK_N, False, EVEN_N, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-            QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA,
-            True, full_hi)
-    else:
-        acc, m_i, l_i = _attn_block(
-            acc, m_i, l_i, q, qrow_scale, full_lo, full_hi,
-            K_TMA, V_TMA, tma_row0,
-            K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-            BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-            qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-            BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-            KDESC, kdesc_base, VDESC, vdesc_base,
-            RANDVAL, rv_base, stride_rm, stride_rn,
-            seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-            BLOCK_N, False, True, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-            QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA)
+    # with FUSE_TAIL the unmasked blocks and the trailing masked ones run in one pipelined loop
+    mid_hi = full_hi
+    if FUSE_TAIL:
+        mid_hi = hi
+    acc, m_i, l_i = _attn_block(
+        acc, m_i, l_i, q, qrow_scale, full_lo, mid_hi,
+        K_TMA, V_TMA, tma_row0,
+        K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
+        BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
+        qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
+        BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
+        KDESC, kdesc_base, VDESC, vdesc_base,
+        RANDVAL, rv_base, stride_rm, stride_rn,
+        seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
+        BLOCK_N, False, EVEN_N or not FUSE_TAIL, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
+        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA,
+        FUSE_TAIL, full_hi)
+    if not FUSE_TAIL:
         acc, m_i, l_i = _attn_block(
             acc, m_i, l_i, q, qrow_scale, full_hi, hi,
             K_TMA, V_TMA, tma_row0,
