@@ -177,13 +177,16 @@ class NoKernelError(LookupError):
 
 
 # --------------------------------------------------------------------------------------------- heuristics
+_Rule = tuple[Callable[[KernelConfig], bool], int, str]  # (when, value, why)
+
+
 @dataclass(frozen=True)
 class _Heuristics:
-    rules: tuple[tuple[Callable[[KernelConfig], bool], int, str], ...]
-    short_query_tiles: tuple[tuple[Callable[[KernelConfig], bool], int, str], ...]
+    rules: tuple[_Rule, ...]  # value: priority
+    short_query_tiles: tuple[_Rule, ...]  # value: max_seqlen_q
 
 
-def _compile_rules(path, doc: dict, key: str, value_key: str) -> tuple:
+def _compile_rules(path, doc: dict, key: str, value_key: str) -> tuple[_Rule, ...]:
     from ckfmha.filters import FilterError, compile_filter
 
     out = []

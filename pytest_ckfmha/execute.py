@@ -213,7 +213,7 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     avail = backend.available()
     if not avail:
         raise ItemSkip(f"backend {backend.name} is not available: {getattr(avail, 'reason', '') or 'no GPU'}")
-    props["device"] = backend.device() if hasattr(backend, "device") else ""
+    props["device"] = backend.device()
     if backend.name == "cpu" and flops(p) > s.cpu_max_flops:
         raise ItemSkip(f"shape has {flops(p):.3g} FLOPs, over the cpu backend's limit {s.cpu_max_flops:.3g} "
                        "(--ckfmha-cpu-max-flops)")
