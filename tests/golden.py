@@ -1,8 +1,8 @@
 """Access to the golden CK enumeration lists and a readable list diff for parity tests.
 
-The shared lists live in ``../shared/golden/ck_enumeration/<mask mode>/<api>/<arch>/r<receipt>.txt.gz`` (next
-to the checkout); ``CKFMHA_GOLDEN_DIR`` overrides the location. Lists that we produced ourselves by running
-upstream's generator for archs the shared set lacks live in ``tests/data/golden/`` with the same layout.
+Every list lives in the clone: ``tests/data/golden/<mask mode>/<api>/<arch>/r<receipt>.txt.gz`` (provenance in
+its README). ``CKFMHA_GOLDEN_DIR`` names another tree of the same layout, searched first. A missing list is a
+test failure, never a skip: the enumeration parity must always run.
 """
 
 from __future__ import annotations
@@ -15,17 +15,19 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-SHARED_GOLDEN = Path(os.environ.get("CKFMHA_GOLDEN_DIR", HERE.parent.parent / "shared" / "golden" / "ck_enumeration"))
 LOCAL_GOLDEN = HERE / "data" / "golden"
+EXTRA_GOLDEN = Path(os.environ["CKFMHA_GOLDEN_DIR"]) if os.environ.get("CKFMHA_GOLDEN_DIR") else None
 
 APIS = ("fwd", "fwd_splitkv", "fwd_appendkv", "pagedkv_prefill", "batch_prefill", "bwd")
 RECEIPTS = (0, 1, 2, 3, 4, 100, 200, 300, 400, 600, 700, 800, 801, 888)
 MASK_MODES = ("simplified", "generic")
-SHARED_ARCHS = ("gfx942", "gfx950")
+ALL_ARCHS = ("gfx942", "gfx950", "gfx90a", "gfx1100", "gfx1201")
 
 
 def golden_path(mask_mode: str, api: str, arch: str, receipt: int) -> Path | None:
-    for root in (SHARED_GOLDEN, LOCAL_GOLDEN):
+    for root in (EXTRA_GOLDEN, LOCAL_GOLDEN):
+        if root is None:
+            continue
         p = root / mask_mode / api / arch / f"r{receipt}.txt.gz"
         if p.is_file():
             return p
@@ -36,7 +38,8 @@ def golden_path(mask_mode: str, api: str, arch: str, receipt: int) -> Path | Non
 def load_golden(mask_mode: str, api: str, arch: str, receipt: int) -> tuple[str, ...]:
     p = golden_path(mask_mode, api, arch, receipt)
     if p is None:
-        pytest.skip(f"no golden list for {mask_mode}/{api}/{arch}/r{receipt} (looked in {SHARED_GOLDEN} and {LOCAL_GOLDEN})")
+        pytest.fail(f"no golden list for {mask_mode}/{api}/{arch}/r{receipt} (looked in "
+                    f"{EXTRA_GOLDEN or '$CKFMHA_GOLDEN_DIR unset'} and {LOCAL_GOLDEN})")
     with gzip.open(p, "rt", encoding="utf-8") as fh:
         return tuple(line.strip() for line in fh if line.strip())
 

@@ -12,10 +12,9 @@ from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
 from ckfmha.enumeration import bwd as bwd_enum
 from ckfmha.kernel import Api, Family, MaskMode
 from ckfmha.naming import ck_instance_name, parse_ck_instance_name
-from tests.golden import SHARED_ARCHS
 
 LOCAL_ARCHS = ("gfx90a", "gfx1100", "gfx1201")
-@pytest.mark.parametrize("arch", SHARED_ARCHS)
+@pytest.mark.parametrize("arch", ("gfx942", "gfx950"))
 def test_configs_equal_parsed_names(arch: str) -> None:
     """Each enumerated config is exactly what its CK name parses back to (no hidden extra fields)."""
     configs = enumerate_api("bwd", arch, 0, "generic")
