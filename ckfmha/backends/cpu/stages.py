@@ -34,6 +34,7 @@ from ckfmha.backends.base import BackendError
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
 from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, Mode
+from ckfmha.poison import poisoned
 from ckfmha.problem import Problem
 from ckfmha.reference._core import add_dbias, backward_sequences, from_hsd, q_rows, sequence_extras, to_hsd
 from ckfmha.reference.appendkv import apply_rope, write_cache
@@ -46,8 +47,7 @@ def _out(tensors: dict, name: str, shape, dtype) -> np.ndarray:
     shape, dtype = tuple(shape), np.dtype(dtype)
     a = tensors.get(name)
     if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype:
-        a = np.full(shape, np.nan, dtype=dtype) if dtype.kind == "f" or dtype.name == "bfloat16" \
-            else np.zeros(shape, dtype=dtype)
+        a = poisoned(shape, dtype)
         tensors[name] = a
     return a
 

@@ -40,10 +40,20 @@ def device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
     return dev
 
 
-def _poisoned(shape, dtype) -> torch.Tensor:
-    from ckfmha.backends.triton import launch
+_POISON_VIEW = {torch.float64: ("float64", torch.int64), torch.float32: ("float32", torch.int32),
+                torch.float16: ("float16", torch.int16), torch.bfloat16: ("bfloat16", torch.int16)}
 
-    return torch.full(shape, float("nan"), dtype=dtype, device=launch.DEVICE)
+
+def _poisoned(shape, dtype) -> torch.Tensor:
+    """A device tensor filled with ckfmha.poison's marked NaN (the plain NaN for the float8 types)."""
+    from ckfmha.backends.triton import launch
+    from ckfmha.poison import POISON_BITS
+
+    view = _POISON_VIEW.get(dtype)
+    if view is None:
+        return torch.full(shape, float("nan"), dtype=dtype, device=launch.DEVICE)
+    bits = POISON_BITS[view[0]][1]  # every pattern is below the sign bit, so it fits the signed int view
+    return torch.full(shape, bits, dtype=view[1], device=launch.DEVICE).view(dtype)
 
 
 def _sync() -> None:
