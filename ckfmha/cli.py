@@ -1,41 +1,82 @@
 """The ``ckfmha`` command line.
 
+    ckfmha --version
     ckfmha list  --arch gfx950 --api fwd --receipt 0 --mask-mode simplified --format ids
-    ckfmha count --arch gfx942 --profile pytorch
+    ckfmha count --arch gfx942 --profile pytorch --family bwd
+    ckfmha explain -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t
+    ckfmha run -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t --backend cpu
+    ckfmha run tile_example_fmha_bwd -prec=bf16 -b=1 -h=4 -s=256 -d=128     # or: --binary bwd
+    ckfmha parity-enum --ck-root ~/composable_kernel --arch gfx942
 
-Selection options (both commands): ``--arch``, ``--api``/``--family`` (repeatable), ``--receipt`` or
-``--profile``, ``--mask-mode``, ``--sweep FILE``, ``--filter EXPR``, ``--filter-file FILE``.
-Exit status: 0 ok, 2 bad arguments (the message names the option, the value and the rule).
+``list`` / ``count`` select kernels: ``--arch``, ``--api`` / ``--family`` (repeatable; family names as in
+:mod:`ckfmha.families`: ``bwd`` = the three backward stages, aliases ``splitkv``, ``pagedkv``, ``appendkv``,
+``bwd_dq_dk_dv``), ``--receipt`` or ``--profile``, ``--mask-mode``, ``--sweep FILE``, ``--filter EXPR``,
+``--filter-file FILE`` (runs Python: only use files you trust).  A selection that matches no kernel is an error
+(:class:`ckfmha.selection.EmptySelectionError`: the message names the selection and why it is empty) unless
+``--allow-empty`` is given, which prints the empty result.
+
+``run`` / ``explain`` take one problem in CK's tile_example argument syntax (``-key=value`` tokens, parsed by
+:meth:`ckfmha.problem.Problem.from_ck_args`; also as one quoted string, optionally led by the program name
+``tile_example_fmha_fwd`` / ``tile_example_fmha_bwd``; ``--binary bwd`` selects the backward).  ``-h=8`` is CK's
+head count: these commands take ``--help`` only.  Our own options: ``--backend`` (cpu, triton, hip, auto; default
+cpu), ``--arch`` (default gfx942), ``--receipt`` / ``--profile``, ``--mask-mode``, ``--seed`` (inputs, default 0).
+``explain`` prints the dispatcher's explanation (every candidate kernel per stage and the first rule it fails).
+``run`` prints the problem and the plan, runs it (:func:`ckfmha.run` on :func:`ckfmha.inputs.make_inputs`),
+compares each output with the NumPy reference under CK's tolerance (:func:`ckfmha.validator.validate`) and
+prints one line per output and a verdict.
+
+Exit status:
+
+* 0 -- ok (``run``: every output matches the reference; ``explain``: every stage has a kernel);
+* 1 -- an empty selection (``list`` / ``count`` without ``--allow-empty``); a failed run: an output differs, the
+  run raised (the error is printed), no kernel serves the problem (the explanation is printed) or the backend is
+  not available here; ``explain``: some stage has no kernel;
+* 2 -- bad arguments (the message names the option, the value and the rule).
+
+Output piped into a command that stops reading (``ckfmha list ... | head -1``) ends quietly with status 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from collections import Counter
 from typing import Sequence
 
+from ckfmha import __version__
+from ckfmha.families import FAMILY_ALIASES, PROBLEM_FAMILIES, STAGE_ONLY
 from ckfmha.kernel import Family
 
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROBLEM_COMMANDS = ("run", "explain")
+BACKEND_CHOICES = ("cpu", "triton", "hip", "auto")
 
-class CLIError(Exception):
-    pass
+
+class CLIError(ValueError):
+    """A bad command-line argument (exit status 2)."""
 
 
 def _selection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", required=True, help="target arch (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...)")
     p.add_argument("--api", action="append", default=[], help="generator api (fwd, fwd_splitkv, fwd_appendkv, "
                    "pagedkv_prefill, batch_prefill, bwd); repeatable")
-    p.add_argument("--family", action="append", default=[], help="kernel family (fwd, fwd_splitkv, "
-                   "fwd_splitkv_combine, ..., bwd_convert_dq); repeatable")
+    p.add_argument("--family", action="append", default=[],
+                   help=f"family: a problem family ({', '.join(PROBLEM_FAMILIES)}; bwd = the three backward stages, "
+                        f"fwd_splitkv = split-KV + combine) or alias ({', '.join(FAMILY_ALIASES)}), or a single "
+                        f"stage ({', '.join(f.value for f in STAGE_ONLY)}); repeatable")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
     g.add_argument("--profile", default=None, help="receipt by profile name (ck_default, flash, pytorch, aiter_batch, fp32, fp8, ...)")
     p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
     p.add_argument("--sweep", default=None, help="tile-engine sweep JSON file")
     p.add_argument("--filter", dest="filter_expr", default=None, help="expression over c.<field>, e.g. \"c.hdim_q == 128\"")
-    p.add_argument("--filter-file", default=None, help="Python file defining filter_config(c) -> bool")
+    p.add_argument("--filter-file", default=None, help="Python file defining filter_config(c) -> bool; runs Python: "
+                   "only use files you trust")
+    p.add_argument("--allow-empty", action="store_true", help="an empty selection prints the empty result and exits "
+                   "0 (default: an error, exit status 1)")
 
 
 def _query(args: argparse.Namespace):
@@ -44,7 +85,7 @@ def _query(args: argparse.Namespace):
     return KernelQuery.build(
         args.arch, families=args.family, apis=args.api, receipt=args.receipt, profile=args.profile,
         mask_mode=args.mask_mode, sweep=args.sweep, filter_expr=args.filter_expr, filter_file=args.filter_file,
-    ).run()
+    ).run(allow_empty=args.allow_empty)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -67,7 +108,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                  "x".join(map(str, c.tile)), c.mask.value, c.bias.value,
                  f"{c.pad_s}{c.pad_sk}{c.pad_d}{c.pad_dv}", c.kernel_id) for c in configs]
         _print_table(cols, rows, out)
-    return 0
+    return EXIT_OK
 
 
 def _print_table(cols: Sequence[str], rows: Sequence[Sequence[object]], out) -> None:
@@ -89,16 +130,178 @@ def _cmd_count(args: argparse.Namespace) -> int:
                    "families": {f.value: {"total": n, "dtypes": dict(sorted(by_dtype[f].items()))}
                                 for f, n in by_family.items()}}, sys.stdout, indent=1)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_OK
     rows = [(f.value, n, ", ".join(f"{d} {k}" for d, k in sorted(by_dtype[f].items())))
             for f in Family if (n := by_family.get(f))]
     rows.append(("total", len(configs), ""))
     _print_table(("family", "kernels", "per dtype"), rows, sys.stdout)
-    return 0
+    return EXIT_OK
 
 
+# --------------------------------------------------------------------------------------------- run / explain
+def _problem_options(p: argparse.ArgumentParser) -> frozenset[str]:
+    """Add the options of ``run`` / ``explain``; returns the option strings that take a value."""
+    p.add_argument("--help", action="help", help="show this help and exit (-h=N is CK's head count)")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default="cpu",
+                   help="backend that runs the kernels (default cpu; auto: triton with a GPU, else cpu)")
+    p.add_argument("--arch", default="gfx942", help="kernel space (default gfx942)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
+    g.add_argument("--profile", default=None, help="receipt by profile name")
+    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    p.add_argument("--binary", choices=("fwd", "bwd"), default=None,
+                   help="tile_example binary the arguments are for (default: from the program name, else fwd)")
+    return frozenset({"--backend", "--arch", "--receipt", "--profile", "--mask-mode", "--seed", "--binary"})
+
+
+_PROBLEM_HELP = {
+    "run": "run one problem (tile_example arguments, e.g. -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t) and "
+           "compare it with the reference (exit 1 when an output differs)",
+    "explain": "explain which kernels can serve one problem (tile_example arguments) and why the others cannot",
+}
+
+
+def _split_problem_argv(tokens: Sequence[str], takes_value: frozenset[str]) -> tuple[list[str], list[str]]:
+    """Our ``--options`` (with their values) and CK's tokens (``-key=value``, a program name, a quoted string)."""
+    ours: list[str] = []
+    ck: list[str] = []
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t.startswith("--"):
+            ours.append(t)
+            if "=" not in t and t in takes_value and i + 1 < len(tokens):
+                i += 1
+                ours.append(tokens[i])
+        elif any(ch.isspace() for ch in t):
+            try:
+                ck.extend(shlex.split(t))
+            except ValueError as e:
+                raise CLIError(f"problem arguments {t!r}: {e}") from None
+        else:
+            ck.append(t)
+        i += 1
+    return ours, ck
+
+
+def _parse_problem_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    name = argv[0]
+    sub, takes_value = parser.problem_parsers[name]  # type: ignore[attr-defined]
+    ours, ck = _split_problem_argv(argv[1:], takes_value)
+    args = sub.parse_args(ours)
+    args.command, args.ck_tokens = name, ck
+    return args
+
+
+def _problem(args: argparse.Namespace):
+    from ckfmha.problem import Problem
+
+    toks = list(args.ck_tokens)
+    if not toks:
+        raise CLIError("problem: no tile_example arguments given; e.g. "
+                       f"ckfmha {args.command} -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t")
+    if args.binary and not toks[0].startswith("-"):
+        prog = toks[0].rsplit("/", 1)[-1]
+        named = "bwd" if prog.endswith("bwd") else "fwd" if prog.endswith("fwd") else None
+        if named is not None and named != args.binary:
+            raise CLIError(f"--binary: {args.binary!r} contradicts the program name {toks[0]!r}")
+    return Problem.from_ck_args(toks, binary=args.binary)
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    """Checked arch / receipt / mask mode / backend name (ValueErrors name the option)."""
+    from ckfmha.archs import load_arch_spec
+    from ckfmha.backends import BackendError, auto_backend_name, get_backend
+    from ckfmha.kernel import MaskMode
+    from ckfmha.receipts import resolve_receipt
+
+    load_arch_spec(args.arch)
+    receipt = resolve_receipt(args.receipt, profile=args.profile)
+    mask_mode = MaskMode.parse(args.mask_mode, "mask_mode").value
+    backend = auto_backend_name() if args.backend == "auto" else args.backend
+    try:
+        get_backend(backend)
+    except BackendError as e:
+        raise CLIError(f"--backend: {e}") from None
+    return dict(backend=backend, arch=args.arch, receipt=receipt, mask_mode=mask_mode)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from ckfmha.runner import explain
+
+    problem = _problem(args)
+    settings = _settings(args)
+    explanation = explain(problem, **settings)
+    sys.stdout.write(f"{explanation}\n")
+    return EXIT_OK if all(s.chosen is not None for s in explanation.stages) else EXIT_FAILED
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ckfmha.backends import get_backend
+
+    problem = _problem(args)
+    settings = _settings(args)
+    out = sys.stdout
+    out.write(f"problem: {problem}\n")
+    out.write(f"backend: {settings['backend']}, arch {settings['arch']}, receipt {settings['receipt']}, "
+              f"mask mode {settings['mask_mode']}, seed {args.seed}\n")
+    avail = get_backend(settings["backend"]).available()
+    if not avail:
+        sys.stderr.write(f"ckfmha run: error: backend {settings['backend']} is not available here: "
+                         f"{getattr(avail, 'reason', '')}\n")
+        return EXIT_FAILED
+    try:
+        return _run_and_validate(problem, settings, args.seed, out)
+    except BrokenPipeError:  # the reader of our output is gone: main() ends quietly
+        raise
+    except Exception as e:  # noqa: BLE001 - a failed run is reported, exit 1
+        out.flush()
+        sys.stderr.write(f"ckfmha run: error: the run raised {type(e).__name__}: {e}\n")
+        return EXIT_FAILED
+
+
+def _run_and_validate(problem, settings: dict, seed: int, out) -> int:
+    from ckfmha.dispatcher import NoKernelError
+    from ckfmha.inputs import make_inputs
+    from ckfmha.reference import reference
+    from ckfmha.runner import dispatcher_for, run
+    from ckfmha.validator import validate
+    from pytest_ckfmha.execute import fp8_format, output_names  # plain functions: no pytest import
+
+    try:
+        plan = dispatcher_for(**settings).select(problem)
+    except NoKernelError as e:
+        out.write(f"no kernel serves this problem:\n{e.explanation}\n")
+        out.write("verdict: FAIL (no kernel)\n")
+        return EXIT_FAILED
+    out.write("plan:\n" + "".join(f"  {s}\n" for s in plan.stages))
+    fmt = fp8_format(settings["arch"])
+    inputs = make_inputs(problem, seed, fp8_format=fmt)
+    result = run(problem, inputs, **settings)
+    ref = reference(problem, inputs)
+    wanted = output_names(problem, result.plan)
+    missing = [n for n in wanted if n not in result.outputs]
+    names = [n for n in wanted if n in result.outputs and n in ref]
+    checks = validate(problem, {n: result.outputs[n] for n in names}, ref, names=names, fp8_format=fmt)
+    for check in checks.values():
+        out.write(f"  {check}\n")
+    for n in missing:
+        out.write(f"  {n}: FAIL the plan wrote no {n}\n")
+    failed = [n for n, c in checks.items() if not c.passed] + missing
+    if failed or not checks:
+        out.write(f"verdict: FAIL ({', '.join(failed) or 'no output compared'} differ"
+                  f"{'s' if len(failed) == 1 else ''} from the reference)\n")
+        return EXIT_FAILED
+    out.write(f"verdict: PASS ({', '.join(checks)} match{'es' if len(checks) == 1 else ''} the reference)\n")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------- parser, main
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckfmha", description="ckfmha: CK FMHA kernel space, tests and parity")
+    parser = argparse.ArgumentParser(prog="ckfmha", description="ckfmha: CK FMHA kernel space, tests and parity",
+                                     epilog="exit status: 0 ok, 1 empty selection or failed run, 2 bad arguments")
+    parser.add_argument("--version", action="version", version=f"ckfmha {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list kernels of an arch")
     _selection_args(p_list)
@@ -108,6 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     _selection_args(p_count)
     p_count.add_argument("--format", choices=("table", "json"), default="table")
     p_count.set_defaults(func=_cmd_count)
+    problem_parsers = {}
+    for name, func in (("run", _cmd_run), ("explain", _cmd_explain)):
+        p = sub.add_parser(name, help=_PROBLEM_HELP[name], description=_PROBLEM_HELP[name], add_help=False,
+                           allow_abbrev=False, usage=f"ckfmha {name} [tile_example_fmha_fwd|tile_example_fmha_bwd] "
+                           "-key=value ... [--backend B] [--arch A] [--receipt N | --profile P] [--mask-mode M] "
+                           "[--seed S] [--binary {fwd,bwd}]")
+        problem_parsers[name] = (p, _problem_options(p))
+        p.set_defaults(func=func)
+    parser.problem_parsers = problem_parsers  # type: ignore[attr-defined]
     for extra in _EXTRA_COMMANDS:
         extra(sub)
     return parser
@@ -138,17 +350,42 @@ def _add_parity_enum(sub) -> None:
 _EXTRA_COMMANDS: list = [_add_parity_enum]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _silence_stdout() -> None:
+    """After a broken pipe: point stdout at devnull so the interpreter's final flush cannot raise again (the
+    recipe of the Python docs, "Note on SIGPIPE")."""
     try:
-        return int(args.func(args) or 0)
-    except (ValueError, OSError) as e:
-        # Every bad-input error in ckfmha is a ValueError subclass whose message names field, value and rule.
-        sys.stderr.write(f"ckfmha {args.command}: error: {e}\n")
-        return 2
-    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
-        return 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (e.g. captured by a test)
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    command = argv[0] if argv else "ckfmha"
+    try:
+        if argv and argv[0] in PROBLEM_COMMANDS:
+            args = _parse_problem_command(parser, argv)
+        else:
+            args = parser.parse_args(argv)
+        command = args.command
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, inside the handler below
+        return code
+    except BrokenPipeError:  # e.g. `ckfmha list ... | head -1`: the reader is gone; end quietly
+        _silence_stdout()
+        return EXIT_OK
+    except ValueError as e:
+        from ckfmha.selection import EmptySelectionError
+
+        sys.stderr.write(f"ckfmha {command}: error: {e}\n")
+        # Every bad-input error in ckfmha is a ValueError subclass whose message names field, value and rule;
+        # an empty selection is not a bad argument but a result the caller asked to treat as an error.
+        return EXIT_FAILED if isinstance(e, EmptySelectionError) else EXIT_USAGE
+    except OSError as e:  # an unreadable file named by an option
+        sys.stderr.write(f"ckfmha {command}: error: {e}\n")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

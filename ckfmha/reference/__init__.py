@@ -1,10 +1,19 @@
 """NumPy references for every FMHA family (see docs/reference.md for the conventions).
 
-``reference(problem, inputs, accum=np.float32)`` dispatches on ``problem.family``; ``accum=np.float64`` gives a
-float64 reference.  Inputs are the dict of :func:`ckfmha.inputs.make_inputs` (or the same keys from a kernel run).
+The module is callable: ``ckfmha.reference(problem, inputs, accum=np.float32)`` is
+:func:`reference`, which computes the reference outputs of ``problem`` (dispatching on ``problem.family``: the
+forward, split-KV, paged-KV, append-KV, batch-prefill or backward reference) and returns them as a dict of NumPy
+arrays keyed like a kernel run's outputs (``o``, ``lse``, ``dq``, ``dk``, ``dv``, ...).  ``accum=np.float64``
+gives a float64 reference.  Inputs are the dict of :func:`ckfmha.inputs.make_inputs` (or the same keys from a
+kernel run).  The per-family functions (``reference_forward``, ``reference_splitkv``, ...) stay available as
+attributes: ``from ckfmha import reference; reference(p, inputs)`` and ``reference.reference_forward(...)`` both
+work.
 """
 
 from __future__ import annotations
+
+import sys
+import types
 
 import numpy as np
 
@@ -32,7 +41,20 @@ _DISPATCH = {
 
 
 def reference(problem: Problem, inputs: dict, accum=np.float32) -> dict:
+    """The reference outputs of ``problem`` on ``inputs`` (a dict name -> NumPy array, e.g. ``o`` and ``lse`` for
+    the forward, ``dq``/``dk``/``dv`` for the backward), computed with ``accum`` (float32 or float64)
+    accumulation; a ValueError for any other ``accum``."""
     accum = np.dtype(accum).type
     if accum not in (np.float32, np.float64):
         raise ValueError(f"accum: {np.dtype(accum).name} must be float32 or float64")
     return _DISPATCH[problem.family](problem, inputs, accum)
+
+
+class _CallableModule(types.ModuleType):
+    """This package, callable: ``ckfmha.reference(problem, inputs, accum)`` is :func:`reference`."""
+
+    def __call__(self, problem: Problem, inputs: dict, accum=np.float32) -> dict:
+        return reference(problem, inputs, accum)
+
+
+sys.modules[__name__].__class__ = _CallableModule
