@@ -205,7 +205,9 @@ def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dic
 
 def _lookup(out: dict, p: Problem, nblk: list[int], perm: np.ndarray, force_vllm: bool = False) -> None:
     """Page lookup tables: vllm ``block_table`` (batch, max_blocks; unused entries 0) or sglang ``kv_indptr`` /
-    ``kv_page_indices`` / ``kv_last_page_lens``."""
+    ``kv_page_indices`` / ``kv_last_page_lens`` (1..page for a sequence with pages; 0 for an empty sequence,
+    whose last-page length CK never reads).  The references check user-supplied tables against these rules
+    (:func:`ckfmha.reference.pagedkv.check_kv_lookup`)."""
     page = p.page_block_size
     starts = np.concatenate([[0], np.cumsum(nblk)]).astype(np.int64)
     if force_vllm or p.kv_lookup is KVLookupTable.VLLM:

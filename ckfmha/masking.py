@@ -20,6 +20,15 @@ the bottom-right corner (``j <= i + seqlen_k - seqlen_q``).  A row whose range i
 ``-mask`` strings (both tile_example binaries): ``0`` none; ``1``/``t`` causal top-left; ``2``/``b`` causal
 bottom-right; ``t:l,r`` / ``b:l,r`` windows; ``xt:w`` / ``xb:w`` xformers windows (``w <= 0`` causal, else
 ``left = w // 2``, ``right = w - 1 - left``); ``g:y,x`` generic coordinates.
+
+The one mask vocabulary of ckfmha (:meth:`MaskSpec.parse`, used by :class:`ckfmha.problem.Problem`, the matrix
+files and ``from_ck_args``) is CK's ``-mask`` syntax above plus the words of :data:`MASK_WORDS`: ``none`` /
+``no_mask`` / ``n`` (no mask), ``causal`` / ``top_left`` (causal top-left) and ``bottom_right`` (causal
+bottom-right).  :meth:`MaskSpec.to_ck` always renders CK's syntax.
+
+Every number (window sizes, ``xt``/``xb`` widths, generic coordinates) must lie in int32
+(``INT32_MIN..INT32_MAX``): CK holds them as ``ck_tile::index_t`` (``window_size_left``/``window_size_right`` of
+example/ck_tile/01_fmha/fmha_fwd.hpp); anything outside is a :class:`MaskError` naming the value.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ckfmha.kernel import TokenEnum
+from ckfmha.limits import INT32_MAX, INT32_MIN
 
 
 class MaskKind(TokenEnum):
@@ -42,11 +52,21 @@ class MaskError(ValueError):
     """An invalid mask string or mask parameters."""
 
 
+MASK_WORDS: dict[str, str] = {"none": "0", "no_mask": "0", "n": "0", "causal": "t", "top_left": "t",
+                              "bottom_right": "b"}
+"""Word forms accepted besides CK's ``-mask`` syntax, with the CK token each one means."""
+
+_INT32_RULE = f"is outside int32 ({INT32_MIN}..{INT32_MAX}; CK holds mask numbers as ck_tile::index_t)"
+
+
 def _int(text: str, whole: str) -> int:
     try:
-        return int(text.strip())
+        v = int(text.strip())
     except ValueError:
         raise MaskError(f"mask: invalid mask value {whole!r} ({text!r} is not an integer)") from None
+    if not INT32_MIN <= v <= INT32_MAX:
+        raise MaskError(f"mask: invalid mask value {whole!r} ({v} {_INT32_RULE})")
+    return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +93,8 @@ class MaskSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise MaskError(f"mask.{name}: expected an int, found {v!r}")
+            if not INT32_MIN <= v <= INT32_MAX:
+                raise MaskError(f"mask.{name}: {int(v)} {_INT32_RULE}")
             object.__setattr__(self, name, int(v))
         if kind in (MaskKind.TOP_LEFT, MaskKind.BOTTOM_RIGHT):
             object.__setattr__(self, "left", max(self.left, -1))
@@ -112,12 +134,13 @@ class MaskSpec:
 
     @classmethod
     def parse(cls, text: "str | MaskSpec | None") -> "MaskSpec":
-        """Parse CK's ``-mask`` syntax (see the module doc)."""
+        """Parse CK's ``-mask`` syntax or a word of :data:`MASK_WORDS` (see the module doc)."""
         if isinstance(text, MaskSpec):
             return text
         if text is None:
             return cls()
         s = str(text).strip()
+        s = MASK_WORDS.get(s, s)
         if ":" in s:
             t, v = s.split(":", 1)
             if t in ("xt", "xb"):
@@ -133,13 +156,14 @@ class MaskSpec:
                     return cls.generic(a, b)
                 return cls.window(a, b, bottom_right=(t == "b"))
             raise MaskError(f"mask: invalid mask value {s!r} (unknown prefix {t!r}; use t, b, xt, xb or g)")
-        if s in ("0", "n", "none", ""):
+        if s in ("0", ""):
             return cls()
         if s in ("1", "t"):
             return cls.causal(False)
         if s in ("2", "b"):
             return cls.causal(True)
-        raise MaskError(f"mask: invalid mask value {s!r}; allowed: 0, 1, 2, t, b, t:l,r, b:l,r, xt:w, xb:w, g:y,x")
+        raise MaskError(f"mask: invalid mask value {s!r}; allowed: 0, 1, 2, t, b, t:l,r, b:l,r, xt:w, xb:w, g:y,x "
+                        f"or {', '.join(MASK_WORDS)}")
 
     # ----------------------------------------------------------------- rendering
     @property

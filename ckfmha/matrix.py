@@ -22,14 +22,24 @@ An entry expands to ``product(zip groups..., product axes...)`` in the order wri
 be a valid Problem -- an invalid one is an error (never silently dropped), as is a duplicate problem (within
 or across entries and files).  Every error is a :class:`MatrixError` naming the file, the entry and the key.
 
+Files are read by :func:`ckfmha.datafile.load_yaml`: a key written twice in one mapping, bytes that are not
+UTF-8, nesting deeper than ``MAX_NESTING_DEPTH`` and files over ``MAX_FILE_BYTES`` are errors.  In every mapping
+(top level, entries, ``defaults``, ``product``, ``zip``) unknown keys are reported first, with the closest known
+key (``unknown key 'nme' (did you mean 'name'?)``).  A bool is never an int (``schema: true`` and ``batch: yes``
+are errors).  An entry may expand to at most :data:`MAX_SHAPES_PER_ENTRY` shapes and a file to
+:data:`MAX_SHAPES_PER_FILE`; both are checked on the product of the axis lengths before anything is expanded.
+
 Problem fields use :class:`ckfmha.problem.Problem`'s names and tokens.  Extras: ``layout`` sets both
-``input_layout`` and ``output_layout``; ``mask`` takes CK's ``-mask`` syntax (``0``, ``t``, ``b``, ``t:l,r``,
-``b:l,r``, ``xt:w``, ``xb:w``, ``g:y,x``) or the names ``none``, ``causal`` / ``top_left``, ``bottom_right``.
+``input_layout`` and ``output_layout``; ``mask`` takes ckfmha's one mask vocabulary
+(:meth:`ckfmha.masking.MaskSpec.parse`): CK's ``-mask`` syntax (``0``, ``t``, ``b``, ``t:l,r``, ``b:l,r``,
+``xt:w``, ``xb:w``, ``g:y,x``) or the words ``none`` / ``no_mask``, ``causal`` / ``top_left``, ``bottom_right``.
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,8 +47,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import yaml
-
+from ckfmha.datafile import DataFileError, MissingDataFileError, load_yaml
+from ckfmha.families import PROBLEM_FAMILIES, FamilyError, problem_family, problem_family_of
 from ckfmha.problem import Problem, ProblemError
 
 CATEGORIES = ("smoke", "full", "nightly")
@@ -57,14 +67,11 @@ FIELD_KINDS: dict[str, str] = {**{k: "int" for k in _INT}, **{k: "number" for k 
                                **{k: "bool" for k in _BOOL}, **{k: "string" for k in _STR},
                                **{k: "list of ints" for k in _INT_LIST}}
 SHAPE_FIELDS = frozenset(FIELD_KINDS)
-MASK_ALIASES = {"none": "0", "no_mask": "0", "causal": "t", "top_left": "t", "bottom_right": "b"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
-FAMILY_ORDER = ("fwd", "fwd_splitkv", "fwd_pagedkv", "fwd_appendkv", "batch_prefill", "bwd")
-
-try:
-    _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+MAX_SHAPES_PER_ENTRY = 10_000
+"""The most shapes one entry may expand to (the packaged matrices' largest entry has a few hundred)."""
+MAX_SHAPES_PER_FILE = 50_000
+"""The most shapes one matrix file may expand to (the packaged fwd.yaml has about a thousand)."""
 
 
 class MatrixError(ValueError):
@@ -83,7 +90,7 @@ class Shape:
 
     @property
     def family(self) -> str:
-        return "bwd" if self.problem.is_backward else self.problem.family.value
+        return problem_family_of(self.problem)
 
     def in_category(self, category: str) -> bool:
         return CATEGORIES.index(self.category) <= CATEGORIES.index(category)
@@ -124,26 +131,34 @@ def _check_value(where: str, key: str, v: Any) -> Any:
 
 
 def _problem_kwargs(values: dict[str, Any]) -> dict[str, Any]:
-    kw = dict(values)
+    kw = dict(values)  # mask: Problem parses it (ckfmha.masking's one vocabulary)
     if "layout" in kw:
         lay = kw.pop("layout")
         kw.setdefault("input_layout", lay)
         kw.setdefault("output_layout", lay)
-    if "mask" in kw:
-        m = str(kw["mask"]).strip()
-        kw["mask"] = MASK_ALIASES.get(m, m)
     return kw
+
+
+def _unknown_key(where: str, key: Any, allowed: Iterable[str]) -> MatrixError:
+    """``<where>: unknown key 'nme' (did you mean 'name'?); allowed: ...``."""
+    names = sorted(allowed)
+    close = difflib.get_close_matches(str(key), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return MatrixError(f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(names)}")
+
+
+def _check_keys(where: str, keys: Iterable[Any], allowed: frozenset[str] | set[str]) -> None:
+    """Unknown keys are reported before anything else in a mapping is looked at."""
+    for k in keys:
+        if k not in allowed:
+            raise _unknown_key(where, k, allowed)
 
 
 def _fields(where: str, mapping: Any, what: str) -> dict[str, Any]:
     if not isinstance(mapping, dict):
         raise MatrixError(f"{where}: {what}: expected a mapping, found {type(mapping).__name__}")
-    out = {}
-    for k, v in mapping.items():
-        if k not in SHAPE_FIELDS:
-            raise MatrixError(f"{where}: {what}.{k}: unknown field; allowed: {', '.join(sorted(SHAPE_FIELDS))}")
-        out[k] = _check_value(f"{where}: {what}", k, v)
-    return out
+    _check_keys(f"{where}: {what}", mapping, SHAPE_FIELDS)
+    return {k: _check_value(f"{where}: {what}", k, v) for k, v in mapping.items()}
 
 
 @dataclass(frozen=True)
@@ -160,13 +175,11 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
     if not isinstance(e, dict):
         raise MatrixError(f"{where}: expected a mapping, found {type(e).__name__}")
     name = e.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    named = isinstance(name, str) and _NAME_RE.match(name) is not None
+    _check_keys(f"{fname}: entry {name!r}" if named else where, e, ENTRY_META_KEYS | SHAPE_FIELDS)
+    if not named:
         raise MatrixError(f"{where}: name: expected a name of letters, digits and '_', found {name!r}")
     where = f"{fname}: entry {name!r}"
-    for k in e:
-        if k not in ENTRY_META_KEYS and k not in SHAPE_FIELDS:
-            raise MatrixError(f"{where}: {k}: unknown key; allowed: {', '.join(sorted(ENTRY_META_KEYS))} and the "
-                              f"shape fields {', '.join(sorted(SHAPE_FIELDS))}")
     cat = e.get("category")
     if cat not in CATEGORIES:
         raise MatrixError(f"{where}: category: expected one of {', '.join(CATEGORIES)}, found {cat!r}")
@@ -187,9 +200,14 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
     prod = e.get("product", {})
     if not isinstance(prod, dict):
         raise MatrixError(f"{where}: product: expected a mapping field -> list, found {type(prod).__name__}")
+    _check_keys(f"{where}: product", prod, SHAPE_FIELDS)
+    zp = e.get("zip", {})
+    if not isinstance(zp, dict):
+        raise MatrixError(f"{where}: zip: expected a mapping 'field, field' -> list of rows, found "
+                          f"{type(zp).__name__}")
+    for key in zp:
+        _check_keys(f"{where}: zip.{key}", (s.strip() for s in str(key).split(",")), SHAPE_FIELDS)
     for k, vals in prod.items():
-        if k not in SHAPE_FIELDS:
-            raise MatrixError(f"{where}: product.{k}: unknown field; allowed: {', '.join(sorted(SHAPE_FIELDS))}")
         if k in seen:
             raise MatrixError(f"{where}: product.{k}: field already set in {seen[k]}")
         seen[k] = "product"
@@ -199,16 +217,9 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
         if len(set(rows)) != len(rows):
             raise MatrixError(f"{where}: product.{k}: repeated value in {vals!r}")
         axes.append(((k,), rows))
-    zp = e.get("zip", {})
-    if not isinstance(zp, dict):
-        raise MatrixError(f"{where}: zip: expected a mapping 'field, field' -> list of rows, found "
-                          f"{type(zp).__name__}")
     for key, rows_in in zp.items():
         names = tuple(s.strip() for s in str(key).split(","))
         for k in names:
-            if k not in SHAPE_FIELDS:
-                raise MatrixError(f"{where}: zip.{key}: unknown field {k!r}; allowed: "
-                                  f"{', '.join(sorted(SHAPE_FIELDS))}")
             if k in seen:
                 raise MatrixError(f"{where}: zip.{key}: field {k!r} already set in {seen[k]}")
             seen[k] = f"zip.{key}"
@@ -228,6 +239,25 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
     for k in seen:
         fixed.pop(k, None) if seen[k] != "the entry" else None
     return _Entry(name, cat, fam, fixed, tuple(axes))
+
+
+def _shape_count(ent: _Entry) -> int:
+    """Shapes the entry expands to: the product of its axis lengths (nothing is expanded)."""
+    return math.prod(len(rows) for _, rows in ent.axes)
+
+
+def _check_caps(fname: str, entries: list[_Entry]) -> None:
+    total = 0
+    for ent in entries:
+        n = _shape_count(ent)
+        if n > MAX_SHAPES_PER_ENTRY:
+            axes = " x ".join(f"{len(rows)} ({', '.join(names)})" for names, rows in ent.axes)
+            raise MatrixError(f"{fname}: entry {ent.name!r}: expands to {n:,} shapes ({axes}); the limit is "
+                              f"MAX_SHAPES_PER_ENTRY = {MAX_SHAPES_PER_ENTRY:,} per entry")
+        total += n
+        if total > MAX_SHAPES_PER_FILE:
+            raise MatrixError(f"{fname}: entry {ent.name!r}: brings the file to {total:,} shapes; the limit is "
+                              f"MAX_SHAPES_PER_FILE = {MAX_SHAPES_PER_FILE:,} per file")
 
 
 def _expand(fname: str, ent: _Entry) -> list[Shape]:
@@ -253,11 +283,10 @@ def parse_matrix(doc: Any, fname: str) -> list[Shape]:
     """Validate and expand one matrix document (already loaded YAML)."""
     if not isinstance(doc, dict):
         raise MatrixError(f"{fname}: top level: expected a mapping, found {type(doc).__name__}")
-    for k in doc:
-        if k not in TOP_KEYS:
-            raise MatrixError(f"{fname}: {k}: unknown top-level key; allowed: {', '.join(sorted(TOP_KEYS))}")
-    if doc.get("schema") != SCHEMA_VERSION:
-        raise MatrixError(f"{fname}: schema: expected {SCHEMA_VERSION}, found {doc.get('schema')!r}")
+    _check_keys(f"{fname}: top level", doc, TOP_KEYS)
+    schema = doc.get("schema")
+    if type(schema) is not int or schema != SCHEMA_VERSION:  # a bool or a float is not the version
+        raise MatrixError(f"{fname}: schema: expected the int {SCHEMA_VERSION}, found {schema!r}")
     family = doc.get("family")
     if not isinstance(family, str):
         raise MatrixError(f"{fname}: family: expected a problem family string, found {family!r}")
@@ -270,14 +299,18 @@ def parse_matrix(doc: Any, fname: str) -> list[Shape]:
     entries = doc.get("entries")
     if not isinstance(entries, list) or not entries:
         raise MatrixError(f"{fname}: entries: expected a non-empty list")
-    shapes: list[Shape] = []
+    parsed: list[_Entry] = []
     names: set[str] = set()
-    seen: dict[Problem, Shape] = {}
     for i, e in enumerate(entries):
         ent = _parse_entry(fname, i, e, defaults, family)
         if ent.name in names:
             raise MatrixError(f"{fname}: entry {ent.name!r}: name: used by an earlier entry")
         names.add(ent.name)
+        parsed.append(ent)
+    _check_caps(fname, parsed)
+    shapes: list[Shape] = []
+    seen: dict[Problem, Shape] = {}
+    for ent in parsed:
         for s in _expand(fname, ent):
             first = seen.get(s.problem)
             if first is not None:
@@ -291,19 +324,20 @@ def parse_matrix(doc: Any, fname: str) -> list[Shape]:
 def load_matrix_file(path: str | Path) -> list[Shape]:
     p = Path(path)
     try:
-        with open(p, encoding="utf-8") as fh:
-            doc = yaml.load(fh, Loader=_Loader)
-    except FileNotFoundError:
+        doc = load_yaml(p)
+    except MissingDataFileError:
         raise MatrixError(f"{p}: no such matrix file") from None
-    except yaml.YAMLError as e:
-        raise MatrixError(f"{p}: malformed YAML: {e}") from None
+    except DataFileError as e:  # duplicate keys, not UTF-8, too deep, too large, malformed YAML
+        raise MatrixError(str(e)) from None
     return parse_matrix(doc, p.name)
 
 
 def _file_order(p: Path) -> tuple:
-    stem = p.stem
-    alias = {"splitkv": "fwd_splitkv", "pagedkv": "fwd_pagedkv", "appendkv": "fwd_appendkv"}.get(stem, stem)
-    return (FAMILY_ORDER.index(alias) if alias in FAMILY_ORDER else len(FAMILY_ORDER), p.name)
+    """Files named after a problem family (or alias) first, in the family order; then the rest by name."""
+    try:
+        return (PROBLEM_FAMILIES.index(problem_family(p.stem)), p.name)
+    except FamilyError:
+        return (len(PROBLEM_FAMILIES), p.name)
 
 
 def matrix_files(paths: Sequence[str | Path] | None = None) -> list[Path]:
@@ -366,5 +400,5 @@ def counts(shapes: Iterable[Shape]) -> dict[str, dict[str, int]]:
     return out
 
 
-__all__ = ["CATEGORIES", "MatrixError", "Shape", "counts", "default_matrix_dir", "load_matrices",
-           "load_matrix_file", "matrix_files", "parse_matrix", "select"]
+__all__ = ["CATEGORIES", "MAX_SHAPES_PER_ENTRY", "MAX_SHAPES_PER_FILE", "MatrixError", "Shape", "counts",
+           "default_matrix_dir", "load_matrices", "load_matrix_file", "matrix_files", "parse_matrix", "select"]

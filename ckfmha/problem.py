@@ -4,6 +4,12 @@ A :class:`Problem` is frozen and validated on construction (:meth:`Problem.valid
 CK-undefined combination raises :class:`ProblemError` naming the field, the value and the rule.  Sizes are
 Python ints (arbitrary precision); products of sizes are never formed in int32.
 
+CK holds every size and count as ``ck_tile::index_t`` (int32_t) and the group-mode ``seqstart`` arrays as int32
+(``fmha_fwd_args`` / ``fmha_bwd_args`` in example/ck_tile/01_fmha/fmha_fwd.hpp and fmha_bwd.hpp).  So every field
+of :data:`INT32_FIELDS`, every entry of :data:`INT32_LIST_FIELDS` and, in group mode, the total number of query
+tokens (``sum(seqlens_q)``) and of physical key tokens (``sum(s_kpad)``, else ``sum(seqlens_k)``) must be
+``<= INT32_MAX`` (:mod:`ckfmha.limits`); this is checked before anything is expanded per sequence.
+
 ``family`` is one of the user-facing :class:`ckfmha.kernel.Family` values ``fwd``, ``fwd_splitkv``,
 ``fwd_pagedkv``, ``fwd_appendkv``, ``batch_prefill`` and ``bwd_dq_dk_dv``, which here means *the whole
 backward* (dot_do_o + dq_dk_dv + convert_dq); the token ``bwd`` is accepted for it.
@@ -23,6 +29,7 @@ from typing import Any, Iterable
 
 from ckfmha.kernel import (Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, TokenEnum,
                            VLayout)
+from ckfmha.limits import INT32_MAX
 from ckfmha.masking import MaskError, MaskKind, MaskSpec
 
 
@@ -47,10 +54,33 @@ BLOCK_SCALE_SIZE = 128  # rows of Q (and of K/V) sharing one descale in the bloc
 RUNNER_ONLY_ARGS = frozenset({"v", "kname", "init", "seed", "warmup", "repeat", "timer", "json", "jsonfile",
                               "drop_prefs"})
 _U64 = (1 << 64) - 1
+INT32_FIELDS = ("batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "hdim_q", "hdim_v", "bias_rank",
+                "page_block_size", "seqlen_knew", "rotary_dim", "num_splits", "min_seqlen_q")
+"""Scalar sizes and counts CK holds as ``ck_tile::index_t`` (int32): each must be ``<= INT32_MAX``."""
+INT32_LIST_FIELDS = ("seqlens_q", "seqlens_k", "s_kpad")
+"""Per-sequence lengths (group mode): each entry must be ``<= INT32_MAX``."""
+_INT32_RULE = f"exceeds INT32_MAX = {INT32_MAX} (CK holds sizes and counts as ck_tile::index_t = int32_t)"
 
 
 def _err(field_name: str, value: Any, rule: str) -> ProblemError:
     return ProblemError(f"{field_name}: {value!r} {rule}")
+
+
+class _Shown(str):
+    """A value rendered for a message as written (its repr is the text itself)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _brief(values: "tuple[int, ...] | None", length: int, batch: int) -> Any:
+    """A length list for a message: short lists as they are, long ones abbreviated, one length broadcast to
+    every sequence as ``(length,) * batch``."""
+    if values is None:
+        return _Shown(f"({length},) * {batch}")
+    if len(values) <= 8:
+        return values
+    return _Shown(f"({', '.join(map(str, values[:3]))}, ... {len(values)} lengths)")
 
 
 def _vec_size(dtype: DType) -> int:
@@ -163,6 +193,7 @@ class Problem:
                 if isinstance(v, (int, str)) or not isinstance(v, Iterable):
                     raise _err(name, v, "is not a sequence of ints")
                 s(name, tuple(self._as_int(name, x) for x in v))
+        self._check_int32()  # before the per-sequence tuples below are built from batch
         if self.mode is Mode.GROUP:
             if self.seqlens_q is None:
                 s("seqlens_q", (self.seqlen_q,) * self.batch)
@@ -186,8 +217,39 @@ class Problem:
             raise _err(name, v, "is not an int")
         return int(v.__index__())
 
+    def _check_int32(self) -> None:
+        """CK's int32 bounds (module doc): the fields of :data:`INT32_FIELDS` and :data:`INT32_LIST_FIELDS` and
+        the group-mode token totals.  Works before the group-mode lengths are expanded (``None`` = not yet)."""
+        for name in INT32_FIELDS:
+            v = getattr(self, name)
+            if v is not None and v > INT32_MAX:
+                raise _err(name, v, _INT32_RULE)
+        for name in INT32_LIST_FIELDS:
+            for i, v in enumerate(getattr(self, name) or ()):
+                if v > INT32_MAX:
+                    raise _err(f"{name}[{i}]", v, _INT32_RULE)
+        if self.mode is not Mode.GROUP:
+            return
+        q_total = sum(self.seqlens_q) if self.seqlens_q is not None else self.seqlen_q * self.batch
+        if q_total > INT32_MAX:
+            raise _err("seqlens_q", _brief(self.seqlens_q, self.seqlen_q, self.batch),
+                       f"sums to {q_total} query tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's "
+                       "seqstart_q is an int32 array)")
+        if self.s_kpad is not None:
+            k_name, k_values, k_total = "s_kpad", self.s_kpad, sum(self.s_kpad)
+        elif self.seqlens_k is not None:
+            k_name, k_values, k_total = "seqlens_k", self.seqlens_k, sum(self.seqlens_k)
+        elif self.seqlen_k is not None:
+            k_name, k_values, k_total = "seqlens_k", None, self.seqlen_k * self.batch
+        else:
+            return  # the keys are the queries
+        if k_total > INT32_MAX:
+            raise _err(k_name, _brief(k_values, self.seqlen_k, self.batch), f"sums to {k_total} physical key "
+                       f"tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's seqstart_k is an int32 array)")
+
     def validate(self) -> None:
         """Raise :class:`ProblemError` for the first violated rule."""
+        self._check_int32()
         f, d = self.family, self.dtype
         if f not in PROBLEM_FAMILIES:
             raise _err("family", f.value, "is an internal kernel stage, not a problem family; allowed: "
@@ -580,7 +642,10 @@ def _from_kv(kv: dict[str, str], binary: str) -> Problem:
         if k not in keys and k not in RUNNER_ONLY_ARGS:
             raise ProblemError(f"-{k}: no such argument for tile_example_fmha_{binary}")
     g = kv.get
-    group = _to_int("mode", g("mode", "0")) == 1
+    mode = _to_int("mode", g("mode", "0"))
+    if mode not in (0, 1):
+        raise ProblemError(f"-mode: {mode} is not a mode; allowed: 0 (batch), 1 (group)")
+    group = mode == 1
     b = _to_int("b", g("b", "2"))
     h = _to_int("h", g("h", "8"))
     h_k = _to_int("h_k", g("h_k", "-1"))
@@ -592,17 +657,23 @@ def _from_kv(kv: dict[str, str], binary: str) -> Problem:
                               hdim_v=None if dv < 0 else dv)
     if group:
         kw["mode"] = Mode.GROUP
+        # One length is used for every sequence (CK draws random lengths around -s); Problem broadcasts it
+        # after its int32 checks, so a huge -b is an error, not a huge list.
         if len(sq) == 1:
-            sq = sq * b  # CK draws random lengths around -s; ckfmha uses the value for every sequence
-        kw["seqlens_q"] = tuple(sq)
-        if sk == [-1]:
-            kw["seqlens_k"] = tuple(sq)
+            kw["seqlen_q"] = sq[0]
         else:
-            kw["seqlens_k"] = tuple(sk * b if len(sk) == 1 else sk)
+            kw["seqlens_q"] = tuple(sq)
+        if len(sk) == 1:
+            if sk != [-1]:
+                kw["seqlen_k"] = sk[0]  # -1: the keys are the queries
+        else:
+            kw["seqlens_k"] = tuple(sk)
         if "s_kpad" in kv:
             kp = _int_list("s_kpad", kv["s_kpad"])
             if kp != [-1]:
-                kw["s_kpad"] = tuple(kp * b if len(kp) == 1 else kp)
+                if len(kp) == 1 and b <= INT32_MAX:  # a larger -b is Problem's error (batch exceeds INT32_MAX)
+                    kp = kp * b
+                kw["s_kpad"] = tuple(kp)
     else:
         if len(sq) != 1:
             raise ProblemError(f"-s: {g('s')!r} lists several lengths; per-sequence lengths need -mode=1")

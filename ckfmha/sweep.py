@@ -27,16 +27,18 @@ block_per_cu -> occupancy. Mask values accept upstream's names: ``no`` (none); `
 Tile keys: tile_m0 tile_n0 tile_k0 tile_n1 tile_k1 tile_k0max (tile entries 0-5), tile_bwd6..8 (entries 6-8),
 wave_m0 wave_n0 wave_k0 wave_m1 ... wave_k2 (warps per block per stage), warp_m0 ... warp_k2 (warp tiles).
 
-Every error names the file, the key path, what was expected and what was found.
+Every error names the file, the key path, what was expected and what was found.  Files are read by
+:func:`ckfmha.datafile.load_json`: a key written twice in one object, bytes that are not UTF-8, nesting deeper
+than ``MAX_NESTING_DEPTH``, files over ``MAX_FILE_BYTES`` and ``NaN``/``Infinity`` are errors too.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ckfmha.datafile import DataFileError, MissingDataFileError, load_json
 from ckfmha.kernel import (
     BOOL_FIELDS,
     ENUM_FIELDS,
@@ -225,9 +227,11 @@ def load_sweep(path: str | Path) -> Sweep:
     if not p.is_file():
         raise SweepError(f"{p}: no such sweep file")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SweepError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        doc = load_json(p)
+    except MissingDataFileError:  # removed since the check above
+        raise SweepError(f"{p}: no such sweep file") from None
+    except DataFileError as e:  # duplicate keys, not UTF-8, too deep, too large, malformed JSON
+        raise SweepError(str(e)) from None
     return parse_sweep(doc, str(p))
 
 

@@ -67,3 +67,38 @@ def test_area_large_is_exact():
     m = MaskSpec.causal()
     assert m.unmasked_area(100_000, 100_000) == 100_000 * 100_001 // 2
     assert MaskSpec().unmasked_area(100_000, 70_000) == 7_000_000_000
+
+
+@pytest.mark.parametrize("word,want", [("none", MaskSpec()), ("no_mask", MaskSpec()), ("causal", MaskSpec.causal()),
+                                       ("top_left", MaskSpec.causal()), ("bottom_right", MaskSpec.causal(True))])
+def test_mask_words_are_the_same_vocabulary(word, want):
+    assert MaskSpec.parse(word) == want
+    assert MaskSpec.parse(f"  {word} ") == want
+
+
+@pytest.mark.parametrize("text,value", [
+    ("t:99999999999999999999,0", "99999999999999999999"), ("b:0,2147483648", "2147483648"),
+    ("g:2147483648,1", "2147483648"), ("xt:2147483648", "2147483648"), ("t:-2147483649,0", "-2147483649"),
+])
+def test_mask_numbers_must_fit_int32(text, value):
+    with pytest.raises(MaskError) as e:
+        MaskSpec.parse(text)
+    msg = str(e.value)
+    assert text in msg and f"({value} is outside int32 (-2147483648..2147483647" in msg
+
+
+@pytest.mark.parametrize("kw,field", [(dict(left=2**31, right=0), "left"), (dict(left=1, right=-2**31 - 1), "right")])
+def test_mask_constructor_bounds(kw, field):
+    with pytest.raises(MaskError, match=rf"mask\.{field}: -?\d+ is outside int32"):
+        MaskSpec(MaskKind.TOP_LEFT, **kw)
+    with pytest.raises(MaskError, match=r"mask\.y: 2147483648 is outside int32"):
+        MaskSpec.generic(2**31, 1)
+
+
+def test_int32_extreme_windows_compute_without_overflow():
+    # the largest accepted numbers: key_range used to raise OverflowError for out-of-int32 windows
+    for text in ("t:2147483647,0", "b:0,2147483647", "g:2147483647,-2147483645", "t:-2147483648,5"):
+        m = MaskSpec.parse(text)
+        start, end = m.key_range(4, 6)
+        assert start.shape == (4,) and (end >= start).all()
+    assert MaskSpec.parse("t:2147483647,0").unmasked_area(3, 3) == 6

@@ -136,3 +136,69 @@ def test_min_seqlen_q_is_group_mode_fwd_only_and_has_no_tile_example_argument():
         Problem(mode="group", batch=1, seqlens_q=(3,), hdim_q=64, min_seqlen_q=-1)
     with pytest.raises(ProblemError, match="min_seqlen_q: 4 cannot be given to tile_example_fmha_fwd"):
         g.to_ck_args()
+
+
+# ---------------------------------------------------------------------- CK's int32 bounds, -mode
+from ckfmha.limits import INT32_MAX  # noqa: E402
+from ckfmha.problem import INT32_FIELDS  # noqa: E402
+
+
+@pytest.mark.parametrize("name", INT32_FIELDS)
+def test_every_int32_field_is_bounded(name):
+    with pytest.raises(ProblemError) as e:
+        Problem(**{name: INT32_MAX + 1})
+    assert str(e.value).startswith(f"{name}: 2147483648 exceeds INT32_MAX = 2147483647")
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(mode="group", batch=2, seqlens_q=(1, INT32_MAX + 1)), "seqlens_q[1]: 2147483648 exceeds INT32_MAX"),
+    (dict(mode="group", batch=2, seqlens_q=(1, 1), seqlens_k=(2**32, 1)), "seqlens_k[0]: 4294967296 exceeds INT32_MAX"),
+    (dict(mode="group", batch=1, seqlens_q=(1,), seqlens_k=(1,), s_kpad=(2**31,)), "s_kpad[0]: 2147483648 exceeds"),
+    (dict(mode="group", batch=3, seqlens_q=(2**30, 2**30, 5)),
+     "seqlens_q: (1073741824, 1073741824, 5) sums to 2147483653 query tokens, which exceeds INT32_MAX"),
+    (dict(mode="group", batch=2**20, seqlen_q=2**12), "seqlens_q: (4096,) * 1048576 sums to 4294967296 query tokens"),
+    (dict(mode="group", batch=2, seqlens_q=(1, 1), seqlens_k=(1, 1), s_kpad=(2**30, 2**30)),
+     "s_kpad: (1073741824, 1073741824) sums to 2147483648 physical key tokens"),
+    (dict(mode="group", batch=2, seqlen_q=4, seqlen_k=2**30 + 1),
+     "seqlens_k: (1073741825,) * 2 sums to 2147483650 physical key tokens"),
+])
+def test_int32_bounds_of_lengths_and_group_totals(kw, msg):
+    with pytest.raises(ProblemError) as e:
+        Problem(**kw)
+    assert msg in str(e.value)
+
+
+def test_int32_max_itself_is_allowed():
+    assert Problem(seqlen_q=1, seqlen_k=INT32_MAX).seqlen_k == INT32_MAX
+    g = Problem(mode="group", batch=2, seqlens_q=(2**30, 2**30 - 1), seqlens_k=(1, 1))
+    assert g.seqstart_q[-1] == INT32_MAX
+
+
+@pytest.mark.parametrize("args,msg", [
+    ("-s=2147483648", "seqlen_q: 2147483648 exceeds INT32_MAX = 2147483647"),
+    ("-b=4294967296", "batch: 4294967296 exceeds INT32_MAX"),
+    # group mode used to build a 4-billion-entry length list before any check
+    ("-mode=1 -b=4294967296", "batch: 4294967296 exceeds INT32_MAX"),
+    ("-mode=1 -b=4294967296 -s_kpad=8", "batch: 4294967296 exceeds INT32_MAX"),
+    ("-mode=1 -b=3 -s=1000000000", "seqlens_q: (1000000000,) * 3 sums to 3000000000 query tokens"),
+    ("-mode=2", "-mode: 2 is not a mode; allowed: 0 (batch), 1 (group)"),
+    ("-mode=-1", "-mode: -1 is not a mode"),
+])
+def test_from_ck_args_bounds_and_mode(args, msg):
+    with pytest.raises(ProblemError) as e:
+        Problem.from_ck_args(args + " -d=64")
+    assert msg in str(e.value)
+
+
+def test_from_ck_args_group_lengths_unchanged_by_late_broadcast():
+    g = Problem.from_ck_args("-mode=1 -b=3 -s=7 -s_k=9 -s_kpad=12 -d=64")
+    assert g.seqlens_q == (7, 7, 7) and g.seqlens_k == (9, 9, 9) and g.s_kpad == (12, 12, 12)
+    assert Problem.from_ck_args(g.to_ck_args()) == g
+    g = Problem.from_ck_args("-mode=1 -b=2 -s=5,6 -d=64")
+    assert g.seqlens_k == (5, 6)
+
+
+@pytest.mark.parametrize("word,ck", [("none", "0"), ("no_mask", "0"), ("causal", "t"), ("top_left", "t"),
+                                     ("bottom_right", "b")])
+def test_problem_takes_the_mask_words(word, ck):
+    assert Problem(mask=word).mask == MaskSpec.parse(ck)

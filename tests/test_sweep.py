@@ -79,3 +79,20 @@ def test_load_sweep_file_errors(tmp_path) -> None:
     p.write_text(json.dumps({"variant": "fwd", "trait_config": {"mask": {"values": ["no"]}}}))
     sw = load_sweep(p)
     assert sw.allowed["mask"] == frozenset({MaskImpl.NONE})
+
+
+# ---------------------------------------------------------------------- strict JSON files
+@pytest.mark.parametrize("data, message", [
+    (b'{"variant": "fwd", "trait_config": {"mask": {"values": ["no"]}, "mask": {"values": ["generic"]}}}',
+     r"s.json: trait_config: duplicate key 'mask'"),
+    (b'{"variant": "fwd", "variant": "bwd"}', r"s.json: top level: duplicate key 'variant'"),
+    (b'{"variant": "fwd", "name": "caf\xe9"}', r"s.json: not UTF-8: byte 0xe9 at byte offset 31 \(line 1\)"),
+    (b'{"variant": "fwd", "description": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     r"s.json: line 1: nested deeper than MAX_NESTING_DEPTH = 64"),
+    (b'{"variant": "fwd", "tile_config": {"tile_m0": {"values": [NaN]}}}', r"s.json: NaN is not JSON"),
+], ids=["duplicate-nested", "duplicate-top", "not-utf8", "too-deep", "nan"])
+def test_load_sweep_strict_file_errors(tmp_path, data: bytes, message: str) -> None:
+    p = tmp_path / "s.json"
+    p.write_bytes(data)
+    with pytest.raises(SweepError, match=message):
+        load_sweep(p)

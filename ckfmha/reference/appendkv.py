@@ -9,7 +9,8 @@ For batch ``b`` with ``c = cache_seqlens[b]`` keys already cached (``c = seqlen_
    ``(x, y) -> (x cos - y sin, y cos + x sin)``.  Rotated values are rounded to the storage dtype (the kernel
    writes them back to memory).
 2. ``knew``/``vnew`` are written at key positions ``c .. c + seqlen_knew - 1`` of the cache (contiguous cache,
-   a ``cache_batch_idx`` row, or through the block table).
+   a ``cache_batch_idx`` row, or through the block table).  ``block_table`` / ``cache_batch_idx`` are checked
+   before anything is written (:func:`ckfmha.reference.pagedkv.check_kv_lookup`: pages and rows in range).
 3. Attention of the rotated ``q`` over the first ``seqlen_k`` keys of the updated cache, as ``fwd``.
 
 Returns ``o``, ``lse``, the updated caches (``k``/``v`` or ``k_cache``/``v_cache``, storage dtype) and ``q`` (the
@@ -24,7 +25,7 @@ from ckfmha.kernel import Rope
 from ckfmha.problem import Layout, Problem
 from ckfmha.reference._core import from_hsd, to_hsd
 from ckfmha.reference.forward import run_sequences, sequences
-from ckfmha.reference.pagedkv import kv_sources, page_list
+from ckfmha.reference.pagedkv import cache_row, check_kv_lookup, kv_sources, page_list
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray, rope: Rope,
@@ -47,6 +48,7 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray,
 
 
 def reference_appendkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
+    check_kv_lookup(p, inputs)  # block_table / cache_batch_idx, before anything is written
     inp = dict(inputs)
     sdt = inputs["q"].dtype
     paged = "k_cache" in inputs
@@ -90,7 +92,7 @@ def write_cache(p: Problem, inputs: dict, cache: np.ndarray, new_hsd: np.ndarray
         else:  # (n, page, hk, d)
             cache[blk, off] = new_hsd.transpose(1, 0, 2)
         return
-    row = int(inputs["cache_batch_idx"][b]) if "cache_batch_idx" in inputs else b
+    row = cache_row(p, inputs, b) if "cache_batch_idx" in inputs else b
     if p.input_layout is Layout.BHSD:
         cache[row, :, pos] = new_hsd.transpose(1, 0, 2)
     else:

@@ -3,7 +3,9 @@
 Pools follow CK's BlockAttentionKVCacheMemoryLayoutEnum with ``vec = 16 / sizeof(element)``:
 vectorized K (pages, hk, dq/vec, page, vec), V (pages, hk, page/vec, dv, vec); linear K/V (pages, page, hk, d).
 Lookup: vLLM ``block_table`` (batch, max_pages) or SGLang ``kv_indptr`` (batch+1) / ``kv_page_indices`` /
-``kv_last_page_lens`` (keys of sequence b = (pages_b - 1) * page + last_b, which must equal ``seqlens_k[b]``).
+``kv_last_page_lens`` (keys of sequence b = (pages_b - 1) * page + last_b, which must equal ``seqlens_k[b]``, with
+last_b in 1..page for a sequence with pages; a sequence without pages is empty).  Every index is checked against
+the pools before anything is read (:func:`ckfmha.reference.pagedkv.check_kv_lookup`).
 fp8 ``kv_blockscale``: ``k_descale`` / ``v_descale`` (pages, hk) scale each page of each head; ``q_descale`` (1,).
 """
 

@@ -1,0 +1,267 @@
+"""Strict loaders for ckfmha's YAML and JSON data files (testing matrices, sweep configs, parity sets).
+
+:func:`load_yaml` / :func:`load_json` (and :func:`parse_yaml` / :func:`parse_json` for text already read) return the
+document, or raise a :class:`DataFileError` (a ``ValueError``) whose message starts with the file name:
+
+* a missing file (:class:`MissingDataFileError`) or one that cannot be read;
+* a file larger than :data:`MAX_FILE_BYTES` (16 MiB; never read past the limit);
+* bytes that are not UTF-8: the byte offset (and line) of the first bad byte;
+* malformed syntax: ``malformed YAML: ...`` / ``malformed JSON at line L column C: ...``;
+* collections nested deeper than :data:`MAX_NESTING_DEPTH` (:class:`NestingError`), found *before* the document
+  is built, so a 100,000-deep list is this error and never a ``RecursionError``;
+* a key written twice in one mapping / object (:class:`DuplicateKeyError`), with the key path of the mapping
+  (``entries[2].product``; ``top level`` for the root) and, for YAML, both lines -- PyYAML and ``json`` would
+  silently keep the last value;
+* JSON's non-standard constants ``NaN`` / ``Infinity`` / ``-Infinity``.
+
+YAML is read with PyYAML's safe loader (``yaml.CSafeLoader`` when PyYAML has libyaml, else ``yaml.SafeLoader``),
+subclassed as :class:`StrictYAMLLoader` with a duplicate-checking ``construct_mapping``.  A YAML merge key
+(``<<: *base``) keeps its meaning: a key written next to it overrides the merged one and is not a duplicate.
+Callers (:mod:`ckfmha.matrix`, :mod:`ckfmha.sweep`, :func:`ckfmha.parity.load_parity_set`) wrap these errors into
+their own error classes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import yaml
+from yaml.events import CollectionEndEvent, CollectionStartEvent
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest data file read (bytes)."""
+MAX_NESTING_DEPTH = 64
+"""The deepest nesting of lists / mappings a data file may have (ckfmha's own files need fewer than 10)."""
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+try:
+    _SafeLoader = yaml.CSafeLoader  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - PyYAML without libyaml
+    _SafeLoader = yaml.SafeLoader
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be used; the message names the file (and the key path / line when known)."""
+
+
+class MissingDataFileError(DataFileError):
+    """The file does not exist."""
+
+
+class NestingError(DataFileError):
+    """Collections nested deeper than :data:`MAX_NESTING_DEPTH`."""
+
+
+class DuplicateKeyError(DataFileError):
+    """A key written twice in one mapping / object."""
+
+
+def key_path(parts: Iterable[str | int]) -> str:
+    """``("entries", 2, "product")`` -> ``entries[2].product``; ``()`` -> ``top level``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "top level"
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def read_text(path: str | Path) -> str:
+    """The file's text: at most :data:`MAX_FILE_BYTES`, strictly UTF-8."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise MissingDataFileError(f"{p}: no such file") from None
+    except OSError as e:
+        raise DataFileError(f"{p}: cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise DataFileError(f"{p}: larger than MAX_FILE_BYTES = {MAX_FILE_BYTES} bytes (16 MiB); a data file "
+                            "must be smaller")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataFileError(f"{p}: not UTF-8: byte {data[e.start]:#04x} at byte offset {e.start} (line {line}) "
+                            f"is {e.reason}") from None
+
+
+# ---------------------------------------------------------------------------------------------- YAML
+class StrictYAMLLoader(_SafeLoader):  # type: ignore[misc, valid-type]
+    """PyYAML's safe loader that rejects a key written twice in one mapping (:class:`DuplicateKeyError`)."""
+
+    source = "<yaml>"
+
+    def construct_document(self, node: Node) -> Any:
+        # Before anything is constructed (and before merge keys rewrite mappings in place): where each node is
+        # (for messages) and each mapping's pairs as written.
+        self._paths: dict[int, tuple] = {}
+        self._written: dict[int, list] = {}
+        stack: list[tuple[Node, tuple]] = [(node, ())]
+        while stack:
+            n, path = stack.pop()
+            if id(n) in self._paths:
+                continue  # an alias of a node already seen
+            self._paths[id(n)] = path
+            if isinstance(n, MappingNode):
+                self._written[id(n)] = list(n.value)
+                for k, v in reversed(n.value):
+                    stack.append((v, path + (k.value if isinstance(k, ScalarNode) else "<key>",)))
+            elif isinstance(n, SequenceNode):
+                stack.extend((v, path + (i,)) for i, v in reversed(list(enumerate(n.value))))
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict:
+        if isinstance(node, MappingNode):
+            first: dict[Any, Node] = {}
+            for key_node, _ in self._written.get(id(node), node.value):
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the base class reports it
+                if earlier is not None:
+                    where = key_path(self._paths.get(id(node), ()))
+                    raise DuplicateKeyError(
+                        f"{self.source}: {where}: duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                        f"(first at line {earlier.start_mark.line + 1})")
+                first[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_yaml_depth(text: str, source: str) -> None:
+    """Nesting depth from the event stream (flat: libyaml's parser keeps its own stack, nothing recurses)."""
+    loader = _SafeLoader(text)
+    try:
+        depth = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_NESTING_DEPTH:
+                    raise NestingError(f"{source}: line {event.start_mark.line + 1}: nested deeper than "
+                                       f"MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of lists/mappings")
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, source: str = "<yaml>") -> Any:
+    """One YAML document from text (see the module doc for the errors)."""
+    try:
+        _check_yaml_depth(text, source)
+        loader = StrictYAMLLoader(text)
+        loader.source = source
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except DataFileError:
+        raise
+    except yaml.YAMLError as e:
+        raise DataFileError(f"{source}: malformed YAML: {e}") from None
+    except RecursionError:  # pragma: no cover - prevented by the depth check
+        raise NestingError(f"{source}: nested too deeply to load") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise DataFileError(f"{source}: unreadable value: {e}") from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    """One YAML document from a file (see the module doc for the errors)."""
+    return parse_yaml(read_text(path), str(path))
+
+
+# ---------------------------------------------------------------------------------------------- JSON
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _check_json_depth(text: str, source: str) -> None:
+    """Nesting depth of ``[``/``{`` outside strings, found without parsing (``json`` recurses per level)."""
+    if text.count("[") + text.count("{") <= MAX_NESTING_DEPTH:
+        return
+    blanked = _JSON_STRING.sub(lambda m: " " * len(m.group()), text)  # same offsets, no brackets in strings
+    codes = np.frombuffer(blanked.encode("ascii", "replace"), dtype=np.uint8)
+    step = np.isin(codes, (ord("["), ord("{"))).astype(np.int32) - np.isin(codes, (ord("]"), ord("}")))
+    depth = np.cumsum(step)
+    if depth.size and int(depth.max()) > MAX_NESTING_DEPTH:
+        offset = int(np.argmax(depth > MAX_NESTING_DEPTH))
+        raise NestingError(f"{source}: line {text.count(chr(10), 0, offset) + 1}: nested deeper than "
+                           f"MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of arrays/objects")
+
+
+class _Duplicate:
+    """Stands in for an object with a repeated key until its key path is known."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _find_duplicate(doc: Any) -> tuple[tuple, _Duplicate] | None:
+    stack: list[tuple[Any, tuple]] = [(doc, ())]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, _Duplicate):
+            return path, v
+        if isinstance(v, dict):
+            stack.extend((x, path + (k,)) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((x, path + (i,)) for i, x in reversed(list(enumerate(v))))
+    return None  # pragma: no cover - only called when a duplicate was seen
+
+
+def parse_json(text: str, source: str = "<json>") -> Any:
+    """One JSON document from text (see the module doc for the errors)."""
+    _check_json_depth(text, source)
+    seen_duplicate = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> Any:
+        nonlocal seen_duplicate
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                seen_duplicate = True
+                return _Duplicate(k)
+            out[k] = v
+        return out
+
+    def reject_constant(name: str) -> Any:
+        raise DataFileError(f"{source}: {name} is not JSON (non-standard constant)")
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=reject_constant)
+    except DataFileError:
+        raise
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:  # pragma: no cover - prevented by the depth check
+        raise NestingError(f"{source}: nested too deeply to load") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise DataFileError(f"{source}: unreadable value: {e}") from None
+    if seen_duplicate:
+        found = _find_duplicate(doc)
+        if found is not None:
+            path, dup = found
+            raise DuplicateKeyError(f"{source}: {key_path(path)}: duplicate key {dup.key!r}")
+    return doc
+
+
+def load_json(path: str | Path) -> Any:
+    """One JSON document from a file (see the module doc for the errors)."""
+    return parse_json(read_text(path), str(path))
+
+
+__all__ = ["MAX_FILE_BYTES", "MAX_NESTING_DEPTH", "DataFileError", "DuplicateKeyError", "MissingDataFileError",
+           "NestingError", "StrictYAMLLoader", "key_path", "load_json", "load_yaml", "parse_json", "parse_yaml",
+           "read_text"]
