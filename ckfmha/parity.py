@@ -8,7 +8,7 @@ backend, :mod:`ckfmha.upstream.ckfmha_side`) and ``torch[:backend]`` (PyTorch SD
 Semantics (:func:`compare_results`), per problem:
 
 * either side ``skipped`` -> the row is ``skipped`` (with the reason); never a pass;
-* either side ``error`` -> ``error``;
+* either side ``error`` or ``unparseable`` (:attr:`Verdict.is_error`) -> ``error``;
 * verdicts differ -> ``disagree``, with both sides' words;
 * both ``unsupported`` -> ``agree`` (compared: verdicts);
 * both ran -> where both produced outputs, the common outputs are compared with each other using the
@@ -19,6 +19,10 @@ Semantics (:func:`compare_results`), per problem:
 :func:`run_parity` returns a :class:`ParityReport` (JSON / CSV / a readable table).  The default parity set is
 upstream's 14 configurations (research/upstream_testing.md §2.1) in ``data/parity_default.yaml``
 (:func:`default_parity_set`).  docs/parity.md describes the API the pytest plugin uses.
+
+*The side ran* means its verdict :attr:`~ckfmha.upstream.result.Verdict.answered` (``ran_valid``, ``ran_invalid``
+or ``unsupported``); :func:`sides_that_never_ran` names the sides that answered for no row of a session (a
+missing binary, no GPU, every run an error: nothing was compared on that side).
 """
 
 from __future__ import annotations
@@ -59,16 +63,22 @@ class Status(TokenEnum):
 def make_side(spec: str, *, bin_dir: str | Path | None = None, timeout_s: float | None = None,
               arch: str = "gfx942", receipt: int | str = 0, mask_mode: str = "simplified",
               device: str | None = None) -> ParitySide:
-    """``tile_example`` | ``ckfmha[:backend]`` (default cpu) | ``torch[:math|efficient|flash|cudnn|flex]``."""
+    """``tile_example`` | ``ckfmha[:auto|cpu|triton|hip]`` (default cpu; ``auto`` resolves lazily as a normal run
+    does, :mod:`ckfmha.upstream.ckfmha_side`) | ``torch[:math|efficient|flash|cudnn|flex]``."""
     s = spec.strip()
     if s == "tile_example":
         from ckfmha.upstream.tile_runner import DEFAULT_TIMEOUT_S, TileExampleSide
 
         return TileExampleSide(bin_dir, timeout_s or DEFAULT_TIMEOUT_S)
     if s == "ckfmha" or s.startswith("ckfmha:"):
-        from ckfmha.upstream.ckfmha_side import CkfmhaSide
+        from ckfmha.backends import backend_names
+        from ckfmha.upstream.ckfmha_side import AUTO_BACKEND, CkfmhaSide
 
-        return CkfmhaSide(s.partition(":")[2] or "cpu", arch=arch, receipt=receipt, mask_mode=mask_mode)
+        backend = s.partition(":")[2] or "cpu"
+        allowed = (AUTO_BACKEND,) + backend_names()
+        if backend not in allowed:
+            raise ValueError(f"parity side: {spec!r}: backend {backend!r} unknown; allowed: {', '.join(allowed)}")
+        return CkfmhaSide(backend, arch=arch, receipt=receipt, mask_mode=mask_mode)
     if s == "torch" or s.startswith("torch:"):
         from ckfmha.upstream.torch_sdpa import TorchSide
 
@@ -139,9 +149,10 @@ def compare_results(problem: Problem, left: SideResult, right: SideResult) -> tu
     skipped = [r for r in (left, right) if r.verdict is Verdict.SKIPPED]
     if skipped:
         return Status.SKIPPED, "", "; ".join(f"{r.side} skipped: {r.reason}" for r in skipped), {}
-    errors = [r for r in (left, right) if r.verdict is Verdict.ERROR]
+    errors = [r for r in (left, right) if r.verdict.is_error]
     if errors:
-        return Status.ERROR, "", "; ".join(f"{r.side} error: {r.reason}" for r in errors) + f" || {both}", {}
+        return (Status.ERROR, "", "; ".join(f"{r.side} {r.verdict.value}: {r.reason}" for r in errors)
+                + f" || {both}", {})
     if left.verdict is not right.verdict:
         return Status.DISAGREE, "verdicts", f"verdicts differ: {both}", {}
     if left.verdict is Verdict.UNSUPPORTED:
@@ -200,6 +211,10 @@ class ParityReport:
     def disagreements(self) -> list[ParityRow]:
         return [r for r in self.rows if r.status in (Status.DISAGREE, Status.ERROR)]
 
+    def sides_that_never_ran(self) -> list[str]:
+        """:func:`sides_that_never_ran` over this report's rows."""
+        return sides_that_never_ran(self.rows)
+
     def to_dict(self, raw: bool = False) -> dict[str, Any]:
         return {"left": self.left, "right": self.right, "counts": self.counts(), "ok": self.ok,
                 "rows": [r.to_dict(raw) for r in self.rows]}
@@ -236,6 +251,18 @@ class ParityReport:
         return "\n".join(lines)
 
 
+def sides_that_never_ran(rows: Iterable[ParityRow]) -> list[str]:
+    """Names of the sides (in order of first appearance, left before right) whose verdict *answered*
+    (:attr:`Verdict.answered`: ``ran_valid`` / ``ran_invalid`` / ``unsupported``) for none of ``rows`` -- e.g. a
+    parity session whose binary was missing everywhere (all ``skipped``) or crashed everywhere (all ``error``).
+    Empty when every side answered at least once, and for no rows."""
+    seen: dict[str, bool] = {}
+    for row in rows:
+        for r in (row.left, row.right):
+            seen[r.side] = seen.get(r.side, False) or r.verdict.answered
+    return [side for side, answered in seen.items() if not answered]
+
+
 def _named(problems: Iterable) -> list[tuple[str, Problem]]:
     out = []
     for item in problems:
@@ -267,9 +294,16 @@ class ParitySetError(ValueError):
 
 
 def load_parity_set(path: str | Path = PARITY_DEFAULT_PATH) -> list[tuple[str, Problem]]:
-    """``[(name, Problem)]`` from a parity-set YAML (``defaults`` + ``cases`` of tile_example arguments)."""
-    doc = yaml.safe_load(Path(path).read_text())
-    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("cases"), list):
+    """``[(name, Problem)]`` from a parity-set YAML (``defaults`` + ``cases`` of tile_example arguments), read by
+    the strict :func:`ckfmha.datafile.load_yaml` (duplicate keys, non-UTF-8 bytes, deep nesting are errors)."""
+    from ckfmha.datafile import DataFileError, load_yaml
+
+    try:
+        doc = load_yaml(path)
+    except DataFileError as e:
+        raise ParitySetError(str(e)) from None
+    if not isinstance(doc, dict) or type(doc.get("version")) is not int or doc.get("version") != 1 \
+            or not isinstance(doc.get("cases"), list):
         raise ParitySetError(f"{path}: expected version: 1 and a 'cases' list")
     defaults = doc.get("defaults") or {}
     binary = doc.get("binary", "fwd")
@@ -296,4 +330,5 @@ def default_parity_set() -> list[tuple[str, Problem]]:
 
 
 __all__ = ["ParitySide", "Status", "ParityRow", "ParityReport", "SideResult", "Verdict", "make_side", "make_pair",
-           "compare_results", "compare_one", "run_parity", "load_parity_set", "default_parity_set"]
+           "compare_results", "compare_one", "run_parity", "sides_that_never_ran", "load_parity_set",
+           "default_parity_set"]

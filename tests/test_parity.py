@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from ckfmha.parity import (ParityReport, ParitySide, Status, compare_one, compare_results, default_parity_set,
-                           make_pair, make_side, run_parity)
+                           make_pair, make_side, run_parity, sides_that_never_ran)
 from ckfmha.problem import Problem
 from ckfmha.upstream.result import SideResult, Verdict
 
@@ -147,3 +149,86 @@ def test_ckfmha_side_cpu():
     assert set(r.outputs) == {"o", "lse"} and r.fields["kernels"]
     r = side.run(Problem(dtype="fp32", batch=1, nhead_q=1, seqlen_q=16, hdim_q=256, logits_soft_cap=3.0))
     assert r.verdict is Verdict.UNSUPPORTED and "no kernel" in r.reason
+
+
+# ------------------------------------------------------------------------------------------ unparseable
+def test_unparseable_counts_as_an_error_everywhere():
+    bad = res("tile_example", Verdict.UNPARSEABLE, "not a tile_example_fmha_fwd result line: no kernel name")
+    for left, right in ((bad, res("us", Verdict.RAN_VALID)), (res("us", Verdict.UNSUPPORTED), bad)):
+        st, comp, detail, _ = compare_results(P, left, right)
+        assert st is Status.ERROR and comp == ""
+        assert detail.startswith("tile_example unparseable: not a tile_example_fmha_fwd result line: no kernel name")
+    row = compare_one(P, FakeSide("tile_example", Verdict.UNPARSEABLE, "no echo"), FakeSide("us", Verdict.RAN_VALID))
+    assert not row.passed and row.pytest_outcome() == ("failed", row.detail) and "unparseable: no echo" in row.detail
+    rep = run_parity([P], FakeSide("a", Verdict.UNPARSEABLE, "x"), FakeSide("b", Verdict.UNPARSEABLE, "y"))
+    assert not rep.ok and rep.counts()["error"] == 1 and rep.disagreements == rep.rows
+
+
+# ------------------------------------------------------------------------------------------ "the side ran"
+def test_verdict_groups():
+    assert {v for v in Verdict if v.ran} == {Verdict.RAN_VALID, Verdict.RAN_INVALID}
+    assert {v for v in Verdict if v.answered} == {Verdict.RAN_VALID, Verdict.RAN_INVALID, Verdict.UNSUPPORTED}
+    assert {v for v in Verdict if v.is_error} == {Verdict.ERROR, Verdict.UNPARSEABLE}
+    assert Verdict.parse("unparseable", "upstream_verdict").answered is False  # report rows hold the token
+    with pytest.raises(ValueError, match="upstream_verdict: unknown value 'ok'"):
+        Verdict.parse("ok", "upstream_verdict")
+
+
+def test_sides_that_never_ran():
+    ck_missing = FakeSide("tile_example", Verdict.SKIPPED, "tile_example_fmha_fwd: not found")
+    ours = FakeSide("ckfmha:cpu", Verdict.RAN_VALID)
+    rep = run_parity([P, P.replace(seqlen_q=8)], ck_missing, ours)
+    assert rep.sides_that_never_ran() == ["tile_example"] and sides_that_never_ran(rep.rows) == ["tile_example"]
+    # one answer is enough: an unsupported problem is an answer, errors and unparseable output are not
+    rows = [compare_one(P, FakeSide("up", v), FakeSide("us", Verdict.ERROR, "boom"))
+            for v in (Verdict.ERROR, Verdict.UNPARSEABLE, Verdict.UNSUPPORTED)]
+    assert sides_that_never_ran(rows) == ["us"]
+    assert sides_that_never_ran(rows[:2]) == ["up", "us"]
+    assert sides_that_never_ran([]) == []
+
+
+# ------------------------------------------------------------------------------------------ ckfmha:auto
+def test_ckfmha_auto_resolves_lazily_like_a_normal_run(monkeypatch):
+    import ckfmha.backends
+
+    calls = []
+    monkeypatch.setattr(ckfmha.backends, "auto_backend_name", lambda: calls.append(1) or "cpu")
+    up, ours = make_pair("tile_example", "ckfmha:auto")
+    assert calls == [] and ours.requested_backend == "auto"  # nothing resolved by constructing
+    r = ours.run(Problem(batch=1, nhead_q=1, seqlen_q=16, hdim_q=64))
+    assert calls == [1] and r.verdict is Verdict.RAN_VALID, r.reason
+    assert r.side == "ckfmha:cpu" and ours.name == "ckfmha:cpu" and ours.backend == "cpu"
+    assert r.fields["backend"] == "cpu" and r.fields["requested_backend"] == "auto"
+    ours.run(P)
+    assert calls == [1]  # resolved once
+
+
+def test_ckfmha_auto_report_names_the_resolved_backend(monkeypatch, tmp_path):
+    import ckfmha.backends
+
+    monkeypatch.setattr(ckfmha.backends, "auto_backend_name", lambda: "cpu")
+    monkeypatch.delenv("CK_TILE_EXAMPLE_DIR", raising=False)
+    rep = run_parity(default_parity_set()[:1], "tile_example", "ckfmha:auto", bin_dir=tmp_path)
+    assert rep.right == "ckfmha:cpu" and rep.rows[0].right.side == "ckfmha:cpu"
+    assert rep.rows[0].right.verdict is Verdict.RAN_VALID  # not "unknown backend 'auto'"
+
+
+def test_ckfmha_auto_without_patching_is_what_auto_backend_name_says():
+    from ckfmha.backends import auto_backend_name
+
+    side = make_side("ckfmha:auto")
+    assert side.name == f"ckfmha:{auto_backend_name()}"
+
+
+def test_constructing_ckfmha_auto_imports_no_backend():
+    code = ("import sys; from ckfmha.parity import make_pair; make_pair('tile_example', 'ckfmha:auto'); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton') or "
+            "m.startswith(('ckfmha.backends.cpu', 'ckfmha.backends.triton', 'ckfmha.backends.hip'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_make_side_rejects_unknown_ckfmha_backends():
+    with pytest.raises(ValueError, match=r"parity side: 'ckfmha:cuda': backend 'cuda' unknown; "
+                                         r"allowed: auto, cpu, triton, hip"):
+        make_side("ckfmha:cuda")

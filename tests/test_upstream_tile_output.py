@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ckfmha.upstream.tile_output import parse_stdout, split_fields
+from ckfmha.upstream.tile_output import format_problems, parse_stdout, split_fields
 
 DATA = Path(__file__).parent / "data" / "upstream_lines"
 
@@ -156,3 +156,40 @@ def test_json_file(tmp_path):
 
 def test_split_fields_respects_brackets():
     assert split_fields("a:1, q:[1,2], k, 0.5 ms") == ["a:1", "q:[1,2]", "k", "0.5 ms"]
+
+
+@pytest.mark.parametrize("cmd,line", REAL, ids=[f"real{i}" for i in range(len(REAL))])
+def test_real_lines_are_in_the_format(cmd, line):
+    assert format_problems(parse_stdout(line + "\n"), "fwd") == []
+
+
+NO_KNAME = "no kernel name although -kname=1 was passed (a run that printed a valid: verdict launched a kernel)"
+
+
+@pytest.mark.parametrize("label", sorted(CON))
+def test_constructed_lines_are_in_the_format(label):
+    """Every constructed line is in its binary's format; those constructed without -kname lack only the name."""
+    out = parse_stdout(CON[label])
+    binary = label.split("_")[0]
+    expected = [] if out.kernels or out.not_supported else [NO_KNAME]
+    assert format_problems(out, binary) == expected
+
+
+def test_format_needs_kernel_names_with_a_verdict_only():
+    # a real line printed without -kname: the runner always passes -kname=1, so a verdict without a name is not ours
+    assert format_problems(parse_stdout(CON["fwd_no_timing_no_kname"]), "fwd") == [NO_KNAME]
+    # the echo alone (the binary failed after echoing) claims no run: no kernel name needed
+    echo_only = CON["fwd_not_supported"].replace(", not supported yet", "")
+    assert format_problems(parse_stdout(echo_only), "fwd") == []
+
+
+def test_format_problems_name_what_is_missing():
+    out = parse_stdout("[fp16|batch|bhsd] valid:y\n")
+    assert format_problems(out, "fwd") == [
+        "no problem echo fields b, h, s, d, scale_s, bias, lse, mask, v (tile_example_fmha_fwd always prints "
+        "b h s d scale_s bias lse mask v)", NO_KNAME]
+    # a fwd line is not a bwd line (scale_s is not scale)
+    assert format_problems(parse_stdout(REAL[0][1]), "bwd") == [
+        "no problem echo field scale (tile_example_fmha_bwd always prints b h s d scale bias mask)"]
+    with pytest.raises(ValueError, match="binary: 'fwd_splitkv' must be one of fwd, bwd"):
+        format_problems(out, "fwd_splitkv")

@@ -199,3 +199,64 @@ def test_bwd_binary(fake_dir, monkeypatch):
             "2.56 TFlops, 31.21 GB/s, valid:y")
     r = run(fake_dir, monkeypatch, problem=p, stdout=line + "\n", rc=0)
     assert r.verdict is Verdict.RAN_VALID, r.reason
+
+
+# ------------------------------------------------------------------------------------------ unparseable output
+BWD_PROBLEM = Problem(family="bwd", batch=1, nhead_q=4, nhead_k=2, seqlen_q=259, hdim_q=64)
+BWD_ECHO = ("[fp16|batch|bhsd] b:1, h:4/2, s:259/259, d:64/64, scale:0.125, bias:n, dbias:0, p_drop:0, "
+            "s_randval:0, deterministic:0, mask:n")
+
+
+def test_line_without_echo_or_kernel_is_unparseable(fake_dir, monkeypatch):
+    r = run(fake_dir, monkeypatch, stdout="[fp16|batch|bhsd] valid:y\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE, r.reason
+    assert "no problem echo fields b, h, s, d, scale_s, bias, lse, mask, v" in r.reason
+    assert "no kernel name although -kname=1 was passed" in r.reason
+    assert "'[fp16|batch|bhsd] valid:y'" in r.reason  # the line, quoted
+    assert r.verdict.is_error and not r.verdict.answered
+
+
+def test_line_without_kernel_name_is_unparseable(fake_dir, monkeypatch):
+    no_kname = REAL_LINE.replace(REAL_LINE.split(", ")[11] + ", ", "")
+    assert "fmha_fwd_" not in no_kname and no_kname.endswith("valid:y")
+    r = run(fake_dir, monkeypatch, stdout=no_kname + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "no kernel name" in r.reason and "problem echo" not in r.reason
+    r = run(fake_dir, monkeypatch, stdout=no_kname.replace("valid:y", "valid:n") + "\n", rc=254)
+    assert r.verdict is Verdict.UNPARSEABLE and "no kernel name" in r.reason
+
+
+def test_line_missing_one_echo_field_is_unparseable(fake_dir, monkeypatch):
+    r = run(fake_dir, monkeypatch, stdout=REAL_LINE.replace("v:c, ", "") + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "no problem echo field v " in r.reason
+    r = run(fake_dir, monkeypatch, stdout=REAL_LINE.replace("s:512/1024", "s:512") + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "s:'512' cannot be read" in r.reason
+
+
+def test_fields_outside_the_grammar_are_unparseable(fake_dir, monkeypatch):
+    r = run(fake_dir, monkeypatch, stdout=REAL_LINE.replace(", valid:y", ", all good here, valid:y") + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "'all good here' not in the result line's grammar" in r.reason
+    r = run(fake_dir, monkeypatch, stdout=REAL_LINE.replace(", 0.998 ms", ", hello, 0.998 ms") + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "'hello' is neither key:value nor a CK kernel name" in r.reason
+    r = run(fake_dir, monkeypatch, stdout=REAL_LINE.replace("valid:y", "valid:yes") + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "'valid:yes'" in r.reason
+    r = run(fake_dir, monkeypatch, stdout=REAL_LINE.replace("|batch|", "|batched|") + "\n", rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE and "mode 'batched'" in r.reason
+
+
+def test_not_supported_needs_the_echo_but_no_kernel_name(fake_dir, monkeypatch):
+    r = run(fake_dir, monkeypatch, stdout=NOT_SUPPORTED + "\n", rc=254)
+    assert r.verdict is Verdict.UNSUPPORTED, r.reason
+    r = run(fake_dir, monkeypatch, stdout="[fp16|batch|bhsd] not supported yet\n", rc=254)
+    assert r.verdict is Verdict.UNPARSEABLE and "no problem echo fields b, h, s, d" in r.reason
+    assert "kernel name" not in r.reason
+    r = run(fake_dir, monkeypatch, problem=BWD_PROBLEM, stdout=BWD_ECHO + ", not supported yet\n", rc=254)
+    assert r.verdict is Verdict.UNSUPPORTED, r.reason
+
+
+def test_bwd_line_needs_the_bwd_echo(fake_dir, monkeypatch):
+    kernels = ", fmha_bwd_dot_do_o_d64_fp16_batch_b64_o2_psddv, 0.085 ms, 2.56 TFlops, 31.21 GB/s, valid:y\n"
+    r = run(fake_dir, monkeypatch, problem=BWD_PROBLEM, stdout=BWD_ECHO + kernels, rc=0)
+    assert r.verdict is Verdict.RAN_VALID, r.reason
+    r = run(fake_dir, monkeypatch, problem=BWD_PROBLEM, stdout=BWD_ECHO.replace("scale:0.125, ", "") + kernels, rc=0)
+    assert r.verdict is Verdict.UNPARSEABLE
+    assert "no problem echo field scale (tile_example_fmha_bwd always prints b h s d scale bias mask)" in r.reason

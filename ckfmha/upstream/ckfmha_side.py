@@ -3,6 +3,12 @@
 ``unsupported`` when no kernel serves the problem (:class:`~ckfmha.dispatcher.NoKernelError`) or the backend
 cannot realize the selected kernel (:class:`~ckfmha.backends.UnsupportedConfig`); ``skipped`` when the backend
 is not available here; otherwise the plan runs and its outputs are checked with the validator's tolerance.
+
+``backend="auto"`` resolves exactly as a normal run does (:func:`ckfmha.backends.auto_backend_name`: triton with a
+GPU, hip on ROCm with hipcc and a CK root, else cpu), lazily: constructing the side imports no backend; the first
+use (``run``, or reading ``backend`` / ``name``) resolves it once, and from then on the side's name is the
+resolved one (``ckfmha:cpu``), as are its results' ``side`` and ``fields["backend"]`` (``fields
+["requested_backend"]`` keeps ``auto``).
 """
 
 from __future__ import annotations
@@ -14,15 +20,32 @@ from ckfmha.upstream.reference_cache import compared_names, inputs_and_reference
 from ckfmha.upstream.result import SideResult, Verdict, check_summary
 
 
+AUTO_BACKEND = "auto"
+
+
 class CkfmhaSide:
     def __init__(self, backend: str = "cpu", arch: str = "gfx942", receipt: int | str = 0,
                  mask_mode: str = "simplified", registry=None, name: str | None = None) -> None:
-        self.backend = backend
+        self.requested_backend = backend
+        self._backend: str | None = None if backend == AUTO_BACKEND else backend
         self.arch = arch
         self.receipt = receipt
         self.mask_mode = mask_mode
         self.registry = registry
-        self.name = name or f"ckfmha:{backend}"
+        self._name = name
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs: the requested one, or ``auto`` resolved on first use (see the module doc)."""
+        if self._backend is None:
+            from ckfmha.backends import auto_backend_name
+
+            self._backend = auto_backend_name()
+        return self._backend
+
+    @property
+    def name(self) -> str:
+        return self._name or f"ckfmha:{self.backend}"
 
     def run(self, problem: Problem, seed: int = 0) -> SideResult:
         from ckfmha.backends import BackendError, UnsupportedConfig, get_backend
@@ -56,7 +79,8 @@ class CkfmhaSide:
                 kernels.append(st.kernel.kernel_id)
         names = [n for n in compared_names(problem) if n in res.outputs and n in ref]
         missing = [n for n in compared_names(problem) if n not in res.outputs]
-        fields = {"kernels": kernels, "plan": str(res.plan), "backend": self.backend, "arch": self.arch}
+        fields = {"kernels": kernels, "plan": str(res.plan), "backend": self.backend,
+                  "requested_backend": self.requested_backend, "arch": self.arch}
         if not names:
             return SideResult(self.name, Verdict.ERROR, f"the plan produced none of {compared_names(problem)}",
                               fields=fields)

@@ -5,9 +5,23 @@ Verdicts:
 * ``unsupported`` -- the side has no kernel for the problem (CK: ``not supported yet``; ckfmha: the dispatcher
   found no kernel or the backend cannot realize it).
 * ``ran_valid`` / ``ran_invalid`` -- it ran and its result matched / did not match its reference.
-* ``error`` -- it could not be judged (crash, timeout, bad arguments, garbage output, inconsistent output).
+* ``error`` -- it could not be judged (crash, timeout, bad arguments, garbage output, inconsistent output,
+  output over the runner's cap).
+* ``unparseable`` -- it printed a result, but not in any of the formats the side really prints (tile_example:
+  a result line without the problem echo, without a kernel name although ``-kname=1`` was passed, or with
+  fields no generation of the binary prints); the reason names what is missing and quotes the line.  Counts as
+  an error everywhere (:func:`ckfmha.parity.compare_results` makes the row ``error``).
 * ``skipped`` -- the side was not run (missing binary, no GPU, a problem the side cannot express); the
   reason says why.  A skip is never a pass.
+
+Two properties group the verdicts (one rule each, here):
+
+* :attr:`Verdict.ran` -- a kernel executed and its result was judged against a reference: ``ran_valid`` and
+  ``ran_invalid``.
+* :attr:`Verdict.answered` -- *the side ran*: it executed and gave a judgeable answer, i.e. ``ran`` or
+  ``unsupported`` (CK's binary did run and said ``not supported yet``; ckfmha's dispatcher did run and found no
+  kernel).  ``skipped``, ``error`` and ``unparseable`` are not answers.  A parity session in which a side
+  answered for no item compared nothing on that side (:func:`ckfmha.parity.sides_that_never_ran`).
 """
 
 from __future__ import annotations
@@ -26,11 +40,23 @@ class Verdict(TokenEnum):
     RAN_VALID = "ran_valid"
     RAN_INVALID = "ran_invalid"
     ERROR = "error"
+    UNPARSEABLE = "unparseable"
     SKIPPED = "skipped"
 
     @property
     def ran(self) -> bool:
+        """A kernel executed and was judged against a reference (``ran_valid`` / ``ran_invalid``)."""
         return self in (Verdict.RAN_VALID, Verdict.RAN_INVALID)
+
+    @property
+    def answered(self) -> bool:
+        """The side ran and gave a judgeable answer: ``ran_valid``, ``ran_invalid`` or ``unsupported``."""
+        return self.ran or self is Verdict.UNSUPPORTED
+
+    @property
+    def is_error(self) -> bool:
+        """The side could not be judged: ``error`` or ``unparseable`` (both fail a parity row)."""
+        return self in (Verdict.ERROR, Verdict.UNPARSEABLE)
 
 
 def _jsonable(v: Any) -> Any:

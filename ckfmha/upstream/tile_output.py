@@ -13,6 +13,24 @@ deterministic:<0|1>[, workspace:<N>MiB], mask:<m>, ...``.  Older generations pri
 :attr:`TileOutput.echo`.  An old backward generation breaks the line with ``\\nDeterministic mode ON: N MByte
 memory workspace allocated``; continuation lines starting with ``", "`` are joined back.
 
+What a real line always holds (:func:`format_problems` lists what a line lacks; the runner calls a line with any
+such problem ``unparseable``).  Generations of the runners' print statements in ROCm/composable_kernel
+``example/ck_tile/01_fmha`` (``fmha_fwd.cpp``, ``fmha_fwd_runner.hpp``, ``fmha_bwd.cpp``, ``fmha_bwd_runner.hpp``;
+research/upstream_testing.md §4.5-4.6) differ in their optional fields, but every generation that accepts
+``-kname`` prints:
+
+* the head ``[<prec>|<mode>|<layout>]`` with ``<mode>`` ``batch``/``group`` and ``<layout>`` ``bhsd``/``bshd`` or
+  ``<in>-<out>`` (:data:`MODES`, :data:`LAYOUTS`);
+* the echo fields :data:`ECHO_FIELDS` -- fwd ``b h s d scale_s bias lse mask v``, bwd ``b h s d scale bias mask``
+  (later bwd generations add ``dbias p_drop s_randval deterministic``, later fwd ones ``p_drop``, and
+  ``squant`` became ``qscale``), each readable (``h:8/2``, ``s:128/256(512)``, ...);
+* with ``-kname=1`` (always passed by the runner) one CK kernel name (``fmha_...``, :data:`KERNEL_NAME_PREFIX`) per
+  launched kernel, printed before the timing and the verdict -- so a line with a ``valid:`` verdict or a timing
+  but no kernel name is not real output.  ``..., not supported yet`` launched nothing and legitimately has no
+  kernel name (an append-KV run may print the append kernel's name before it);
+* no field outside the grammar above (every field is ``key:value``, a kernel name, ``<x> ms|TFlops|GB/s``,
+  ``valid:y|n`` or ``not supported yet``).
+
 Nothing here decides a verdict; :mod:`ckfmha.upstream.tile_runner` does, from this and the exit status.
 """
 
@@ -30,6 +48,16 @@ _NUM_UNIT = re.compile(r"^(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DETERMINISTIC = re.compile(r"^Deterministic mode ON: (?P<mb>\d+) MByte")
 _JSON_WRITTEN = re.compile(r"^Results written to (?P<path>.+?) successfully")
+
+
+MODES = ("batch", "group")
+LAYOUTS = ("bhsd", "bshd", "bhsd-bshd", "bshd-bhsd")
+# echo fields every -kname-capable generation prints (see the module doc)
+ECHO_FIELDS = {
+    "fwd": ("b", "h", "s", "d", "scale_s", "bias", "lse", "mask", "v"),
+    "bwd": ("b", "h", "s", "d", "scale", "bias", "mask"),
+}
+KERNEL_NAME_PREFIX = "fmha_"
 
 
 class TileOutputError(ValueError):
@@ -215,6 +243,43 @@ def parse_stdout(stdout: str, json_file: str | Path | None = None) -> TileOutput
             except (OSError, ValueError) as e:
                 out.json_error = f"{p}: {e}"
     return out
+
+
+def format_problems(out: TileOutput, binary: str) -> list[str]:
+    """What keeps ``out``'s result line from being a real ``tile_example_fmha_<binary>`` line printed with
+    ``-kname=1`` (see the module doc); empty when it is one.  ``binary`` is ``fwd`` or ``bwd``.  Call only when
+    there is a result line."""
+    if binary not in ECHO_FIELDS:
+        raise ValueError(f"binary: {binary!r} must be one of {', '.join(ECHO_FIELDS)}")
+    if out.result_line is None:
+        raise ValueError("format_problems: the output has no result line")
+    problems: list[str] = []
+    if out.mode not in MODES:
+        problems.append(f"mode {out.mode!r} in the head is not one of {', '.join(MODES)}")
+    if out.layout not in LAYOUTS:
+        problems.append(f"layout {out.layout!r} in the head is not one of {', '.join(LAYOUTS)}")
+    missing = [k for k in ECHO_FIELDS[binary] if k not in out.echo]
+    if missing:
+        problems.append(f"no problem echo field{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                        f"(tile_example_fmha_{binary} always prints {' '.join(ECHO_FIELDS[binary])})")
+    else:
+        try:
+            out.echo_values()
+        except TileOutputError as e:
+            problems.append(str(e))
+    not_kernels = [k for k in out.kernels if not k.startswith(KERNEL_NAME_PREFIX)]
+    if not_kernels:
+        problems.append(f"field{'s' if len(not_kernels) > 1 else ''} {', '.join(map(repr, not_kernels))} "
+                        f"{'are' if len(not_kernels) > 1 else 'is'} neither key:value nor a CK kernel name "
+                        f"({KERNEL_NAME_PREFIX}...)")
+    claims_a_run = out.valid is not None or out.ms is not None
+    if claims_a_run and not out.not_supported and not any(k.startswith(KERNEL_NAME_PREFIX) for k in out.kernels):
+        problems.append("no kernel name although -kname=1 was passed (a run that printed "
+                        + ("a valid: verdict" if out.valid is not None else "a timing") + " launched a kernel)")
+    if out.unparsed:
+        problems.append("field" + ("s" if len(out.unparsed) > 1 else "") + " " + ", ".join(map(repr, out.unparsed))
+                        + " not in the result line's grammar")
+    return problems
 
 
 def json_verification(out: TileOutput) -> bool | None:

@@ -4,21 +4,37 @@
   -warmup=0 -repeat=1`` and, with a JSON path, ``-json=1 -jsonfile=PATH``.
 * Binaries: ``find_binary('fwd'|'bwd', bin_dir)`` looks in ``bin_dir`` (or ``$CK_TILE_EXAMPLE_DIR``) and its
   ``bin/``.  A missing binary is a ``skipped`` result with the reason -- never a pass.
-* Running: a subprocess in its own session with a timeout; on timeout the whole process group is killed.
+* Running (:func:`run_process`, POSIX): a subprocess in its own session (so its own process group); stdout and
+  stderr are read incrementally (``selectors``) and every wait has a deadline:
+
+  - output cap: at most :data:`MAX_STREAM_BYTES` (4 MiB) are kept per stream.  A stream that goes past it gets
+    the whole process group killed at once; the run keeps the head of the output and is an ``error``
+    ("printed more than N bytes on stdout (output capped)");
+  - timeout: past ``timeout_s`` the whole process group is killed (``timed_out``, an ``error``);
+  - EOF grace: once the binary itself has exited, a process that still holds its stdout/stderr open (a
+    grandchild) gets :data:`EOF_GRACE_S` (2 s) to close them; then the process group is killed and reading
+    stops (a note says so; the binary's own exit status and output are judged as usual);
+  - after a kill, the runner reaps the binary for at most :data:`KILL_WAIT_S` and drains what is already in the
+    pipes for at most :data:`DRAIN_S`; a process that escaped the group (its own session) is not waited for.
 * Judging (:func:`interpret`): the exit status *and* the parsed stdout.  CK returns -1 (255) for argument
   errors and -2 (254) for a failed validation, for no instance and for invalid argument combinations alike,
   so 254 is decided by the line: ``not supported yet`` -> unsupported, ``valid:n`` -> ran_invalid, neither
-  -> error.  0 needs ``valid:y``.  The echoed problem must be the problem we asked for (else error: the
-  binary ran something else, e.g. it dropped dropout or switched the mode).
+  -> error.  0 needs ``valid:y``.  A result line that is not one of the binary's real formats
+  (:func:`ckfmha.upstream.tile_output.format_problems`: no problem echo, no kernel name although ``-kname=1`` was
+  passed, fields outside the grammar) -> ``unparseable``, with what is missing and the line quoted.  The echoed
+  problem must be the problem we asked for (else error: the binary ran something else, e.g. it dropped dropout
+  or switched the mode).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import selectors
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -27,11 +43,18 @@ from ckfmha.kernel import Bias, Family, Mode
 from ckfmha.masking import MaskError, MaskSpec
 from ckfmha.problem import Problem, ProblemError
 from ckfmha.upstream.result import SideResult, Verdict
-from ckfmha.upstream.tile_output import TileOutput, TileOutputError, json_verification, parse_stdout
+from ckfmha.upstream.tile_output import (TileOutput, TileOutputError, format_problems, json_verification,
+                                        parse_stdout)
 
 ENV_DIR = "CK_TILE_EXAMPLE_DIR"
 DEFAULT_TIMEOUT_S = 120.0
 RUNNER_OPTIONS = ("-v=1", "-kname=1", "-warmup=0", "-repeat=1")
+MAX_STREAM_BYTES = 4 * 1024 * 1024  # kept per stream; more kills the run (a real result is a few hundred bytes)
+EOF_GRACE_S = 2.0  # how long a stream may stay open after the binary itself exited
+KILL_WAIT_S = 5.0  # how long to wait for the binary to be reaped after SIGKILL
+DRAIN_S = 0.5  # how long to read what is already in the pipes after a kill
+_READ_CHUNK = 64 * 1024
+_POLL_S = 0.05  # select() timeout while the binary runs, to notice its exit
 
 
 def binary_name(binary: str) -> str:
@@ -68,34 +91,108 @@ def tile_example_args(problem: Problem, json_file: str | Path | None = None,
 @dataclass
 class RawRun:
     argv: list[str]
-    returncode: int | None  # None when killed on timeout
-    stdout: str
+    returncode: int | None  # None when killed on timeout or over the output cap
+    stdout: str  # at most MAX_STREAM_BYTES bytes of it (the head) when capped
     stderr: str
     timed_out: bool
     seconds: float
+    capped: str | None = None  # "stdout" / "stderr": that stream went past the cap and the group was killed
+    cap_bytes: int = MAX_STREAM_BYTES
+    held_open: bool = False  # a stream stayed open eof_grace_s after the binary exited; the group was killed
+    eof_grace_s: float = EOF_GRACE_S
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
 
 
 def run_process(argv: Sequence[str], timeout_s: float, cwd: str | Path | None = None,
-                env: dict | None = None) -> RawRun:
-    """Run in a new session; on timeout kill the whole process group, then collect what it printed."""
-    import time
+                env: dict | None = None, max_stream_bytes: int = MAX_STREAM_BYTES,
+                eof_grace_s: float = EOF_GRACE_S) -> RawRun:
+    """Run ``argv`` in a new session, reading stdout/stderr incrementally with bounded buffers; every wait has a
+    deadline (see the module doc: output cap, timeout, EOF grace, kill wait, drain).  POSIX only."""
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s: {timeout_s!r} must be > 0")
+    if max_stream_bytes <= 0:
+        raise ValueError(f"max_stream_bytes: {max_stream_bytes!r} must be > 0")
+    if eof_grace_s < 0:
+        raise ValueError(f"eof_grace_s: {eof_grace_s!r} must be >= 0")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=cwd, env=env, start_new_session=True)
+    streams = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+    bufs = {name: bytearray() for name in streams.values()}
+    sel = selectors.DefaultSelector()
+    for fd in streams:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    capped: str | None = None
 
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
-                            start_new_session=True)
-    timed_out = False
+    def read_ready(timeout: float) -> bool:
+        """Read what select reports within ``timeout``; False once a stream went past the cap."""
+        nonlocal capped
+        for key, _ in sel.select(timeout):
+            fd = key.fd
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not data:  # EOF
+                sel.unregister(fd)
+                continue
+            buf = bufs[streams[fd]]
+            room = max_stream_bytes - len(buf)
+            buf += data[:room]
+            if len(data) > room:
+                capped = streams[fd]
+                return False
+        return True
+
+    deadline = t0 + timeout_s
+    exited_at: float | None = None
+    timed_out = held_open = False
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        while sel.get_map():
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now >= min(exited_at + eof_grace_s, deadline):
+                held_open = True  # the binary finished in time; something else holds its output
+                break
+            if now >= deadline:
+                timed_out = True
+                break
+            limit = deadline if exited_at is None else min(deadline, exited_at + eof_grace_s)
+            if not read_ready(max(0.0, min(limit - now, _POLL_S))):
+                break
+        if capped or timed_out or held_open:
+            _kill_group(proc.pid)
+            if not capped:  # what the killed processes left in the pipes, bounded in time and bytes
+                drain_end = time.monotonic() + DRAIN_S
+                while sel.get_map() and time.monotonic() < drain_end and sel.select(0.0):
+                    if not read_ready(0.0):
+                        break
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:  # pragma: no cover - already gone
-            pass
-        out, err = proc.communicate()
-    rc = None if timed_out else proc.returncode
-    return RawRun(list(argv), rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out,
-                  time.perf_counter() - t0)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not (capped or timed_out or held_open)
+                      else KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # every stream closed but the binary still runs: past the timeout
+            timed_out = True
+            _kill_group(proc.pid)
+            try:
+                proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state); give up waiting
+                pass
+    finally:
+        sel.close()
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+    rc = None if (timed_out or capped) else proc.returncode
+    return RawRun(list(argv), rc, bufs["stdout"].decode("utf-8", "replace"),
+                  bufs["stderr"].decode("utf-8", "replace"), timed_out, time.monotonic() - t0, capped,
+                  max_stream_bytes, held_open, eof_grace_s)
 
 
 # ------------------------------------------------------------------------------------------ echo check
@@ -191,12 +288,22 @@ def echo_mismatches(problem: Problem, out: TileOutput) -> list[str]:
 def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_example") -> SideResult:
     """Decide the verdict from the exit status together with the parsed output (see the module doc)."""
     text = raw.stdout + (("\n--- stderr ---\n" + raw.stderr) if raw.stderr.strip() else "")
-    fields = {"argv": raw.argv, "returncode": raw.returncode, "seconds": raw.seconds, **out.to_dict()}
+    fields = {"argv": raw.argv, "returncode": raw.returncode, "seconds": raw.seconds, "capped": raw.capped,
+              "held_open": raw.held_open, **out.to_dict()}
     err_words = " | ".join(line.strip() for line in (raw.stderr.strip().splitlines()[-3:] or []))
+    notes: list[str] = []
+    if raw.capped:
+        notes.append(f"{raw.capped} truncated to its first {raw.cap_bytes} bytes")
+    if raw.held_open:
+        notes.append(f"a process kept the binary's output open {raw.eof_grace_s:g}s after the binary exited; "
+                     "its process group was killed and reading stopped")
 
-    def res(verdict: Verdict, reason: str, notes: list[str] | None = None) -> SideResult:
-        return SideResult(side, verdict, reason, None, {}, fields, text, notes or [])
+    def res(verdict: Verdict, reason: str) -> SideResult:
+        return SideResult(side, verdict, reason, None, {}, fields, text, list(notes))
 
+    if raw.capped:
+        return res(Verdict.ERROR, f"printed more than {raw.cap_bytes} bytes on {raw.capped} (output capped; "
+                   "process group killed)")
     if raw.timed_out:
         return res(Verdict.ERROR, f"timed out after {raw.seconds:.1f}s (process group killed)"
                    + (f"; last output: {out.result_line}" if out.result_line else ""))
@@ -204,51 +311,49 @@ def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_
     line = out.result_line or ""
     if rc is not None and rc < 0:
         return res(Verdict.ERROR, f"killed by signal {-rc}" + (f"; output: {line}" if line else ""))
-    notes: list[str] = []
     jv = json_verification(out)
     if jv is not None and out.valid is not None and jv != out.valid:
         notes.append(f"JSON verification={out.json_result.get('verification')!r} disagrees with valid:"
                      f"{'y' if out.valid else 'n'}")
-    if out.unparsed:
-        notes.append("unparsed fields: " + ", ".join(out.unparsed))
     if rc == 255:
         words = err_words or " | ".join(out.other_lines[-3:]) or "(no message)"
-        return res(Verdict.ERROR, f"exit 255 (argument error): {words}", notes)
+        return res(Verdict.ERROR, f"exit 255 (argument error): {words}")
     if rc not in (0, 254):
-        return res(Verdict.ERROR, f"exit {rc} (not a tile_example status)" + (f"; {err_words}" if err_words else ""),
-                   notes)
+        return res(Verdict.ERROR, f"exit {rc} (not a tile_example status)" + (f"; {err_words}" if err_words else ""))
     if not out.has_result_line:
         words = err_words or " | ".join(out.other_lines[-3:]) or "(no output)"
         kind = "no result line (invalid arguments or an exception)" if rc == 254 else "no result line"
-        return res(Verdict.ERROR, f"exit {rc}, {kind}: {words}", notes)
+        return res(Verdict.ERROR, f"exit {rc}, {kind}: {words}")
+    problems = format_problems(out, problem.ck_binary)
+    if problems:
+        return res(Verdict.UNPARSEABLE, f"not a tile_example_fmha_{problem.ck_binary} result line: "
+                   + "; ".join(problems) + f" (line: {line!r})")
     if out.not_supported and out.valid is not None:
-        return res(Verdict.ERROR, f"exit {rc}: the line says both 'not supported yet' and valid: {line}", notes)
+        return res(Verdict.ERROR, f"exit {rc}: the line says both 'not supported yet' and valid: {line}")
     mism = echo_mismatches(problem, out)
     if mism and not out.not_supported:
-        return res(Verdict.ERROR, "the binary ran a different problem: " + "; ".join(mism) + f" (line: {line})",
-                   notes)
+        return res(Verdict.ERROR, "the binary ran a different problem: " + "; ".join(mism) + f" (line: {line})")
     if mism:
         notes.append("echo differs: " + "; ".join(mism))
     if out.not_supported:
         if rc == 0:
             notes.append("exit 0 with 'not supported yet'")
-        return res(Verdict.UNSUPPORTED, f"not supported yet ({line})", notes)
+        return res(Verdict.UNSUPPORTED, f"not supported yet ({line})")
     if rc == 0:
         if out.valid is True:
             if jv is False:
-                return res(Verdict.ERROR, f"valid:y but the JSON file says verification=fail: {line}", notes)
-            return res(Verdict.RAN_VALID, f"valid:y ({line})", notes)
+                return res(Verdict.ERROR, f"valid:y but the JSON file says verification=fail: {line}")
+            return res(Verdict.RAN_VALID, f"valid:y ({line})")
         if out.valid is False:
-            return res(Verdict.ERROR, f"exit 0 but valid:n: {line}", notes)
-        return res(Verdict.ERROR, f"exit 0 without a validation verdict: {line}", notes)
+            return res(Verdict.ERROR, f"exit 0 but valid:n: {line}")
+        return res(Verdict.ERROR, f"exit 0 without a validation verdict: {line}")
     # rc == 254
     if out.valid is False:
-        return res(Verdict.RAN_INVALID, f"valid:n ({line})" + (f"; stderr: {err_words}" if err_words else ""),
-                   notes)
+        return res(Verdict.RAN_INVALID, f"valid:n ({line})" + (f"; stderr: {err_words}" if err_words else ""))
     if out.valid is True:
-        return res(Verdict.ERROR, f"exit 254 but valid:y: {line}", notes)
+        return res(Verdict.ERROR, f"exit 254 but valid:y: {line}")
     return res(Verdict.ERROR, f"exit 254 without valid:n or 'not supported yet' (invalid arguments or an "
-               f"exception): {line}" + (f"; stderr: {err_words}" if err_words else ""), notes)
+               f"exception): {line}" + (f"; stderr: {err_words}" if err_words else ""))
 
 
 class TileExampleSide:
@@ -276,7 +381,8 @@ class TileExampleSide:
                 jf = Path(td) / f"fmha_{problem.ck_binary}.json"
                 argv = [str(path)] + tile_example_args(problem, jf, extra)
                 raw = run_process(argv, self.timeout_s, cwd=td)
-                out = parse_stdout(raw.stdout, jf)
+                # capped output is an error whatever it says; do not spend seconds parsing megabytes of it
+                out = TileOutput() if raw.capped else parse_stdout(raw.stdout, jf)
         except ProblemError as e:
             return SideResult(self.name, Verdict.SKIPPED, f"no tile_example command line: {e}")
         except OSError as e:
