@@ -1,9 +1,13 @@
 """The reference, computed once per (shape, seed) and shared by every kernel item and xdist worker.
 
-``<cache>/references/<key>.npz`` where ``key = sha256(problem, seed, fp8 format, ckfmha version)``; the writer
-holds ``<key>.lock`` (fcntl) and publishes with an atomic ``os.replace``.  Arrays of ml_dtypes types (bf16, fp8) are
-stored as float32 (lossless) with their dtype names in ``__dtypes__`` and restored on load.  A small in-process
-memo avoids re-reading the file for the next kernel of the same shape.
+``<cache>/references/<key>.npz`` where ``key = sha256(problem, seed, fp8 format, reference code version)``; the
+reference code version (:func:`reference_version`) is a digest of the source files that decide the reference's
+values (``ckfmha/reference/``, ``rng.py``, ``inputs.py``, ``masking.py``, ``problem.py``), so a change to the
+reference never reuses an old result.  The writer holds ``<key>.lock`` and publishes with an atomic
+``os.replace``.  Arrays of ml_dtypes types (bf16, fp8) are stored as float32 (lossless) with their dtype names in
+``__meta__``, next to a sha256 of every array; a file that cannot be read or whose arrays do not match the
+checksums is removed with one :class:`~ckfmha.backends.cache.CacheWarning` naming it and recomputed.  A small
+in-process memo avoids re-reading the file for the next kernel of the same shape.
 """
 
 from __future__ import annotations
@@ -13,19 +17,33 @@ import json
 import os
 import tempfile
 from collections import OrderedDict
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-REF_FORMAT = "1"
+REF_FORMAT = "2"
 _MEMO: "OrderedDict[str, dict]" = OrderedDict()
 _MEMO_SIZE = 4
+REFERENCE_SOURCES = ("reference", "rng.py", "inputs.py", "masking.py", "problem.py")
+
+
+@lru_cache(maxsize=1)
+def reference_version() -> str:
+    """A digest of the source files that decide the reference's values."""
+    import ckfmha
+
+    root = Path(ckfmha.__file__).parent
+    h = hashlib.sha256()
+    for name in REFERENCE_SOURCES:
+        p = root / name
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def ref_key(problem, seed: int, fp8_format: str) -> str:
-    import ckfmha
-
-    text = f"{REF_FORMAT}\0{ckfmha.__version__}\0{fp8_format}\0{seed}\0{problem!r}"
+    text = f"{REF_FORMAT}\0{reference_version()}\0{fp8_format}\0{seed}\0{problem!r}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -38,14 +56,19 @@ def _dtype_by_name(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
+def _digest(a: np.ndarray) -> str:
+    a = np.ascontiguousarray(a)
+    return hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
+
+
 def _save(path: Path, arrays: dict) -> None:
-    dtypes = {}
-    plain = {}
+    dtypes, digests, plain = {}, {}, {}
     for k, a in arrays.items():
         a = np.asarray(a)
         dtypes[k] = a.dtype.name
         plain[k] = a if a.dtype.kind in "fiub" and a.dtype.name in np.sctypeDict else a.astype(np.float32)
-    plain["__dtypes__"] = np.array(json.dumps(dtypes))
+        digests[k] = _digest(plain[k])
+    plain["__meta__"] = np.array(json.dumps({"dtypes": dtypes, "sha256": digests}))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp.npz", dir=path.parent)
     os.close(fd)
@@ -58,9 +81,21 @@ def _save(path: Path, arrays: dict) -> None:
 
 
 def _load(path: Path) -> dict:
-    with np.load(path, allow_pickle=False) as z:
-        dtypes = json.loads(str(z["__dtypes__"]))
-        return {k: z[k].astype(_dtype_by_name(dt)) if z[k].dtype.name != dt else z[k] for k, dt in dtypes.items()}
+    """The arrays of a cache file; ValueError (with the cause) when it is unreadable or corrupt."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["__meta__"]))
+            out = {}
+            for k, dt in meta["dtypes"].items():
+                a = z[k]
+                if _digest(a) != meta["sha256"][k]:
+                    raise ValueError(f"array {k!r} does not match its checksum")
+                out[k] = a.astype(_dtype_by_name(dt)) if a.dtype.name != dt else a
+            return out
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - zipfile, OSError, KeyError, EOFError ...: all mean "unreadable"
+        raise ValueError(f"unreadable: {type(e).__name__}: {e}") from None
 
 
 def get_reference(problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_format: str = "ocp") -> tuple[dict, bool]:
@@ -75,16 +110,26 @@ def get_reference(problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_
         ref = reference(problem, inputs)
         cached = False
     else:
-        from ckfmha.backends.cache import file_lock
+        from ckfmha.backends.cache import file_lock, warn_corrupt
 
         path = Path(cache_dir) / "references" / f"{key}.npz"
-        cached = True
-        if not path.is_file():
+        ref = None
+        if path.is_file():
+            try:
+                ref, cached = _load(path), True
+            except ValueError:
+                ref = None
+        if ref is None:
             with file_lock(path.with_suffix(".lock")):
-                if not path.is_file():
-                    _save(path, reference(problem, inputs))
-                    cached = False
-        ref = _load(path)
+                if path.is_file():  # written by another process meanwhile, or the corrupt file
+                    try:
+                        ref, cached = _load(path), True
+                    except ValueError as e:
+                        warn_corrupt("reference cache file", path, str(e))
+                        path.unlink(missing_ok=True)
+                if ref is None:
+                    ref, cached = reference(problem, inputs), False
+                    _save(path, ref)
     _MEMO[key] = ref
     while len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)

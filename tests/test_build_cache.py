@@ -66,3 +66,35 @@ def test_versions_and_backends_do_not_share_entries(tmp_path) -> None:
     b = BuildCache("cpu", "2", root=tmp_path)
     c = BuildCache("triton", "1", root=tmp_path)
     assert len({a.entry("k"), b.entry("k"), c.entry("k")}) == 3
+
+
+def _build(tmp: Path) -> dict:
+    (tmp / "artifact.bin").write_bytes(b"kernel-bytes")
+    return {"backend": "test"}
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda e: (e / "meta.json").write_text('{"kernel_id": "k", "fi'), "meta.json unreadable: JSONDecodeError"),
+    (lambda e: (e / "artifact.bin").write_bytes(b"kern"), "artifact.bin does not match its checksum"),
+    (lambda e: (e / "artifact.bin").unlink(), "meta.json unreadable: FileNotFoundError"),
+])
+def test_a_corrupt_entry_is_rebuilt_with_one_warning(tmp_path, damage, words) -> None:
+    from ckfmha.backends.cache import CacheWarning
+
+    cache = BuildCache("test", "1", root=tmp_path)
+    entry, meta, cached = cache.get_or_build("k", _build)
+    assert not cached and set(meta["files"]) == {"artifact.bin"}
+    damage(entry)
+    with pytest.warns(CacheWarning) as caught:
+        entry2, meta2, cached2 = cache.get_or_build("k", _build)
+    assert len(caught) == 1 and str(entry) in str(caught[0].message) and words in str(caught[0].message)
+    assert not cached2 and (entry2 / "artifact.bin").read_bytes() == b"kernel-bytes"
+    assert cache.get_or_build("k", _build)[2] is True  # healed: served from the cache again, no warning
+
+
+def test_unusable_cache_dir_is_named(tmp_path) -> None:
+    from ckfmha.backends.cache import check_cache_dir
+
+    (tmp_path / "f").write_text("x")
+    assert check_cache_dir(tmp_path / "ok") is None and (tmp_path / "ok").is_dir()
+    assert "is not usable as a cache directory" in check_cache_dir(tmp_path / "f" / "sub")
