@@ -26,6 +26,7 @@ from ckfmha.backends import BackendError, get_backend
 from ckfmha.dispatcher import Dispatcher, Explanation, Plan, StageRole
 from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import Family, Mode
+from ckfmha.poison import census, is_float, poisoned
 from ckfmha.problem import Layout, Problem
 from ckfmha.registry import Registry
 
@@ -55,7 +56,21 @@ def dispatcher_for(backend: str = "cpu", arch: str = "gfx942", registry: Registr
 
 def explain(problem: Problem, *, backend: str = "cpu", arch: str = "gfx942", registry: Registry | None = None,
             receipt: int | str = 0, mask_mode: str = "simplified") -> Explanation:
-    """Every candidate kernel per stage and the first rule it fails (see :meth:`Dispatcher.explain`)."""
+    """Explain how the dispatcher would serve ``problem``, without building or running anything.
+
+    Parameters: ``problem`` (a :class:`~ckfmha.problem.Problem`); ``backend`` (``cpu``, ``triton``, ``hip``: a
+    candidate the backend cannot realize is rejected with its reason); ``arch`` (the kernel space, e.g.
+    ``gfx942``); ``registry`` (a :class:`~ckfmha.registry.Registry` to select from instead of the arch's
+    enumeration under ``receipt`` -- a number or profile name -- and ``mask_mode``, ``simplified`` or
+    ``generic``).
+
+    Returns an :class:`~ckfmha.dispatcher.Explanation`: per stage of the plan structure (the first one whose
+    every stage has a kernel, else the preferred one), every candidate kernel in rank order with the first
+    selection rule it fails (``None`` for those that can serve it); ``str()`` gives a readable summary and
+    ``stage.chosen`` the kernel that :func:`run` would use (``None`` when no kernel serves the stage).
+
+    Raises ValueError subclasses for a bad arch, receipt or mask mode, and
+    :class:`~ckfmha.backends.BackendError` for an unknown backend."""
     return dispatcher_for(backend, arch, registry, receipt, mask_mode).explain(problem)
 
 
@@ -119,11 +134,19 @@ def prepare_tensors(problem: Problem, plan: Plan, inputs: dict,
             shape, dtype = tensors[{"dq": "q", "dk": "k", "dv": "v"}[name]].shape, sdt
         elif name == "dbias":
             shape, dtype = tensors["bias"].shape, tensors["bias"].dtype
-        tensors[name] = np.full(shape, np.nan, dtype=dtype)
+        tensors[name] = poisoned(shape, dtype)
     return tensors, list(specs) + in_place
 
 
-def _written_rows(p: Problem, name: str, shape: tuple[int, ...]) -> np.ndarray:
+def written_elements(p: Problem, name: str) -> np.ndarray | None:
+    """A broadcastable mask of the elements of output ``name`` the plan must write (None: every element).
+    A skip_min_seqlen_q kernel never writes the rows of the sequences it skips."""
+    if p.min_seqlen_q and name in ("o", "lse"):
+        return _written_rows(p, name)
+    return None
+
+
+def _written_rows(p: Problem, name: str) -> np.ndarray:
     """Broadcastable mask of the query rows a skip_min_seqlen_q kernel writes (group mode: packed tokens)."""
     rows = np.concatenate([np.full(n, n > p.min_seqlen_q) for n in p.seqlens_q_list])
     if name == "lse":  # (1, h, total_q)
@@ -133,14 +156,27 @@ def _written_rows(p: Problem, name: str, shape: tuple[int, ...]) -> np.ndarray:
     return rows[None, :, None, None]  # (1, total_q, h, d)
 
 
-def _is_float(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" or a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8")
-
-
 def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gfx942",
         registry: Registry | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
         timing: bool = False) -> RunResult:
-    """Select, build and run the plan for ``problem`` on ``backend``; see the module doc."""
+    """Select, build and run the plan for ``problem`` on ``backend`` and return its outputs.
+
+    Parameters: ``problem`` (a :class:`~ckfmha.problem.Problem`); ``inputs`` (the dict name -> NumPy array of
+    :func:`ckfmha.inputs.make_inputs`, never modified; the backward may omit ``o`` / ``lse``, which are then
+    computed with the reference forward); ``backend`` (``cpu``, ``triton`` or ``hip``); ``arch``, ``receipt``
+    (number or profile name) and ``mask_mode`` choose the kernel space, or ``registry`` gives it directly;
+    ``timing`` measures each stage.
+
+    Returns a :class:`RunResult`: ``outputs`` (name -> array: ``o`` and ``lse`` for the forward family, the
+    split-KV partials ``o_acc`` / ``lse_acc``, ``dq`` / ``dk`` / ``dv`` (/ ``dbias``) and ``d`` / ``dq_acc``
+    for the backward, the updated caches for append-KV), ``plan`` (the stages and kernels that ran),
+    ``device_ms`` and ``stage_ms`` (with ``timing``).  Compare the outputs with
+    :func:`ckfmha.reference.reference` through :func:`ckfmha.validator.validate`.
+
+    Raises :class:`~ckfmha.dispatcher.NoKernelError` (its ``explanation`` says why) when no kernel serves a
+    stage, :class:`~ckfmha.backends.BackendError` when the backend is unknown or cannot build or run a stage,
+    :class:`UnwrittenOutputError` when a stage leaves output elements unwritten (NaN) although every float
+    input is finite, and ValueError subclasses for a bad arch, receipt or mask mode."""
     disp = dispatcher_for(backend, arch, registry, receipt, mask_mode)
     be = disp.backend
     plan = disp.select(problem)
@@ -160,18 +196,12 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
         stage_ms.append(res.device_ms)
     outputs = {n: tensors[n] for n in written}
     inputs_finite = all(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
-                        for a in inputs.values() if isinstance(a, np.ndarray) and _is_float(a))
-    if inputs_finite:
-        for n in specs:
-            a = outputs[n]
-            if _is_float(a):
-                nan = np.isnan(np.asarray(a, dtype=np.float64))
-                if p.min_seqlen_q and n in ("o", "lse"):
-                    nan &= _written_rows(p, n, nan.shape)  # skipped sequences are never written
-                bad = int(np.count_nonzero(nan))
-                if bad:
-                    raise UnwrittenOutputError(f"output {n!r}: {bad} of {a.size} element(s) left unwritten (NaN) "
-                                               f"by the plan\n{plan}")
+                        for a in inputs.values() if isinstance(a, np.ndarray) and is_float(a))
+    if inputs_finite:  # then the reference is finite wherever the plan must write
+        msgs = [m for n in specs if is_float(outputs[n])
+                for m in census(n, outputs[n], where=written_elements(p, n)).messages()]
+        if msgs:
+            raise UnwrittenOutputError("\n".join(msgs) + f"\n{plan}")
     device_ms = None
     if timing:
         device_ms = float(sum(x for x in stage_ms if x is not None)) if all(x is not None for x in stage_ms) \

@@ -86,7 +86,7 @@ def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
                           filter_file=settings.filter_file)
     given = config.hook.pytest_ckfmha_kernels(config=config, arch=settings.arch)
     if given is None:
-        return q.run()
+        return q.run(allow_empty=settings.allow_empty)  # EmptySelectionError names the selection
     pred = combine([q.sweep, *q.filters])
     return [c for c in given if pred is None or pred(c)]
 

@@ -8,8 +8,8 @@ the ``pytest_ckfmha_backend`` hook) can run it, and build time and crashes are r
 
 Crash isolation: every exception of a build or a stage (anything but KeyboardInterrupt and pytest's own
 outcomes) becomes the item's failure with the crash reason.  A crash that kills the process (a GPU fault, a
-segfault in a compiled extension) is contained by pytest-xdist: run GPU backends with ``-n N`` and xdist
-reports the item as failed ("worker crashed") and starts a new worker (``--max-worker-restart``).
+segfault in a compiled extension) or a hang is contained one level up: this runs in the kernel child process
+(isolation.py), whose death or timeout fails the item alone.
 """
 
 from __future__ import annotations
@@ -131,14 +131,6 @@ def _short_explanation(e) -> str:
     return " | ".join(parts)
 
 
-def _is_float(a) -> bool:
-    return a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
-
-
-def _f64(a) -> np.ndarray:
-    return np.asarray(a).astype(np.float64)
-
-
 def prepare_tensors(problem, plan, inputs: dict, ref: dict) -> tuple[dict, list[str]]:
     """ckfmha.runner's tensor set-up; the backward reads the forward outputs of the cached reference."""
     from ckfmha.runner import prepare_tensors as _prepare
@@ -201,6 +193,7 @@ def _is_outcome(e: BaseException) -> bool:
 def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     """Run one item; raises ItemSkip / ItemFailure; fills ``props`` (report values) as it goes."""
     from ckfmha.inputs import make_inputs
+    from ckfmha.poison import census, is_float
     from ckfmha.validator import validate
     from ckfmha.work import flops
     from pytest_ckfmha.refcache import get_reference
@@ -241,20 +234,17 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     missing = [n for n in output_names(p, plan) if n not in tensors]
     if missing:
         raise ItemFailure(f"the plan wrote no {', '.join(missing)} (outputs: {', '.join(written)})")
-    unwritten_msgs = []
+    nan_msgs = []
     for n in names:
         a, r = tensors[n], np.asarray(ref[n])
-        if not _is_float(a) or a.shape != r.shape:
+        if not is_float(a) or a.shape != r.shape:
             continue
-        bad = np.isnan(_f64(a)) & ~np.isnan(_f64(r))
-        cnt = int(bad.sum())
-        if cnt:
-            out.unwritten += cnt
-            first = tuple(int(i) for i in np.argwhere(bad)[0])
-            unwritten_msgs.append(f"{n}: {cnt} of {a.size} element(s) left unwritten (still NaN), first at {first}")
+        c = census(n, a, r)
+        out.unwritten += c.unwritten
+        nan_msgs += c.messages()
     props["unwritten"] = out.unwritten
-    if unwritten_msgs:
-        raise ItemFailure("unwritten output elements:\n  " + "\n  ".join(unwritten_msgs))
+    if nan_msgs:
+        raise ItemFailure("NaN in the outputs where the reference has values:\n  " + "\n  ".join(nan_msgs))
     out.checks = validate(p, {n: tensors[n] for n in names}, ref, names=names, fp8_format=fmt)
     if s.bench:
         times = []

@@ -31,7 +31,9 @@ def _lens(xs) -> str:
 
 
 def family_token(problem: Problem) -> str:
-    return "bwd" if problem.is_backward else problem.family.value
+    from ckfmha.families import problem_family_of
+
+    return problem_family_of(problem)
 
 
 def shape_id(p: Problem) -> str:

@@ -8,11 +8,14 @@ of its shape's best-ranked kernel, which its plan normally uses, so each kernel 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_ckfmha.ids import PLAN, group_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_ckfmha.isolation import ItemResult
 
 ROOT_NAME = "ckfmha"
 
@@ -67,45 +70,56 @@ class CkfmhaItem(pytest.Item):
     def item_id(self) -> str:
         return f"{self.spec.shape_id}::{self.name}"
 
-    def _record(self, props: dict[str, Any]) -> None:
-        from pytest_ckfmha.reporting import _plain
+    def settings(self):
+        from pytest_ckfmha.state import get_state
 
-        for k, v in props.items():
-            self.user_properties.append((k, _plain(v)))
+        return get_state(self.config).settings
 
-    def runtest(self) -> None:
+    def base_report_props(self) -> dict:
+        from pytest_ckfmha.reporting import base_props
+
+        return base_props(self, self.settings())
+
+    def work(self) -> "ItemResult":
+        """The item's work (in the kernel child process, see isolation.py): run it, return plain results."""
         from pytest_ckfmha.execute import ItemFailure, ItemSkip, run_item
+        from pytest_ckfmha.isolation import ItemResult
         from pytest_ckfmha.reporting import base_props, result_props
         from pytest_ckfmha.state import get_state
 
         st = get_state(self.config)
         props = base_props(self, st.settings)
-        outcome = None
         try:
             outcome = run_item(st.runtime(), self.spec.shape, self.kernel, props)
         except ItemSkip as e:
-            props["reason"] = str(e)
-            self._record(props)
-            pytest.skip(str(e))
+            props["reason"] = f"{self.spec.shape_id}: {e}"
+            return ItemResult("skipped", "skipped", props["reason"], props)
         except ItemFailure as e:
             props["reason"] = str(e)
-            self._record(props)
-            pytest.fail(f"{self.item_id}\n{e}", pytrace=False)
-        except BaseException as e:
+            return ItemResult("failed", "failed", f"{self.item_id}\n{e}", props)
+        except Exception as e:  # noqa: BLE001 - a bug outside the kernel's stages: an error with its traceback
             props["reason"] = f"{type(e).__name__}: {e}"
-            self._record(props)
-            raise
+            return ItemResult.error(self.item_id, e, props)
         props.update(result_props(self.spec.shape.problem, outcome))
         failed = [c for c in outcome.checks.values() if not c.passed]
-        if failed:
-            props["reason"] = "; ".join(f"{c.name}: {c.mismatch_count}/{c.total} mismatches" for c in failed)
-        self._record(props)
-        if failed:
-            lines = [f"{self.item_id}: output differs from the reference ({props['backend']} backend, arch "
-                     f"{st.settings.arch}, seed {st.settings.seed})"]
-            lines += [f"  {c}" for c in outcome.checks.values()]
-            lines.append(f"  plan: {' -> '.join(outcome.plan_kernels)}")
-            pytest.fail("\n".join(lines), pytrace=False)
+        if not failed:
+            return ItemResult("passed", "passed", "", props)
+        props["reason"] = "; ".join(f"{c.name}: {c.mismatch_count}/{c.total} mismatches" for c in failed)
+        lines = [f"{self.item_id}: output differs from the reference ({props['backend']} backend, arch "
+                 f"{st.settings.arch}, seed {st.settings.seed})"]
+        lines += [f"  {c}" for c in outcome.checks.values()]
+        lines.append(f"  plan: {' -> '.join(outcome.plan_kernels)}")
+        return ItemResult("failed", "failed", "\n".join(lines), props)
+
+    def describe(self) -> str:
+        """The item in words, for crash and timeout reasons."""
+        kernel = self.kernel.kernel_id if self.kernel is not None else "the dispatcher's plan"
+        return f"shape {self.spec.shape_id}, kernel {kernel}"
+
+    def runtest(self) -> None:
+        from pytest_ckfmha.isolation import run_contained
+
+        run_contained(self)
 
     def reportinfo(self):
         return self.path, None, self.item_id

@@ -8,6 +8,7 @@ the option, the value and the rule.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,15 +16,16 @@ from typing import Any
 
 import pytest
 
+from pytest_ckfmha.reporting import CHECKPOINT_SECONDS
+
 CATEGORIES = ("smoke", "full", "nightly")
 BACKENDS = ("auto", "cpu", "triton", "hip")
-FAMILIES = ("fwd", "fwd_splitkv", "fwd_pagedkv", "fwd_appendkv", "batch_prefill", "bwd")
-FAMILY_ALIASES = {"splitkv": "fwd_splitkv", "pagedkv": "fwd_pagedkv", "appendkv": "fwd_appendkv",
-                  "bwd_dq_dk_dv": "bwd"}
 DEFAULT_ARCH = "gfx942"
 DEFAULT_MAX_KERNELS = 2
 DEFAULT_CPU_MAX_FLOPS = 5e9
 DEFAULT_BENCH_REPEAT = 5
+DEFAULT_TIMEOUT_S = 600.0
+ISOLATIONS = ("process", "inline")
 
 # name -> (help, ini?)
 _OPTIONS: list[tuple[str, dict[str, Any], bool]] = [
@@ -60,6 +62,15 @@ _OPTIONS: list[tuple[str, dict[str, Any], bool]] = [
                     "category's shapes"), False),
     ("upstream-bin", dict(metavar="DIR", help="directory of tile_example_fmha_fwd/_bwd (default "
                           "$CK_TILE_EXAMPLE_DIR)"), True),
+    ("timeout", dict(metavar="SECONDS", help="fail an item whose kernel work runs longer than this and kill its "
+                     f"process (default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)"), True),
+    ("isolation", dict(metavar="{process,inline}", help="process (default): every item's kernel work runs in a "
+                       "child process, so a crash or hang fails that item alone; inline: in the pytest process "
+                       "(for --pdb and profilers; no containment, no timeout)"), True),
+    ("report-every", dict(metavar="SECONDS", help="while the run goes on, rewrite the report files (atomically) "
+                          f"at most this often, so a killed run leaves a report (default {CHECKPOINT_SECONDS:g})"), True),
+    ("allow-empty", dict(action="store_true", default=None, help="let a run whose selection matches no kernel, or "
+                         "whose every item is skipped, pass (default: that is an error)"), True),
 ]
 PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 
@@ -71,7 +82,8 @@ def addoption(parser: pytest.Parser) -> None:
         kw.setdefault("default", None)
         group.addoption(f"--ckfmha-{name}", dest=f"ckfmha_{name.replace('-', '_')}", **kw)
         if ini:
-            itype = "linelist" if name in ("family", "matrix") else ("bool" if name == "bench" else "string")
+            itype = "linelist" if name in ("family", "matrix") else \
+                ("bool" if name in ("bench", "allow-empty") else "string")
             parser.addini(f"ckfmha_{name.replace('-', '_')}", help=f"default of --ckfmha-{name}", type=itype,
                           default=None)
 
@@ -99,6 +111,10 @@ class Settings:
     gpu_marker: bool = field(default=False)
     parity: str | None = None
     upstream_bin: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S  # 0 = no limit
+    report_every: float = CHECKPOINT_SECONDS
+    isolation: str = "process"
+    allow_empty: bool = False
 
     @property
     def active(self) -> bool:
@@ -162,16 +178,18 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
     fams_raw, _ = _raw(config, "family")
     families = None
     if fams_raw:
+        from ckfmha.families import FamilyError, problem_family
+
         out: list[str] = []
         for item in fams_raw:
             for f in str(item).split(","):
                 f = f.strip()
                 if not f:
                     continue
-                f = FAMILY_ALIASES.get(f, f)
-                if f not in FAMILIES:
-                    raise _bad("family", f, f"is not a problem family; allowed: {', '.join(FAMILIES)} "
-                                            f"(aliases: {', '.join(FAMILY_ALIASES)})")
+                try:
+                    f = problem_family(f)
+                except FamilyError as e:
+                    raise _bad("family", f, f"is not a problem family ({e})") from None
                 if f not in out:
                     out.append(f)
         families = tuple(out)
@@ -236,10 +254,45 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
             p = Path(part)
             if p.suffix.lower() not in (".json", ".csv"):
                 raise _bad("report", part, "must end in .json or .csv")
+            from pytest_ckfmha.reporting import check_writable
+
+            why = check_writable(p)
+            if why is not None:
+                raise _bad("report", part, f"{why}: the report could not be written there (checked before "
+                           "anything runs)")
             reports.append(p)
 
     bench, _ = _raw(config, "bench")
     bench = bool(bench) if not isinstance(bench, str) else bench.strip().lower() in ("1", "true", "yes", "on")
+    allow_empty, _ = _raw(config, "allow-empty")
+    allow_empty = bool(allow_empty) if not isinstance(allow_empty, str) else \
+        allow_empty.strip().lower() in ("1", "true", "yes", "on")
+
+    to, to_src = _raw(config, "timeout")
+    timeout = DEFAULT_TIMEOUT_S
+    if to is not None:
+        try:
+            timeout = float(str(to).strip())
+        except ValueError:
+            raise _bad("timeout", to, "is not a number of seconds") from None
+        if not (timeout >= 0 and math.isfinite(timeout)):
+            raise _bad("timeout", to, "must be a finite number of seconds >= 0 (0 = no limit)")
+    re_, _ = _raw(config, "report-every")
+    report_every = CHECKPOINT_SECONDS
+    if re_ is not None:
+        try:
+            report_every = float(str(re_).strip())
+        except ValueError:
+            raise _bad("report-every", re_, "is not a number of seconds") from None
+        if not (report_every > 0 and math.isfinite(report_every)):
+            raise _bad("report-every", re_, "must be a finite number of seconds > 0")
+    iso, _ = _raw(config, "isolation")
+    isolation = str(iso or "process").strip()
+    if isolation not in ISOLATIONS:
+        raise _bad("isolation", isolation, f"is not an isolation; allowed: {', '.join(ISOLATIONS)}")
+    if isolation == "inline" and to_src == "option" and timeout:
+        raise _bad("timeout", to, "cannot be enforced with --ckfmha-isolation inline (nothing can stop a hung "
+                   "kernel in the pytest process); use --ckfmha-isolation process")
 
     cmf, _ = _raw(config, "cpu-max-flops")
     if cmf is None:
@@ -269,12 +322,14 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
         matrices = tuple(matrices)
 
     cd, _ = _raw(config, "cache-dir")
-    if cd is not None:
-        cache_dir = Path(cd)
-    else:
-        from ckfmha.backends.cache import cache_root
+    from ckfmha.backends.cache import cache_root, check_cache_dir
 
-        cache_dir = cache_root()
+    cache_dir = Path(cd) if cd is not None else cache_root()
+    why = check_cache_dir(cache_dir)
+    if why is not None:
+        where = "--ckfmha-cache-dir" if cd is not None else "the cache directory ($CKFMHA_CACHE_DIR, else " \
+            "$XDG_CACHE_HOME/ckfmha or ~/.cache/ckfmha)"
+        raise pytest.UsageError(f"{where}: {str(cache_dir)!r} {why}; name a writable one with --ckfmha-cache-dir")
 
     parity, _ = _raw(config, "parity")
     if parity is not None:
@@ -298,28 +353,40 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
                     sweep=sweep, filter=flt, filter_file=ff, max_kernels_per_shape=max_kernels, seed=seed,
                     reports=tuple(reports), bench=bench, cpu_max_flops=cpu_max_flops, matrices=matrices,
                     cache_dir=cache_dir, gpu_marker=backend in ("triton", "hip"), parity=parity,
-                    upstream_bin=upstream_bin)
+                    upstream_bin=upstream_bin, timeout=timeout, isolation=isolation, allow_empty=allow_empty,
+                    report_every=report_every)
+
+
+_DETECT_SCRIPT = """
+import torch
+if torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(0)
+    gcn = str(getattr(props, "gcnArchName", "") or "")
+    if getattr(torch.version, "hip", None) and gcn.startswith("gfx"):
+        print(gcn.split(":")[0])
+    else:
+        major, minor = torch.cuda.get_device_capability(0)
+        print(f"sm{major}{minor}")
+"""
+DETECT_TIMEOUT_S = 120.0
 
 
 def detect_arch() -> str | None:
     """The arch of GPU 0 through torch (ROCm: gfx name, CUDA: ``sm<major><minor>``), or None.
 
-    Imports torch only when it is installed; never called in xdist workers (the controller passes its answer).
-    Set ``CKFMHA_NO_DETECT=1`` to skip it."""
+    Runs in a subprocess, and only when torch is installed: the pytest process must never initialize CUDA, or the
+    kernel child processes it forks could not use the GPU (isolation.py).  Never called in xdist workers (the
+    controller passes its answer).  Set ``CKFMHA_NO_DETECT=1`` to skip it."""
     import importlib.util
+    import subprocess
+    import sys
 
     if os.environ.get("CKFMHA_NO_DETECT") or importlib.util.find_spec("torch") is None:
         return None
     try:
-        import torch  # noqa: PLC0415
-
-        if not torch.cuda.is_available():
-            return None
-        props = torch.cuda.get_device_properties(0)
-        gcn = str(getattr(props, "gcnArchName", "") or "")
-        if getattr(torch.version, "hip", None) and gcn.startswith("gfx"):  # CUDA builds report a non-gfx name
-            return gcn.split(":")[0]
-        major, minor = torch.cuda.get_device_capability(0)
-        return f"sm{major}{minor}"
-    except Exception:  # noqa: BLE001 - detection is best effort
+        out = subprocess.run([sys.executable, "-c", _DETECT_SCRIPT], capture_output=True, text=True,
+                             timeout=DETECT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):  # detection is best effort
         return None
+    arch = out.stdout.strip().splitlines()[-1].strip() if out.returncode == 0 and out.stdout.strip() else ""
+    return arch or None

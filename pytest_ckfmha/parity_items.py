@@ -17,14 +17,10 @@ PARITY_ROOT = "ckfmha-parity"
 
 class ParityCollector(pytest.Collector):
     def collect(self):
-        from ckfmha.parity import default_parity_set
         from pytest_ckfmha.state import get_state
 
         st = get_state(self.config)
-        problems = [(f"default-{i:02d}-{name}", p) for i, (name, p) in enumerate(default_parity_set(), 1)]
-        if st.settings.category is not None:
-            problems += [(spec.shape_id, spec.shape.problem) for spec in st.specs()]
-        for name, problem in problems:
+        for name, problem in st.parity_problems():
             yield ParityItem.from_parent(self, name=f"{st.settings.parity}::{name}", problem=problem, label=name)
 
     def reportinfo(self):
@@ -39,22 +35,46 @@ class ParityItem(pytest.Item):
         self.add_marker(pytest.mark.ckfmha)
         self.add_marker(pytest.mark.ckfmha_parity)
 
-    def runtest(self) -> None:
+    @property
+    def item_id(self) -> str:
+        return f"{self.settings().parity}::{self.label}"
+
+    def settings(self):
+        from pytest_ckfmha.state import get_state
+
+        return get_state(self.config).settings
+
+    def base_report_props(self) -> dict:
+        from pytest_ckfmha.reporting import parity_base_props
+
+        return parity_base_props(self, self.settings())
+
+    def describe(self) -> str:
+        return f"parity problem {self.label} ({self.problem})"
+
+    def work(self):
+        """Both sides on the problem (in the kernel child process, see isolation.py)."""
         from ckfmha.parity import compare_one
+        from pytest_ckfmha.isolation import ItemResult
         from pytest_ckfmha.reporting import parity_props
         from pytest_ckfmha.state import get_state
 
         st = get_state(self.config)
         upstream, ours = st.parity_sides()
         row = compare_one(self.problem, upstream, ours, seed=st.settings.seed, name=self.label)
-        for k, v in parity_props(self, st.settings, row).items():
-            self.user_properties.append((k, v))
+        props = parity_props(self, st.settings, row)
         outcome, message = row.pytest_outcome()
         if outcome == "skipped":
-            pytest.skip(message)
+            return ItemResult("skipped", "skipped", f"{self.label}: {message}", props)
         if outcome == "failed":
-            pytest.fail(f"parity {st.settings.parity} vs ckfmha:{st.settings.backend} on {self.label}: "
-                        f"{row.status.value}\n{message}", pytrace=False)
+            return ItemResult("failed", "failed", f"parity {st.settings.parity} vs {ours.name} on {self.label}: "
+                              f"{row.status.value}\n{message}", props)
+        return ItemResult("passed", "passed", "", props)
+
+    def runtest(self) -> None:
+        from pytest_ckfmha.isolation import run_contained
+
+        run_contained(self)
 
     def reportinfo(self):
         return self.path, None, f"{PARITY_ROOT}::{self.name}"

@@ -5,13 +5,23 @@ load time (no numpy, no torch, not even ckfmha): hooks import what they need whe
 does anything when ``--ckfmha-category`` is given (docs/plugin.md).
 
 One module per concern: options.py (options, ini keys, validation), collect.py (shapes -> kernels), items.py
-(collector tree), ids.py, execute.py (one item), refcache.py (shared reference cache), reporting.py (rows,
-JSON/CSV, summary), xdist_support.py (grouping, GPU per worker), hookspecs.py (hooks for conftests), state.py.
+(collector tree), ids.py, execute.py (one item), isolation.py (the kernel child process: crashes and timeouts),
+refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
+scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
+hookspecs.py (hooks for conftests), state.py.
+
+The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
+are checked before anything runs); the selection is checked (``pytest_sessionstart``: matrix files, kernel set,
+shapes -- a selection that matches nothing is a usage error, exit 4); items run in the kernel child process;
+the controller keeps one row per item, checkpoints the report while the run goes on and writes it at the end
+(also after Ctrl-C or SIGTERM); a run whose every item was skipped, or a parity run in which one side ran for
+no item, ends with an error (``session_checks.py``).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -85,16 +95,45 @@ def pytest_configure(config) -> None:
     if config.args_source is not config.ArgsSource.ARGS:
         config.args = []  # `pytest --ckfmha-category X` runs the matrix only; name paths to add other tests
     if not worker:
-        config.pluginmanager.register(_Recorder(config), "ckfmha-recorder")
-    if worker:
-        if config.workerinput.get("ckfmha_loadgroup"):
-            config.option.loadgroup = True
-    elif config.pluginmanager.hasplugin("xdist"):
-        from pytest_ckfmha.xdist_support import XdistHooks, user_chose_dist
+        recorder = _Recorder(config)
+        config.pluginmanager.register(recorder, "ckfmha-recorder")
+        recorder.install_sigterm()
+        if config.pluginmanager.hasplugin("xdist"):
+            from pytest_ckfmha.xdist_support import XdistHooks, user_chose_dist
 
-        if getattr(config.option, "numprocesses", None) and not user_chose_dist(config):
-            config.option.dist = "loadgroup"
-        config.pluginmanager.register(XdistHooks(settings), "ckfmha-xdist")
+            own = bool(getattr(config.option, "numprocesses", None)) and not user_chose_dist(config)
+            config.pluginmanager.register(XdistHooks(settings, own), "ckfmha-xdist")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session) -> None:
+    """The controller (or the only process) checks the selection before any worker starts or item runs."""
+    from pytest_ckfmha.state import has_state
+
+    if not has_state(session.config) or _is_worker(session.config):
+        return
+    from pytest_ckfmha.session_checks import check_selection
+    from pytest_ckfmha.state import get_state
+
+    check_selection(get_state(session.config))
+
+
+def pytest_sessionfinish(session) -> None:
+    from pytest_ckfmha.state import has_state
+
+    if has_state(session.config):
+        from pytest_ckfmha.state import get_state
+
+        get_state(session.config).close()  # stop this process's kernel child
+
+
+def pytest_unconfigure(config) -> None:
+    from pytest_ckfmha.state import has_state
+
+    if has_state(config):
+        from pytest_ckfmha.state import get_state
+
+        get_state(config).close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -133,37 +172,94 @@ def pytest_report_header(config):
 
 
 class _Recorder:
-    """Controller side (or the only process): rows from reports, files and summary at the end."""
+    """Controller side (or the only process): one row per item, checkpoints, the final report and summary."""
 
     def __init__(self, config) -> None:
+        from pytest_ckfmha.reporting import ReportWriter, RowBook
+        from pytest_ckfmha.state import get_state
+
         self.config = config
-        self.written = []
+        self.state = get_state(config)
+        self.book = RowBook(self.state.describe)
+        self.writer = ReportWriter(self.state.settings.reports, self.state.settings.report_every)
+        self.rows: list[dict] = []
+        self.meta: dict = {}
+        self.problems: list[str] = []
+        self.signal: str | None = None
+        self._previous_sigterm = None
+
+    # -- SIGTERM behaves like Ctrl-C: pytest stops, sessionfinish runs, the report is written
+    def install_sigterm(self) -> None:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous not in (signal.SIG_DFL, None):
+            return  # somebody else handles SIGTERM
+
+        def on_sigterm(signum, frame):
+            self.signal = "SIGTERM"
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+            raise KeyboardInterrupt("SIGTERM")
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        self._previous_sigterm = previous
+
+    def pytest_unconfigure(self, config) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    # -- rows
+    def pytest_collection_finish(self, session) -> None:
+        self.book.set_collected([i.nodeid for i in session.items])
 
     def pytest_runtest_logreport(self, report) -> None:
-        from pytest_ckfmha.reporting import row_from_report
-        from pytest_ckfmha.state import get_state
+        if self.book.add(report) is not None:
+            self.writer.maybe_checkpoint(self._snapshot)
 
-        row = row_from_report(report)
-        if row is not None:
-            get_state(self.config).rows.append(row)
+    def _snapshot(self) -> tuple[list[dict], dict]:
+        rows = self.book.complete("not run yet (the session is running)")
+        return rows, self._meta(rows, {"state": "running"})
 
-    def pytest_sessionfinish(self, session) -> None:
-        from pytest_ckfmha.reporting import meta_for, write_reports
-        from pytest_ckfmha.state import get_state
+    def _meta(self, rows: list[dict], run: dict) -> dict:
+        from pytest_ckfmha.reporting import meta_for
 
-        st = get_state(self.config)
-        if st.settings.reports and not self.config.option.collectonly:
-            self.written = write_reports(st.settings.reports, st.rows,
-                                         meta_for(st.settings, st.rows, st.collect_seconds, self._command()))
+        run = {"interrupted": False, "exit_status": None, "signal": self.signal,
+               "collected": len(self.book.collected), "completed": self.book.completed(), **run}
+        return meta_for(self.state.settings, rows, self.state.collect_seconds, self._command(), run)
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        from pytest_ckfmha.session_checks import end_of_session_problems
+
+        if self.config.option.collectonly:
+            return
+        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or self.signal is not None
+        stop = getattr(session, "shouldfail", False) or getattr(session, "shouldstop", False)
+        why = ("the session was interrupted (" + (self.signal or "KeyboardInterrupt") + ") before it ran"
+               if interrupted else f"the session stopped before it ran: {stop}" if stop else
+               "never ran (the session ended before it; see pytest's output)")
+        self.rows = self.book.complete(why)
+        if not interrupted:
+            self.problems, status = end_of_session_problems(self.state.settings, self.rows)
+            if self.problems and int(session.exitstatus) == 0:
+                session.exitstatus = status
+        state = "interrupted" if interrupted else "complete"
+        self.meta = self._meta(self.rows, {"state": state, "interrupted": interrupted,
+                                           "exit_status": int(session.exitstatus)})
+        if self.state.settings.reports:
+            self.writer.final(self.rows, self.meta)
+            if self.writer.error is not None:
+                self.problems.append(self.writer.error)
+                if int(session.exitstatus) == 0:
+                    session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        from pytest_ckfmha.reporting import meta_for, terminal_summary
-        from pytest_ckfmha.state import get_state
+        from pytest_ckfmha.reporting import terminal_summary
 
-        st = get_state(self.config)
-        if st.rows:
-            terminal_summary(terminalreporter, st.rows,
-                             meta_for(st.settings, st.rows, st.collect_seconds, self._command()), self.written)
+        if self.rows or self.problems:
+            terminal_summary(terminalreporter, self.rows, self.meta, self.writer.written, self.problems)
 
     def _command(self) -> list[str]:
         return ["pytest", *self.config.invocation_params.args]

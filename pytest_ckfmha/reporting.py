@@ -1,21 +1,40 @@
-"""Report rows (one per item), the JSON/CSV report and the terminal summary (schema: docs/report_schema.md).
+"""Report rows (one per collected item), the JSON/CSV report and the terminal summary (docs/report_schema.md).
 
 Items record every row value with ``record_property``-style ``user_properties`` (so JUnit XML carries them as
 ``<property>`` elements and xdist ships them to the controller); the controller turns the reports back into rows
-in ``pytest_runtest_logreport`` and writes the files at the end of the session.
+(:class:`RowBook`) and writes the files (:class:`ReportWriter`).
+
+| situation | the item's row |
+|---|---|
+| the item ran | its verdict: passed, failed, skipped, error, crashed (the kernel process died), timeout |
+| setup failed / teardown failed | ``error`` (a teardown failure after a pass turns the row into ``error``) |
+| an xdist worker died while running it (report ``when="???"``) | ``crashed``, with the worker's exit status |
+| never ran (interrupted run, xdist gave up after crashed workers) | ``not_run``, with why |
+
+Files: written atomically (a temporary file in the same directory, then ``os.replace``), at the end of the
+session -- also after KeyboardInterrupt or SIGTERM -- and as a checkpoint every ``CHECKPOINT_SECONDS`` while the
+run goes on (``state`` ``running``), so even a SIGKILLed run leaves a readable report of what it had done.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import io
 import json
 import math
+import os
+import tempfile
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 REPORT_SCHEMA = "ckfmha.report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+#: row verdicts, in summary order
+VERDICTS = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
+#: seconds between checkpoint writes of a running session's report
+CHECKPOINT_SECONDS = 30.0
 PROBLEM_FIELDS = ("family", "dtype", "mode", "batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "seqlens_q",
                   "seqlens_k", "s_kpad", "hdim_q", "hdim_v", "mask", "bias", "bias_rank", "lse", "p_drop",
                   "logits_soft_cap", "sink", "qscale", "input_layout", "output_layout", "vlayout", "scale",
@@ -29,7 +48,7 @@ ROW_FIELDS = ("id", "nodeid", "kind", "matrix", "entry", "category", *PROBLEM_FI
 NODE_PREFIXES = ("ckfmha::", "ckfmha-parity::")
 
 
-def _plain(v: Any) -> Any:
+def plain(v: Any) -> Any:
     """A JSON/execnet-safe scalar (str/int/float/bool) for a report value."""
     import enum
 
@@ -50,42 +69,48 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def problem_props(problem) -> dict[str, Any]:
+    """The Problem's report fields (family as the matrix names it: ``bwd`` for the backward)."""
+    from pytest_ckfmha.ids import family_token
+
+    return {f: family_token(problem) if f == "family" else problem.mask.to_ck() if f == "mask"
+            else plain(getattr(problem, f)) for f in PROBLEM_FIELDS}
+
+
 def base_props(item, settings) -> dict[str, Any]:
-    p = item.spec.shape.problem
     shape = item.spec.shape
     props: dict[str, Any] = {"id": item.item_id, "kind": "plan" if item.kernel is None else "kernel",
                              "matrix": shape.file, "entry": shape.entry, "category": shape.category}
-    for f in PROBLEM_FIELDS:
-        if f == "family":
-            props[f] = shape.family
-        elif f == "mask":
-            props[f] = p.mask.to_ck()
-        else:
-            props[f] = _plain(getattr(p, f))
+    props.update(problem_props(shape.problem))
     props.update({"kernel_id": item.kernel.kernel_id if item.kernel is not None else "", "plan_kernels": "",
                   "backend": settings.backend, "arch": settings.arch, "seed": settings.seed, "reason": ""})
     return props
 
 
+def parity_base_props(item, settings) -> dict[str, Any]:
+    """A parity item's report values before (or without) a comparison."""
+    props: dict[str, Any] = {"id": item.item_id, "kind": "parity", "matrix": "", "entry": "",
+                             "category": settings.category or ""}
+    props.update(problem_props(item.problem))
+    props.update({"kernel_id": "", "plan_kernels": "", "backend": settings.backend, "arch": settings.arch,
+                  "seed": settings.seed, "reason": "", "parity": settings.parity})
+    return props
+
+
 def parity_props(item, settings, row) -> dict[str, Any]:
     """Report values of a parity item: the problem, both sides' verdicts and words, what was compared."""
-    p = row.problem
-    props: dict[str, Any] = {"id": f"{settings.parity}::{item.label}", "kind": "parity", "matrix": "", "entry": "",
-                             "category": settings.category or ""}
-    for f in PROBLEM_FIELDS:
-        props[f] = p.mask.to_ck() if f == "mask" else _plain(getattr(p, f))
+    props = parity_base_props(item, settings)
     right_kernels = row.right.fields.get("kernels") or ()
-    props.update({"kernel_id": "", "plan_kernels": " -> ".join(str(k) for k in right_kernels),
-                  "backend": settings.backend, "arch": settings.arch, "seed": settings.seed,
+    props.update({"plan_kernels": " -> ".join(str(k) for k in right_kernels),
                   "reason": "" if row.passed else " ".join(row.detail.split()),
-                  "parity": settings.parity, "parity_status": row.status.value, "compared": row.compared,
+                  "parity_status": row.status.value, "compared": row.compared,
                   "upstream_verdict": row.left.verdict.value, "upstream_words": " ".join(row.left.reason.split()),
                   "ckfmha_verdict": row.right.verdict.value, "ckfmha_words": " ".join(row.right.reason.split())})
     checks = list(row.output_checks.values()) if isinstance(row.output_checks, dict) else []
     if checks and all(isinstance(c, dict) for c in checks):
         props["max_abs_err"] = max(float(c.get("max_abs_err", 0.0)) for c in checks)
         props["mismatches"] = sum(int(c.get("mismatch_count", 0)) for c in checks)
-    return {k: _plain(v) for k, v in props.items()}
+    return {k: plain(v) for k, v in props.items()}
 
 
 def result_props(problem, outcome) -> dict[str, Any]:
@@ -120,28 +145,101 @@ def _reason(report) -> str:
     return text.strip()[:2000]
 
 
-def row_from_report(report) -> dict[str, Any] | None:
-    """A row for a ckfmha item's call report (or a failed/skipped setup report), else None."""
-    if not report.nodeid.startswith(NODE_PREFIXES):
-        return None
-    if report.when == "call" or (report.when == "setup" and not report.passed):
+def _row(props: dict, nodeid: str) -> dict[str, Any]:
+    row = {k: props.get(k, "") for k in ROW_FIELDS}
+    row["nodeid"] = nodeid
+    return row
+
+
+class RowBook:
+    """One row per item, built from the item's reports (see the module doc).  ``describe(nodeid)`` gives the
+    row values of an item that has no report values of its own (a crashed worker's item, an item never run)."""
+
+    def __init__(self, describe: Callable[[str], dict[str, Any]]) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.collected: list[str] = []
+        self._describe = describe
+
+    def set_collected(self, nodeids: Sequence[str]) -> None:
+        if not self.collected:
+            self.collected = [n for n in nodeids if n.startswith(NODE_PREFIXES)]
+
+    def _base(self, nodeid: str) -> dict[str, Any]:
+        try:
+            props = self._describe(nodeid)
+        except Exception:  # noqa: BLE001 - an unknown node id still gets its row
+            props = {}
+        return _row(props, nodeid)
+
+    def add(self, report) -> dict[str, Any] | None:
+        """Take one report; returns the item's row when the report changed it."""
+        nodeid = report.nodeid
+        if not nodeid.startswith(NODE_PREFIXES):
+            return None
         props = dict(report.user_properties)
-        row = {k: props.get(k, "") for k in ROW_FIELDS}
-        row["nodeid"] = report.nodeid
-        if report.when == "setup" and report.failed:
+        when = report.when
+        if when == "call":
+            row = _row(props, nodeid) if props else self._base(nodeid)
+            row["verdict"] = props.get("verdict") or report.outcome
+            if not report.passed:
+                row["reason"] = props.get("reason") or _reason(report)
+                if report.skipped:
+                    row["reason"] = _reason(report) or row["reason"]
+        elif when == "setup":
+            if report.passed:
+                return None
+            row = self._base(nodeid)
+            row["verdict"] = "skipped" if report.skipped else "error"
+            row["reason"] = _reason(report)
+        elif when == "teardown":
+            if report.passed or report.skipped:
+                return None
+            row = self.rows.get(nodeid) or self._base(nodeid)
             row["verdict"] = "error"
-        else:
-            row["verdict"] = report.outcome
-        if not report.passed:
-            row["reason"] = props.get("reason") or _reason(report)
-            if report.skipped:
-                row["reason"] = _reason(report) or row["reason"]
-        row["duration_s"] = round(float(report.duration), 6)
+            row["reason"] = (row.get("reason") + " | " if row.get("reason") else "") + "teardown: " + _reason(report)
+        else:  # xdist's report for the item a dead worker was running (when="???")
+            row = self._base(nodeid)
+            row["verdict"] = "crashed"
+            row["reason"] = _reason(report)
+        row["duration_s"] = round(float(getattr(report, "duration", 0.0) or 0.0), 6)
+        self.rows[nodeid] = row
         return row
-    return None
+
+    def complete(self, why_not_run: str) -> list[dict[str, Any]]:
+        """Every collected item's row (in collection order; items without a report get ``not_run``), then any
+        row of an item not in the collection list."""
+        out = []
+        for nodeid in self.collected:
+            row = self.rows.get(nodeid)
+            if row is None:
+                row = self._base(nodeid)
+                row["verdict"], row["reason"] = "not_run", why_not_run
+            out.append(row)
+        known = set(self.collected)
+        out += [r for n, r in self.rows.items() if n not in known]
+        return out
+
+    def completed(self) -> int:
+        return sum(1 for r in self.rows.values() if r["verdict"] != "not_run")
+
+
+def _atomic_write(path: Path, write: Callable[[io.TextIOBase], None]) -> None:
+    """Write through a temporary file in the same directory and rename it over ``path``: a reader sees the old
+    file or the new one, never a truncated one (a full disk leaves the old file and raises)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
+    """Write every report file atomically; raises OSError naming the file when one cannot be written."""
     written = []
     for p in paths:
         p = Path(p)
@@ -149,15 +247,63 @@ def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
         if p.suffix.lower() == ".json":
             doc = {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, **meta, "summary": summarize(rows),
                    "fields": list(ROW_FIELDS), "rows": rows}
-            p.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+            text = json.dumps(doc, indent=1, default=str) + "\n"
+            _atomic_write(p, lambda fh: fh.write(text))
         else:
-            with open(p, "w", newline="", encoding="utf-8") as fh:
+            def csv_rows(fh) -> None:
                 w = csv.DictWriter(fh, fieldnames=list(ROW_FIELDS), extrasaction="ignore")
                 w.writeheader()
                 for r in rows:
                     w.writerow(r)
+
+            _atomic_write(p, csv_rows)
         written.append(p)
     return written
+
+
+def check_writable(path: Path) -> str | None:
+    """None when a report can be written at ``path`` (its directory is created), else why not."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a directory"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        return f"cannot be written ({e.strerror or e})"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "exists and is not writable"
+    return None
+
+
+class ReportWriter:
+    """Writes the report files: checkpoints while the session runs, the final report at its end."""
+
+    def __init__(self, paths: Sequence[Path], checkpoint_s: float = CHECKPOINT_SECONDS) -> None:
+        self.paths = list(paths)
+        self.checkpoint_s = checkpoint_s
+        self._last = time.monotonic()
+        self.written: list[Path] = []
+        self.error: str | None = None
+
+    def maybe_checkpoint(self, snapshot: Callable[[], tuple[list[dict], dict]]) -> None:
+        """Write ``snapshot()`` = (rows, meta) when the last write is ``checkpoint_s`` old."""
+        if not self.paths or time.monotonic() - self._last < self.checkpoint_s:
+            return
+        self._last = time.monotonic()
+        try:
+            write_reports(self.paths, *snapshot())
+        except OSError as e:  # the final write reports it
+            self.error = f"checkpoint not written: {e}"
+
+    def final(self, rows: list[dict], meta: dict) -> None:
+        try:
+            self.written = write_reports(self.paths, rows, meta)
+            self.error = None
+        except OSError as e:
+            self.error = f"report not written: {e}"
 
 
 def _num(v) -> float | None:
@@ -171,12 +317,12 @@ def _num(v) -> float | None:
 
 
 def summarize(rows: list[dict]) -> dict[str, dict]:
-    """Per family: passed/failed/skipped/error, worst error (largest max_abs_err) and best TFLOPS."""
+    """Per family: a count per verdict, worst error (largest max_abs_err) and best TFLOPS."""
     out: dict[str, dict] = {}
     for r in rows:
         fam = r.get("family") or "?"
-        s = out.setdefault(fam, {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "worst_abs_err": None,
-                                 "worst_id": "", "best_tflops": None, "best_id": ""})
+        s = out.setdefault(fam, {**{v: 0 for v in VERDICTS}, "worst_abs_err": None, "worst_id": "",
+                                 "best_tflops": None, "best_id": ""})
         s[r["verdict"]] = s.get(r["verdict"], 0) + 1
         e = _num(r.get("max_abs_err"))
         if e is not None and r["verdict"] in ("passed", "failed") and (s["worst_abs_err"] is None or e > s["worst_abs_err"]):
@@ -187,20 +333,21 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path]) -> None:
+def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path], problems: Sequence[str] = ()) -> None:
     tr.section("ckfmha summary")
     devices = (meta.get("environment") or {}).get("devices") or ["-"]
     tr.write_line(f"category {meta.get('category')}  arch {meta.get('arch')}  backends "
                   f"{', '.join(meta.get('backends') or ['-'])}  device {', '.join(devices)}  seed {meta.get('seed')}  "
                   f"items {len(rows)}")
     summ = summarize(rows)
-    hdr = f"{'family':<14}{'passed':>8}{'failed':>8}{'skipped':>9}{'error':>7}  {'worst abs err':>14}  {'best TFLOPS':>12}"
-    tr.write_line(hdr)
+    shown = [v for v in VERDICTS if v in ("passed", "failed", "skipped", "error") or any(s[v] for s in summ.values())]
+    heads = {"passed": 8, "failed": 8, "skipped": 9, "error": 7, "crashed": 9, "timeout": 9, "not_run": 9}
+    tr.write_line(f"{'family':<14}" + "".join(f"{v:>{heads[v]}}" for v in shown)
+                  + f"  {'worst abs err':>14}  {'best TFLOPS':>12}")
     for fam, s in summ.items():
         worst = "-" if s["worst_abs_err"] is None else f"{s['worst_abs_err']:.3g}"
         best = "-" if s["best_tflops"] is None else f"{s['best_tflops']:.4g}"
-        tr.write_line(f"{fam:<14}{s['passed']:>8}{s['failed']:>8}{s['skipped']:>9}{s['error']:>7}  {worst:>14}  "
-                      f"{best:>12}")
+        tr.write_line(f"{fam:<14}" + "".join(f"{s[v]:>{heads[v]}}" for v in shown) + f"  {worst:>14}  {best:>12}")
     for fam, s in summ.items():
         if s["worst_id"] and s["failed"]:
             tr.write_line(f"  worst {fam}: {s['worst_id']}")
@@ -212,6 +359,8 @@ def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path]) -> N
                       f"total {sum(times):.3g} s, slowest {slow:.3g} s ({slow_id})")
     for p in written:
         tr.write_line(f"ckfmha report: {p}")
+    for msg in problems:
+        tr.write_line(f"ckfmha: ERROR: {msg}", red=True, bold=True)
 
 
 def build_times(rows: list[dict]) -> dict[str, float]:
@@ -245,8 +394,11 @@ def environment(command: Sequence[str], rows: list[dict]) -> dict:
             "devices": sorted({r["device"] for r in rows if r.get("device")})}
 
 
-def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str] = ()) -> dict:
-    return {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str] = (),
+             run: dict | None = None) -> dict:
+    """The report's header. ``run``: ``state`` (running / complete / interrupted), ``exit_status``,
+    ``interrupted``, ``collected``, ``completed`` (see docs/report_schema.md)."""
+    return {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **(run or {}),
             "category": settings.category, "arch": settings.arch, "arch_source": settings.arch_source,
             "backend_option": settings.backend, "backends": sorted({r["backend"] for r in rows if r.get("backend")}),
             "seed": settings.seed, "max_kernels_per_shape": settings.max_kernels_per_shape,

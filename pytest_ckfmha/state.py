@@ -14,7 +14,8 @@ class State:
         self._registry = None
         self._specs = None
         self._runtime = None
-        self.rows: list[dict] = []
+        self._executor = None
+        self._by_nodeid: dict | None = None
         self.collect_seconds: float | None = None
 
     def registry(self):
@@ -47,6 +48,67 @@ class State:
             self._parity = make_pair(s.parity, f"ckfmha:{s.backend}", bin_dir=s.upstream_bin, arch=s.arch,
                                      receipt=resolve_receipt(s.receipt, profile=s.profile), mask_mode=s.mask_mode)
         return self._parity
+
+    def executor(self, session):
+        """This process's executor of items' work (isolation.py), made on first use."""
+        if self._executor is None:
+            from pytest_ckfmha.isolation import ChildExecutor, InlineExecutor
+
+            items: dict = {}
+
+            def resolve(nodeid: str):
+                if not items:  # built lazily: in the child, from the collection it inherited
+                    items.update((i.nodeid, i) for i in session.items)
+                return items[nodeid].work
+
+            cls = InlineExecutor if self.settings.isolation == "inline" else ChildExecutor
+            self._executor = cls(resolve)
+        return self._executor
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def parity_problems(self) -> list:
+        """``[(label, Problem)]`` of the parity items (upstream's default set, then the category's shapes)."""
+        from ckfmha.parity import default_parity_set
+
+        problems = [(f"default-{i:02d}-{name}", p) for i, (name, p) in enumerate(default_parity_set(), 1)]
+        if self.settings.category is not None:
+            problems += [(spec.shape_id, spec.shape.problem) for spec in self.specs()]
+        return problems
+
+    def describe(self, nodeid: str) -> dict:
+        """Report values of the item ``nodeid`` computed here (for items whose own values never arrived: a crashed
+        xdist worker's item, an item that never ran)."""
+        from types import SimpleNamespace
+
+        from pytest_ckfmha.ids import PLAN
+        from pytest_ckfmha.reporting import base_props, parity_base_props
+
+        if self._by_nodeid is None:
+            self._by_nodeid = {}
+            from pytest_ckfmha.items import ROOT_NAME
+            from pytest_ckfmha.parity_items import PARITY_ROOT
+
+            if self.settings.category is not None:
+                for spec in self.specs():
+                    for k in (*spec.kernels, None):
+                        name = PLAN if k is None else k.kernel_id
+                        self._by_nodeid[f"{ROOT_NAME}::{spec.shape_id}::{name}"] = (spec, k)
+            if self.settings.parity is not None:
+                for label, problem in self.parity_problems():
+                    self._by_nodeid[f"{PARITY_ROOT}::{self.settings.parity}::{label}"] = (label, problem)
+        found = self._by_nodeid.get(nodeid.split("@", 1)[0])
+        s = self.settings
+        if found is None:
+            return {"id": nodeid.split("::", 1)[-1], "backend": s.backend, "arch": s.arch, "seed": s.seed}
+        a, b = found
+        if isinstance(a, str):  # a parity item: (label, problem)
+            return parity_base_props(SimpleNamespace(item_id=f"{s.parity}::{a}", problem=b), s)
+        item = SimpleNamespace(spec=a, kernel=b, item_id=f"{a.shape_id}::{PLAN if b is None else b.kernel_id}")
+        return base_props(item, s)
 
     def runtime(self):
         if self._runtime is None:

@@ -1,5 +1,6 @@
-"""pytest-xdist integration: ``-n`` implies ``--dist loadgroup``, the controller's arch reaches the workers, and
-each worker sees one GPU.
+"""pytest-xdist integration: ``-n`` uses ckfmha's scheduler (scheduling.py: kernel groups, crashed workers
+handled) unless ``--dist`` is given, the controller's arch reaches the workers, a dead worker's item gets a
+reason that names the worker's exit status and the item, and each worker sees one GPU.
 
 GPU per worker (multi-GPU machines only): worker ``gw<n>`` gets device ``n % count``.  When
 ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` is already set from outside, the worker indexes into that list
@@ -77,10 +78,31 @@ def user_chose_dist(config) -> bool:
 class XdistHooks:
     """Registered only when pytest-xdist is active (its hooks are unknown otherwise)."""
 
-    def __init__(self, settings) -> None:
+    def __init__(self, settings, own_scheduler: bool) -> None:
         self.settings = settings
+        self.own_scheduler = own_scheduler
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["ckfmha_arch"] = self.settings.arch
         node.workerinput["ckfmha_arch_source"] = self.settings.arch_source
-        node.workerinput["ckfmha_loadgroup"] = node.config.getoption("dist", "no") == "loadgroup"
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        recorder = node.config.pluginmanager.get_plugin("ckfmha-recorder")
+        if recorder is not None:
+            recorder.book.set_collected(ids)
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        if not self.own_scheduler:
+            return None
+        from pytest_ckfmha.scheduling import KernelGroupScheduling
+
+        return KernelGroupScheduling.from_config(config, log)
+
+    def pytest_handlecrashitem(self, crashitem, report, sched) -> None:
+        from pytest_ckfmha.scheduling import crash_description
+
+        what = crash_description(getattr(report, "node", None))
+        shape, _, name = crashitem.partition("::")[2].rpartition("::")
+        kernel = "the dispatcher's plan" if name == "plan" else name
+        item = f"shape {shape}, kernel {kernel}" if crashitem.startswith("ckfmha::") else crashitem
+        report.longrepr = f"{crashitem}: crashed: {what} while running {item}; the item is not re-run"

@@ -81,15 +81,38 @@ class TestBackend(Backend):
         from ckfmha.reference import reference
         if self.mode == "crash":
             raise RuntimeError("boom: illegal memory access")
+        if os.environ.get("CKT_DIE", "") and os.environ.get("CKT_DIE_ON", "@") in kernel.config.kernel_id:
+            die(os.environ["CKT_DIE"])
         ref = reference(problem, tensors)
         tensors["o"][...] = ref["o"].astype(tensors["o"].dtype)
         if "lse" in tensors:
             tensors["lse"][...] = ref["lse"]
         if self.mode == "wrong":
             tensors["o"].flat[5] += np.float16(4.0)
-        if self.mode == "partial":
+        if self.mode == "partial":  # leaves one element unwritten: it keeps the caller's poison
+            from ckfmha.poison import poisoned
+            tensors["o"].flat[7] = poisoned((1,), tensors["o"].dtype)[0]
+        if self.mode == "nan":  # computes one NaN
             tensors["o"].flat[7] = np.nan
         return StageResult({}, device_ms=0.5)
+
+
+def die(how):
+    """Process deaths a kernel can cause (the test sees their effect on the run)."""
+    import signal, sys, time
+    print(f"kernel says: about to {how}", flush=True)
+    if how == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "abort":
+        os.abort()
+    elif how == "exit3":
+        os._exit(3)
+    elif how == "hang":
+        time.sleep(3600)
+    elif how == "slow":
+        time.sleep(float(os.environ.get("CKT_SLOW_S", "1")))
+        return
+    time.sleep(5)
 
 
 def pytest_ckfmha_kernels(config, arch):
@@ -102,11 +125,18 @@ def pytest_ckfmha_backend(config, name):
 '''
 
 
-def setup(pytester, monkeypatch, tmp_path, mode="ok"):
+def setup(pytester, monkeypatch, tmp_path, mode="ok", die=None, die_on="mask=any"):
+    """A pytester project: the small matrix, the conftest above; ``die`` makes the kernels whose id contains
+    ``die_on`` kill their process (segv, abort, exit3), hang or run slowly (slow: CKT_SLOW_S seconds)."""
     pytester.makefile(".yaml", small=MATRIX)
     pytester.makeconftest(CONFTEST)
     monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CKFMHA_NO_DETECT", "1")
+    if die:
+        monkeypatch.setenv("CKT_DIE", die)
+        monkeypatch.setenv("CKT_DIE_ON", die_on)
+    else:
+        monkeypatch.delenv("CKT_DIE", raising=False)
     if mode:
         monkeypatch.setenv("CKT_MODE", mode)
     else:

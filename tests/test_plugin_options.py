@@ -71,3 +71,16 @@ def test_plugin_module_imports_nothing_heavy():
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_unusable_cache_dir_is_one_clear_error(pytester, monkeypatch, tmp_path):
+    from tests.test_plugin_fixtures import setup
+
+    base = setup(pytester, monkeypatch, tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path / "a_file" / "cache"))
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert err.count("is not usable as a cache directory") == 1 and "Traceback" not in err
+    assert "the cache directory ($CKFMHA_CACHE_DIR" in err and "--ckfmha-cache-dir" in err

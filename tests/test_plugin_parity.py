@@ -50,6 +50,33 @@ def test_missing_binaries_skip_every_item_with_the_reason(pytester, base, tmp_pa
     assert len(rows) == 14 and {r["kind"] for r in rows} == {"parity"}
     assert {r["upstream_verdict"] for r in rows} == {"skipped"} and all(r["verdict"] == "skipped" for r in rows)
     assert rows[0]["id"].startswith("tile_example::default-01-basic_fp16")
+    # nothing was compared: the run is not green, and says why
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.stdout.fnmatch_lines(["*ckfmha: ERROR: the upstream side ran for none of the 14 parity items (tile_example); "
+                              "nothing was compared: 1? x tile_example_fmha_fwd: not found in*"])
+
+
+def test_auto_backend_runs_ckfmhas_side(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CKFMHA_NO_DETECT", "1")
+    empty = tmp_path / "no-binaries"
+    empty.mkdir()
+    res = pytester.runpytest("-p", "no:cacheprovider", "--ckfmha-parity", "tile_example", "--ckfmha-upstream-bin",
+                             str(empty), "--ckfmha-report", "r.json", "-k", "basic_fp16 or single_query")
+    rows = json.loads((pytester.path / "r.json").read_text())["rows"]
+    assert len(rows) == 2 and {r["ckfmha_verdict"] for r in rows} == {"ran_valid"}  # backend auto ran (on cpu)
+    assert "unknown backend" not in res.stdout.str()
+
+
+def test_a_line_without_echo_or_kernel_is_never_a_pass(pytester, base, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_TILE_STDOUT", "[fp16|batch|bhsd] valid:y\n")
+    monkeypatch.setenv("FAKE_TILE_RC", "0")
+    bins = fake_bin_dir(tmp_path)
+    res = pytester.runpytest_subprocess(*base, "--ckfmha-parity", "tile_example", "--ckfmha-upstream-bin",
+                                        str(bins), "--ckfmha-report", "r.json")
+    res.assert_outcomes(failed=14)
+    rows = json.loads((pytester.path / "r.json").read_text())["rows"]
+    assert {r["upstream_verdict"] for r in rows} == {"unparseable"} and {r["parity_status"] for r in rows} == {"error"}
 
 
 def test_disagreement_fails_with_both_sides_words(pytester, base, tmp_path, monkeypatch):

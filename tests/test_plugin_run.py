@@ -26,7 +26,7 @@ def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_pa
     from pytest_ckfmha.reporting import REPORT_SCHEMA, ROW_FIELDS
 
     doc = json.loads((pytester.path / "r.json").read_text())
-    assert doc["schema"] == REPORT_SCHEMA and doc["version"] == 1 and doc["fields"] == list(ROW_FIELDS)
+    assert doc["schema"] == REPORT_SCHEMA and doc["version"] == 2 and doc["fields"] == list(ROW_FIELDS)
     assert doc["category"] == "full" and doc["arch"] == "gfx942" and doc["summary"]["fwd"]["passed"] == 6
     # where it ran: the command, the package versions (from metadata), the device of the items
     import numpy
@@ -81,7 +81,18 @@ def test_unwritten_elements_fail(pytester, monkeypatch, tmp_path):
     base = setup(pytester, monkeypatch, tmp_path, mode="partial")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     res.assert_outcomes(failed=4, skipped=1)
-    res.stdout.fnmatch_lines(["*o: 1 of 2048 element(s) left unwritten (still NaN), first at (0, 0, 0, 7)*"])
+    res.stdout.fnmatch_lines(["*output 'o': 1 of 2048 element(s) left unwritten (still the poison NaN), first at "
+                              "(0, 0, 0, 7)*"])
+    assert "computed" not in res.stdout.str()
+
+
+def test_computed_nan_is_called_nan(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path, mode="nan")
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
+    res.assert_outcomes(failed=4, skipped=1)
+    res.stdout.fnmatch_lines(["*output 'o': 1 of 2048 element(s) are NaN where the reference is finite (a NaN the "
+                              "kernel computed), first at (0, 0, 0, 7)*"])
+    assert "left unwritten" not in res.stdout.str()
 
 
 def test_skip_reasons(pytester, monkeypatch, tmp_path):

@@ -1,33 +1,103 @@
-"""xdist: -n implies loadgroup (node ids carry the kernel group), ids agree across workers; GPU per worker."""
+"""xdist: -n uses ckfmha's scheduler (kernel groups from node ids; a dead worker's item is failed, not re-run);
+GPU per worker."""
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_ckfmha.scheduling import KernelGroupScheduling, kernel_groups
 from pytest_ckfmha.xdist_support import assign_gpu
 from tests.test_plugin_fixtures import setup
 
 pytest_plugins = ["pytester"]
 
 
-def test_xdist_loadgroup_run(pytester, monkeypatch, tmp_path):
+def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
     pytest.importorskip("xdist")
     base = setup(pytester, monkeypatch, tmp_path)
-    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "-n", "2", "-v",
+    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "full", "-n", "2", "-v",
                                         "--ckfmha-report", "r.json")
     assert res.ret == 0, res.stdout.str()
     out = res.stdout.str()
-    assert "@ck-" in out  # loadgroup: the node ids carry their kernel group
-    res.assert_outcomes(passed=4, skipped=1)
+    assert "scheduling tests via KernelGroupScheduling" in out and "@ck-" not in out
+    res.assert_outcomes(passed=6, skipped=2)
     import json
+    import re
 
     doc = json.loads((pytester.path / "r.json").read_text())
     rows = doc["rows"]
+    # the verbose lines show node ids with '.' turned into '::': map them back through the report's node ids
+    nodeid_of = {r["nodeid"].replace("::", "."): r["nodeid"] for r in rows}
+    worker_of = {nodeid_of[m.group(2).replace("::", ".")]: m.group(1)
+                 for m in re.finditer(r"\[(gw\d+)\] \[\s*\d+%\] \w+ (\S+)", out)}
+    assert len(worker_of) == 8
+    by_group: dict = {}
+    for nid, g in kernel_groups([r["nodeid"] for r in rows]).items():
+        by_group.setdefault(g, set()).add(worker_of[nid])
+    assert len(by_group) == 3 and all(len(ws) == 1 for ws in by_group.values())  # each kernel on one worker
     # workers' rows carry their device to the controller, which names it in the environment
     assert doc["environment"]["devices"] == ["test device 0"]
     assert {r["device"] for r in rows if r["verdict"] == "passed"} == {"test device 0"}
-    assert len(rows) == 5 and {r["id"].split("::")[0] for r in rows} == {"fwd-fp16-batch-b1h2s16d64",
-                                                                       "fwd-fp16-batch-b1h2s16d64-causal"}
+    assert len(rows) == doc["collected"] == 8
+
+
+def test_kernel_groups():
+    k1 = "ckfmha::fwd-a::fwd.k1"
+    ids = [k1, "ckfmha::fwd-a::fwd.k2", "ckfmha::fwd-a::plan", "ckfmha::fwd-b::fwd.k1", "ckfmha::fwd-b::plan",
+           "ckfmha::fwd-c::plan", "tests/test_x.py::test_y", "ckfmha-parity::torch::default-01-x"]
+    g = kernel_groups(ids)
+    assert g[k1] == g["ckfmha::fwd-a::plan"] == g["ckfmha::fwd-b::fwd.k1"] == g["ckfmha::fwd-b::plan"] == "kernel:fwd.k1"
+    assert g["ckfmha::fwd-a::fwd.k2"] == "kernel:fwd.k2"
+    assert g["ckfmha::fwd-c::plan"] == "ckfmha::fwd-c::plan"  # a shape without kernel items: a group of one
+    assert g["tests/test_x.py::test_y"] == "tests/test_x.py::test_y"
+
+
+class _Node:
+    def __init__(self, name):
+        self.gateway = type("G", (), {"id": name})()
+        self.sent: list[list[int]] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices):
+        self.sent.append(list(indices))
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def _make(nodes, collection):
+    s = KernelGroupScheduling(len(nodes))
+    for n in nodes:
+        s.add_node(n)
+        s.add_node_collection(n, collection)
+    s.schedule()
+    return s
+
+
+def test_scheduler_sends_whole_groups_and_never_reruns_a_crashed_item():
+    coll = [f"ckfmha::s{i}::fwd.k{i % 3}" for i in range(9)] + [f"ckfmha::s{i}::plan" for i in range(9)]
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _make([a, b], coll)
+    sent_a = [coll[i] for batch in a.sent for i in batch]
+    assert sent_a and len({kernel_groups(coll)[n] for n in sent_a}) == 1  # one whole group
+    # gw0 dies while running its first item: it is reported and never sent again
+    crashed = s.remove_node(a)
+    assert crashed == sent_a[0]
+    a2 = _Node("gw2")
+    s.add_node(a2)
+    s.add_node_collection(a2, coll)
+    s.schedule()
+    resent = [coll[i] for batch in a2.sent + b.sent for i in batch]
+    assert crashed not in resent and set(sent_a[1:]) <= set(resent)
+    # finish everything: each node completes what it was sent until nothing is pending
+    while s.has_pending:
+        for node in (a2, b):
+            for batch in list(node.sent):
+                for i in batch:
+                    s.mark_test_complete(node, i)
+    assert s.tests_finished and not s.queue
+    every = [coll[i] for node in (a, a2, b) for batch in node.sent for i in batch]
+    assert sorted(every) == sorted(coll + sent_a[1:])  # re-queued items sent twice (second time on a live node)
 
 
 @pytest.mark.parametrize("env, worker, count, want", [

@@ -62,19 +62,40 @@ def test_inputs_are_not_modified_by_appendkv() -> None:
 
 
 class _LazyBackend(CpuBackend):
-    """Writes only the first half of the query rows of ``o``."""
+    """Writes only the first half of the query rows of ``o`` (the other half keeps the caller's poison)."""
+
+    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
+        before = tensors["o"].copy()
+        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
+        tensors["o"][:, :, problem.seqlen_q // 2:] = before[:, :, problem.seqlen_q // 2:]
+        return res
+
+
+class _NanBackend(CpuBackend):
+    """Writes every element of ``o``, three of them a computed NaN."""
 
     def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
         res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
-        tensors["o"][:, :, problem.seqlen_q // 2:] = np.nan
+        tensors["o"][0, 1, 3, :3] = np.float16("nan")  # the canonical NaN arithmetic produces
         return res
 
 
 def test_unwritten_outputs_are_detected(monkeypatch) -> None:
     monkeypatch.setitem(backends._instances, "cpu", _LazyBackend())
     p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
-    with pytest.raises(UnwrittenOutputError, match=r"output 'o': 2560 of 5120 element\(s\) left unwritten"):
+    with pytest.raises(UnwrittenOutputError, match=r"output 'o': 2560 of 5120 element\(s\) left unwritten \(still "
+                       r"the poison NaN\), first at \(0, 0, 20, 0\)") as err:
         run(p, make_inputs(p, 0), registry=cpu_registry())
+    assert "computed" not in str(err.value)
+
+
+def test_computed_nans_are_called_nan_not_unwritten(monkeypatch) -> None:
+    monkeypatch.setitem(backends._instances, "cpu", _NanBackend())
+    p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
+    with pytest.raises(UnwrittenOutputError, match=r"output 'o': 3 of 5120 element\(s\) are NaN where the reference "
+                       r"is finite \(a NaN the kernel computed\), first at \(0, 1, 3, 0\)") as err:
+        run(p, make_inputs(p, 0), registry=cpu_registry())
+    assert "unwritten" not in str(err.value).split("\n")[0]
 
 
 def test_backward_uses_given_forward_outputs() -> None:

@@ -1,0 +1,343 @@
+"""Containment: the kernel work of every ckfmha item runs in a child process that can be killed.
+
+| event in the child | the item's verdict | reason names |
+|---|---|---|
+| the item's work returns | its own (passed / failed / skipped / error) | -- |
+| a signal kills it (SIGSEGV, SIGABRT, SIGKILL, ...) | ``crashed`` | the signal, the item (shape and kernel), the child's last output |
+| it exits (``os._exit``, ``exit()`` in native code) | ``crashed`` | the exit status, the item, the last output |
+| it runs past ``--ckfmha-timeout`` seconds | ``timeout`` | the limit, the item, the last output; the child's whole process group is killed |
+
+Each pytest process (the only one, or each xdist worker) keeps one child, forked from itself when its first
+ckfmha item runs: the child inherits the collected items, the settings and any backend a ``pytest_ckfmha_backend``
+hook supplies, so every backend is contained the same way.  The child serves item after item (its caches,
+compiled kernels and GPU context stay warm) until it crashes or is killed; the next item forks a fresh child.
+The child runs in its own session (so killing its process group also stops compilers or tools it started),
+dies with its parent (``PR_SET_PDEATHSIG`` on Linux) and writes its stdout/stderr, and faulthandler's traceback
+of a fatal signal, to a log whose tail goes into the failure reason (and, for items that finish, to the item's
+captured output).  Warnings the child raises are re-issued in the parent.
+
+GPU note: a forked child can use CUDA only when the parent never initialized it, so the parent process never
+touches a GPU: the arch is detected in a subprocess (:func:`pytest_ckfmha.options.detect_arch`) and every
+backend call happens in the child.
+
+``--ckfmha-isolation inline`` runs the work in the pytest process itself (for ``--pdb`` and profilers): nothing
+is contained and no timeout is enforced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+#: bytes of the child's log kept for a failure reason / the captured output
+LOG_TAIL_BYTES = 64 * 1024
+#: lines of the child's log quoted in a crash or timeout reason
+REASON_TAIL_LINES = 20
+#: seconds the parent waits for a killed child to be reaped
+REAP_SECONDS = 15.0
+
+
+@dataclass
+class ItemResult:
+    """What running one item produced (plain data: it crosses the process boundary by pickle)."""
+
+    outcome: str  # pytest outcome: passed | failed | skipped
+    verdict: str  # report verdict: passed | failed | skipped | error | crashed | timeout
+    message: str = ""
+    props: dict[str, Any] = field(default_factory=dict)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # ("module:qualname" of the category, message)
+    output: str = ""  # what the child printed while running the item
+
+    @classmethod
+    def error(cls, what: str, exc: BaseException, props: dict[str, Any] | None = None) -> "ItemResult":
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls("failed", "error", f"{what}: {type(exc).__name__}: {exc}\n{tb}", dict(props or {}))
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """'killed by signal 11 (SIGSEGV)' / 'exited with status 3' / 'ended (exit status unknown)'."""
+    if exitcode is None:
+        return "ended (exit status unknown)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-exitcode} ({name})"
+    return f"exited with status {exitcode}"
+
+
+def tail_lines(text: str, n: int = REASON_TAIL_LINES) -> str:
+    """The end of the child's output for a reason; a fatal-signal dump (faulthandler) is kept from its start,
+    where the innermost frames are, after the last lines printed before it."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    fatal = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), None)
+    if fatal is None:
+        return "\n".join(lines[-n:])
+    before = lines[max(0, fatal - n // 2):fatal]
+    return "\n".join(before + lines[fatal:fatal + n - len(before)])
+
+
+def _read_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return (f"[... {size - limit} earlier bytes not shown]\n" + text) if size > limit else text
+
+
+def _set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (best effort elsewhere)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def _child_main(conn, parent_end, resolve: Callable[[str], Callable[[], ItemResult]], log_path: str) -> None:
+    """The child's loop: receive a node id, run its work, send the ItemResult back. Never returns."""
+    import faulthandler
+    import sys
+
+    parent_end.close()  # the parent's end: closing it here lets the parent's close() reach us as EOF
+    try:
+        os.setsid()
+    except OSError:  # pragma: no cover - already a session leader
+        pass
+    _set_parent_death_signal()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    while True:
+        try:
+            nodeid = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            os._exit(0)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            try:
+                result = resolve(nodeid)()
+            except BaseException as e:  # noqa: BLE001 - everything becomes the item's result
+                result = ItemResult.error("the item's work raised", e)
+        result.warnings = [(f"{type(w.message).__module__}:{type(w.message).__qualname__}", str(w.message))
+                           for w in caught]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            conn.send(result)
+        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable value in props
+            conn.send(ItemResult.error("the item's result could not be sent back", e))
+
+
+class ChildExecutor:
+    """Runs items' work in a forked child (see the module doc)."""
+
+    def __init__(self, resolve: Callable[[str], Callable[[], ItemResult]]) -> None:
+        self._resolve = resolve
+        self._proc = None
+        self._conn = None
+        self._dir = Path(tempfile.mkdtemp(prefix="ckfmha-child-"))
+        self._log = self._dir / "child.log"
+        self.started = 0  # children forked so far
+        self.last_backend = ""
+
+    # -- lifecycle
+    def _start(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        with warnings.catch_warnings():
+            # Python >= 3.12 warns about fork() in a process with threads (xdist's execnet IO thread); the child
+            # touches none of that thread's state.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            proc = ctx.Process(target=_child_main, args=(child_conn, parent_conn, self._resolve, str(self._log)),
+                               name="ckfmha-kernel-child", daemon=False)
+            proc.start()
+        child_conn.close()
+        self._proc, self._conn = proc, parent_conn
+        self.started += 1
+
+    def _kill(self) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.kill()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        proc.join(REAP_SECONDS)
+        code = proc.exitcode
+        self._forget()
+        return code
+
+    def _forget(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        """Stop the child (if any) and remove the log directory."""
+        proc = self._proc
+        if proc is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+            proc.join(5.0)
+            if proc.is_alive():
+                self._kill()
+            self._forget()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- one item
+    def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult | int | None, str]:
+        """Run the work of ``nodeid``: ``("done", ItemResult, output)``, ``("crashed", exitcode, output)`` or
+        ``("timeout", None, output)``."""
+        if self._proc is None or not self._proc.is_alive():
+            self._forget()
+            self._start()
+        proc, conn = self._proc, self._conn
+        try:
+            conn.send(nodeid)
+        except (BrokenPipeError, OSError):  # died between items
+            code = self._kill()
+            return "crashed", code, _read_tail(self._log)
+        deadline = None if not timeout_s else time.monotonic() + timeout_s
+        try:
+            while True:
+                wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+                if conn.poll(wait):
+                    try:
+                        result = conn.recv()
+                    except (EOFError, OSError):
+                        proc.join(REAP_SECONDS)
+                        code = proc.exitcode
+                        self._forget()
+                        return "crashed", code, _read_tail(self._log)
+                    return "done", result, _read_tail(self._log)
+                if not proc.is_alive():
+                    code = proc.exitcode
+                    self._forget()
+                    return "crashed", code, _read_tail(self._log)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._kill()
+                    return "timeout", None, _read_tail(self._log)
+        except BaseException:
+            self._kill()  # KeyboardInterrupt / SIGTERM in the parent: never leave the child running
+            raise
+
+
+class InlineExecutor:
+    """``--ckfmha-isolation inline``: the work runs in this process (no containment, no timeout)."""
+
+    def __init__(self, resolve: Callable[[str], Callable[[], ItemResult]]) -> None:
+        self._resolve = resolve
+        self.started = 0
+        self.last_backend = ""
+
+    def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult, str]:
+        try:
+            return "done", self._resolve(nodeid)(), ""
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001
+            return "done", ItemResult.error("the item's work raised", e), ""
+
+    def close(self) -> None:
+        pass
+
+
+def _warning_class(name: str) -> type[Warning]:
+    import builtins
+    import importlib
+
+    module, _, qual = name.rpartition(":")
+    try:
+        obj: Any = importlib.import_module(module) if module else builtins
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return UserWarning
+    return obj if isinstance(obj, type) and issubclass(obj, Warning) else UserWarning
+
+
+def result_of(item, status: str, value, output: str, last_backend: str = "") -> ItemResult:
+    """The ItemResult of a run: the child's own, or one made here for a crashed or timed-out child."""
+    if status == "done":
+        return value
+    tail = tail_lines(output)
+    last = f"\nlast output of the kernel process:\n{tail}" if tail else "\n(the kernel process printed nothing)"
+    settings = item.settings()
+    if status == "crashed":
+        reason = f"{item.item_id}: crashed: the kernel process {describe_exit(value)} while running {item.describe()}"
+        verdict = "crashed"
+    else:
+        reason = (f"{item.item_id}: timeout: still running after {settings.timeout:g} s (--ckfmha-timeout) on "
+                  f"{item.describe()}; the kernel process and its process group were killed")
+        verdict = "timeout"
+    props = item.base_report_props()
+    props["reason"] = reason
+    if last_backend:
+        props["backend"] = last_backend
+    return ItemResult("failed", verdict, reason + last, props)
+
+
+def run_contained(item) -> None:
+    """``runtest`` of every ckfmha item: run ``item.work`` through the process's executor, record the result's
+    report values on the item and turn it into the pytest outcome."""
+    import sys
+
+    import pytest
+
+    from pytest_ckfmha.reporting import plain
+    from pytest_ckfmha.state import get_state
+
+    st = get_state(item.config)
+    executor = st.executor(item.session)
+    status, value, output = executor.run(item.nodeid, st.settings.timeout or None)
+    result = result_of(item, status, value, output, executor.last_backend)
+    if status == "done" and result.props.get("backend"):
+        executor.last_backend = str(result.props["backend"])  # what "auto" resolved to, for crash rows
+    props = dict(result.props)
+    props["verdict"] = result.verdict
+    for k, v in props.items():
+        item.user_properties.append((k, plain(v)))
+    for cls_name, message in result.warnings:
+        warnings.warn(message, _warning_class(cls_name), stacklevel=1)
+    if status == "done" and output.strip():
+        sys.stdout.write(output)  # the child's output becomes the item's captured output
+    if result.outcome == "skipped":
+        pytest.skip(result.message)
+    if result.outcome == "failed":
+        pytest.fail(result.message, pytrace=False)

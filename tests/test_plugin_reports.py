@@ -1,0 +1,168 @@
+"""Complete, atomic reports: one row per collected item, written atomically at the end (also after SIGTERM /
+Ctrl-C) and as checkpoints while the run goes on; the report path is checked before anything runs."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_ckfmha import reporting
+from tests.test_plugin_fixtures import setup
+
+pytest_plugins = ["pytester"]
+
+
+def _start(pytester, args) -> subprocess.Popen:
+    """pytest in a subprocess of its own (so it can be signalled), output to files."""
+    out = open(pytester.path / "out.txt", "w")
+    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=out,
+                            stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
+def _wait_for(pred, timeout=60.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _completed(path: Path) -> int:
+    try:
+        return json.loads(path.read_text())["completed"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_report_has_run_fields(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
+    res.assert_outcomes(passed=4, skipped=1)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert (doc["state"], doc["interrupted"], doc["exit_status"], doc["collected"], doc["completed"]) == \
+        ("complete", False, 0, 5, 5)
+    assert doc["signal"] is None and doc["environment"]["command"].startswith("pytest ")
+    assert not list(pytester.path.glob(".r.json.*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_a_signalled_run_writes_its_report(pytester, monkeypatch, tmp_path, sig, name):
+    base = setup(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
+    monkeypatch.setenv("CKT_SLOW_S", "1.0")
+    proc = _start(pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
+                             "--ckfmha-report", "r.csv", "--ckfmha-report-every", "0.05"])
+    try:
+        assert _wait_for(lambda: _completed(pytester.path / "r.json") >= 2), (pytester.path / "out.txt").read_text()
+        proc.send_signal(sig)
+        rc = proc.wait(60)
+    finally:
+        proc.kill()
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert doc["state"] == "interrupted" and doc["interrupted"] is True and rc == doc["exit_status"] == 2
+    assert doc["signal"] == ("SIGTERM" if name == "SIGTERM" else None)
+    assert doc["collected"] == 8 and len(doc["rows"]) == 8 and 2 <= doc["completed"] < 8
+    not_run = [r for r in doc["rows"] if r["verdict"] == "not_run"]
+    assert len(not_run) == 8 - doc["completed"]
+    assert all("interrupted" in r["reason"] and r["dtype"] == "fp16" for r in not_run)
+    assert (pytester.path / "r.csv").read_text().count("\n") == 9
+
+
+def test_a_killed_run_leaves_its_last_checkpoint(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
+    monkeypatch.setenv("CKT_SLOW_S", "1.0")
+    proc = _start(pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
+                             "--ckfmha-report-every", "0.05"])
+    try:
+        assert _wait_for(lambda: _completed(pytester.path / "r.json") >= 2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    doc = json.loads((pytester.path / "r.json").read_text())  # complete JSON: written atomically
+    assert doc["state"] == "running" and doc["collected"] == 8 and len(doc["rows"]) == 8
+    assert doc["completed"] >= 2 and sum(r["verdict"] == "not_run" for r in doc["rows"]) == 8 - doc["completed"]
+
+
+def test_unwritable_report_path_is_a_usage_error_before_anything_runs(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path, die="exit3")  # would crash, if anything ran
+    (tmp_path / "a_file").write_text("x")
+    bad = tmp_path / "a_file" / "r.json"  # its directory cannot exist (root can write anywhere else)
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", str(bad))
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"*--ckfmha-report: '{bad}' cannot be written (*)*checked before "
+                              "anything runs*"])
+    assert "exited with status 3" not in res.stdout.str() and "collected" not in res.stdout.str()
+
+
+def test_report_path_that_is_a_directory_is_a_usage_error(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    (pytester.path / "d.json").mkdir()
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "d.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--ckfmha-report: 'd.json' is a directory*"])
+
+
+def test_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    reporting.write_reports([path], [{"id": "a", "verdict": "passed", "family": "fwd"}], {"state": "running"})
+    before = path.read_text()
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(reporting.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        reporting.write_reports([path], [], {"state": "complete"})
+    assert path.read_text() == before and json.loads(before)["state"] == "running"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # the temporary file is gone
+
+
+def test_a_report_that_cannot_be_written_at_the_end_fails_the_run(pytester, monkeypatch, tmp_path):
+    base = setup(pytester, monkeypatch, tmp_path)
+    pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + '''
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    import pytest_ckfmha.reporting as r
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+    r.os.fsync = no_space
+''')
+    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
+    assert res.ret == pytest.ExitCode.INTERNAL_ERROR, res.stdout.str()
+    res.stdout.fnmatch_lines(["*ckfmha: ERROR: report not written: *No space left on device*"])
+
+
+def test_rowbook_covers_every_phase():
+    from types import SimpleNamespace as NS
+
+    described = lambda nid: {"id": nid.split("::", 1)[1], "family": "fwd"}  # noqa: E731
+    book = reporting.RowBook(described)
+    book.set_collected(["ckfmha::a::k", "ckfmha::b::k", "ckfmha::c::k", "ckfmha::d::k", "test_x.py::t"])
+
+    def rep(nodeid, when, outcome, props=(), longrepr="boom"):
+        return NS(nodeid=nodeid, when=when, outcome=outcome, passed=outcome == "passed",
+                  failed=outcome == "failed", skipped=outcome == "skipped", user_properties=list(props),
+                  longrepr=longrepr, longreprtext=longrepr, duration=0.5)
+
+    assert book.add(rep("test_x.py::t", "call", "passed")) is None  # not a ckfmha item
+    book.add(rep("ckfmha::a::k", "call", "passed", [("id", "a::k"), ("verdict", "passed")]))
+    book.add(rep("ckfmha::a::k", "teardown", "failed", longrepr="teardown broke"))
+    book.add(rep("ckfmha::b::k", "setup", "failed", longrepr="setup broke"))
+    book.add(rep("ckfmha::c::k", "???", "failed", longrepr="worker gw0 crashed"))
+    rows = {r["nodeid"]: r for r in book.complete("interrupted")}
+    assert list(rows) == ["ckfmha::a::k", "ckfmha::b::k", "ckfmha::c::k", "ckfmha::d::k"]
+    assert rows["ckfmha::a::k"]["verdict"] == "error" and "teardown broke" in rows["ckfmha::a::k"]["reason"]
+    assert rows["ckfmha::b::k"]["verdict"] == "error" and rows["ckfmha::b::k"]["family"] == "fwd"
+    assert rows["ckfmha::c::k"]["verdict"] == "crashed" and "gw0" in rows["ckfmha::c::k"]["reason"]
+    assert rows["ckfmha::d::k"]["verdict"] == "not_run" and rows["ckfmha::d::k"]["reason"] == "interrupted"
+    assert book.completed() == 3
