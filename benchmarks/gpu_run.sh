@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One GPU session's validation run, step by step; everything goes under $OUT (at most 8 files come back).
 #   tests      the GPU unit tests (tests/test_triton_gpu.py)
+#   contain    containment on the GPU: a hung Triton kernel is killed, a GPU fault fails its items alone
+#              (tests/test_containment_gpu.py)
 #   smoke      the forward-family smoke category through the plugin on the Triton backend, -n auto
 #              (the arch is detected: sm90 on H100/H200)
+#   smokeall   the whole smoke category (every family), -n auto, twice: cold, then with a warm Triton cache
 #   gfx942     the same smoke over CK's gfx942 kernel space
 #   parity     the torch parity sweep (benchmarks/parity_torch.py)
 #   bench      the forward benchmark (benchmarks/bench_fwd.py)
@@ -29,6 +32,14 @@ for step in "${steps[@]}"; do
   case $step in
     tests) timeout 150 python3 -m pytest tests/test_triton_gpu.py -q -n 8 -p no:cacheprovider 2>&1 | tail -15 \
              | tee "$OUT/gpu_tests.txt" ;;
+    contain) timeout 240 python3 -m pytest tests/test_containment_gpu.py -v -p no:cacheprovider 2>&1 | tail -15 \
+             | tee "$OUT/containment_gpu.txt" ;;
+    smokeall) for pass in cold warm; do
+                cmd="python3 -m pytest --ckfmha-category smoke -n auto -p no:cacheprovider --ckfmha-report $OUT/smoke_all_$pass.json -q"
+                t0=$(date +%s%N)
+                { echo "\$ $cmd"; timeout 240 $cmd 2>&1 | tail -22; echo "wall $(( ($(date +%s%N) - t0) / 1000000 )) ms"; } \
+                  | tee "$OUT/smoke_all_$pass.txt"
+              done ;;
     smoke) smoke smoke_fwd_sm90 200 ;;
     gfx942) smoke smoke_fwd_gfx942 200 --ckfmha-arch gfx942 ;;
     parity) timeout 400 python3 benchmarks/parity_torch.py "$OUT/parity_torch.json" 2>&1 | tail -30 \
@@ -37,7 +48,7 @@ for step in "${steps[@]}"; do
              | tee "$OUT/bench_fwd.txt" ;;
     causal) timeout 240 python3 benchmarks/tune_fwd.py --only causal --json "$OUT/tune_causal.json" 2>&1 \
               | tee "$OUT/tune_causal.txt" | tail -40 ;;
-    *) echo "unknown step '$step' (tests|smoke|gfx942|parity|bench|causal)"; exit 2 ;;
+    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|parity|bench|causal)"; exit 2 ;;
   esac
   echo "== step $step: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 done

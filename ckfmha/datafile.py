@@ -142,6 +142,10 @@ class StrictYAMLLoader(_SafeLoader):  # type: ignore[misc, valid-type]
 
 def _check_yaml_depth(text: str, source: str) -> None:
     """Nesting depth from the event stream (flat: libyaml's parser keeps its own stack, nothing recurses)."""
+    def too_deep(line: int) -> NestingError:
+        return NestingError(f"{source}: line {line + 1}: nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} "
+                            "levels of lists/mappings")
+
     loader = _SafeLoader(text)
     try:
         depth = 0
@@ -150,10 +154,15 @@ def _check_yaml_depth(text: str, source: str) -> None:
             if isinstance(event, CollectionStartEvent):
                 depth += 1
                 if depth > MAX_NESTING_DEPTH:
-                    raise NestingError(f"{source}: line {event.start_mark.line + 1}: nested deeper than "
-                                       f"MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of lists/mappings")
+                    raise too_deep(event.start_mark.line)
             elif isinstance(event, CollectionEndEvent):
                 depth -= 1
+    except yaml.MarkedYAMLError as e:
+        # libyaml's scanner reads a flow collection ahead and may stop at its own limit (1000 levels in some
+        # builds) before the events above reach ours: the same rule, so the same error.
+        if "nesting depth" in str(e.problem or ""):
+            raise too_deep(e.problem_mark.line if e.problem_mark is not None else 0) from None
+        raise
     finally:
         loader.dispose()
 

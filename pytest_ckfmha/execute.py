@@ -27,7 +27,12 @@ class ItemSkip(Exception):
 
 
 class ItemFailure(Exception):
-    """Fail the item with this (readable) message."""
+    """Fail the item with this (readable) message.  ``raised``: a build or stage raised (the process's device
+    state may be broken, e.g. by a CUDA error, so the kernel child process is replaced after this item)."""
+
+    def __init__(self, message: str, raised: bool = False) -> None:
+        super().__init__(message)
+        self.raised = raised
 
 
 FP8_FNUZ_ARCHS = ("gfx90a", "gfx942")
@@ -142,7 +147,7 @@ def prepare_tensors(problem, plan, inputs: dict, ref: dict) -> tuple[dict, list[
 def _crash(what: str, e: BaseException) -> ItemFailure:
     tb = traceback.extract_tb(e.__traceback__)
     where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-    return ItemFailure(f"{what} crashed: {type(e).__name__}: {e}{where}")
+    return ItemFailure(f"{what} crashed: {type(e).__name__}: {e}{where}", raised=True)
 
 
 def run_plan(backend, plan, problem, tensors: dict, timing: bool, outcome: Outcome | None,

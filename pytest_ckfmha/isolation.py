@@ -54,12 +54,13 @@ class ItemResult:
     message: str = ""
     props: dict[str, Any] = field(default_factory=dict)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # ("module:qualname" of the category, message)
-    output: str = ""  # what the child printed while running the item
+    fresh_process_next: bool = False  # the work raised: the next item gets a new child (its device may be broken)
 
     @classmethod
     def error(cls, what: str, exc: BaseException, props: dict[str, Any] | None = None) -> "ItemResult":
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls("failed", "error", f"{what}: {type(exc).__name__}: {exc}\n{tb}", dict(props or {}))
+        return cls("failed", "error", f"{what}: {type(exc).__name__}: {exc}\n{tb}", dict(props or {}),
+                   fresh_process_next=True)
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -208,6 +209,11 @@ class ChildExecutor:
 
     def close(self) -> None:
         """Stop the child (if any) and remove the log directory."""
+        self.close_child()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def close_child(self) -> None:
+        """Stop the child (if any); the next item forks a new one."""
         proc = self._proc
         if proc is not None:
             try:
@@ -218,7 +224,6 @@ class ChildExecutor:
             if proc.is_alive():
                 self._kill()
             self._forget()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- one item
     def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult | int | None, str]:
@@ -245,7 +250,10 @@ class ChildExecutor:
                         code = proc.exitcode
                         self._forget()
                         return "crashed", code, _read_tail(self._log)
-                    return "done", result, _read_tail(self._log)
+                    output = _read_tail(self._log)
+                    if getattr(result, "fresh_process_next", False):
+                        self.close_child()  # e.g. a CUDA error: the context is unusable for later items
+                    return "done", result, output
                 if not proc.is_alive():
                     code = proc.exitcode
                     self._forget()

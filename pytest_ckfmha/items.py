@@ -96,7 +96,7 @@ class CkfmhaItem(pytest.Item):
             return ItemResult("skipped", "skipped", props["reason"], props)
         except ItemFailure as e:
             props["reason"] = str(e)
-            return ItemResult("failed", "failed", f"{self.item_id}\n{e}", props)
+            return ItemResult("failed", "failed", f"{self.item_id}\n{e}", props, fresh_process_next=e.raised)
         except Exception as e:  # noqa: BLE001 - a bug outside the kernel's stages: an error with its traceback
             props["reason"] = f"{type(e).__name__}: {e}"
             return ItemResult.error(self.item_id, e, props)

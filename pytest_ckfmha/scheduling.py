@@ -74,7 +74,10 @@ class KernelGroupScheduling:
 
     @classmethod
     def from_config(cls, config, log=None) -> "KernelGroupScheduling":
-        from xdist.workermanage import parse_tx_spec_config
+        try:
+            from xdist.workermanage import parse_tx_spec_config
+        except ImportError:  # pytest-xdist < 3.7 names it parse_spec_config
+            from xdist.workermanage import parse_spec_config as parse_tx_spec_config
 
         return cls(len(parse_tx_spec_config(config)), log)
 

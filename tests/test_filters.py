@@ -112,7 +112,7 @@ def test_evaluation_errors_name_expression_kernel_and_cause() -> None:
     assert compile_filter("c.family == 'bwd_dq_dk_dv' and c.tile[7] == 64")(fwd) is False
     with pytest.raises(FilterError) as e:
         compile_filter("c.hdim_q % (c.hdim_q - c.hdim_v) == 0")(fwd)
-    assert f"cannot evaluate on kernel {fwd.kernel_id}: ZeroDivisionError: integer modulo by zero" in str(e.value)
+    assert f"cannot evaluate on kernel {fwd.kernel_id}: ZeroDivisionError: integer" in str(e.value)
 
 
 @pytest.mark.parametrize("expr, message", [

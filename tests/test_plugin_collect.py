@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_plugin_fixtures import setup
+from tests.test_plugin_fixtures import make_project
 
 pytest_plugins = ["pytester"]
 
@@ -15,7 +15,7 @@ def _ids(res):
 
 @pytest.mark.parametrize("category, shapes", [("smoke", 2), ("full", 3), ("nightly", 4)])
 def test_counts_per_category(pytester, monkeypatch, tmp_path, category, shapes):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", category, "--collect-only", "-q")
     ids = _ids(res)
     assert sum(i.endswith("::plan") for i in ids) == shapes
@@ -25,7 +25,7 @@ def test_counts_per_category(pytester, monkeypatch, tmp_path, category, shapes):
 
 
 def test_kernels_respect_mask_and_features_not_just_hdim(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q",
                              "--ckfmha-max-kernels-per-shape", "0")
     ids = _ids(res)
@@ -38,7 +38,7 @@ def test_kernels_respect_mask_and_features_not_just_hdim(pytester, monkeypatch, 
 
 
 def test_cap_is_best_ranked_then_distinct_pipeline_tile(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     full = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
                                    "--ckfmha-max-kernels-per-shape", "0"))
     capped = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
@@ -52,7 +52,7 @@ def test_cap_is_best_ranked_then_distinct_pipeline_tile(pytester, monkeypatch, t
 
 
 def test_ids_are_stable_and_readable(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     a = _ids(pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q"))
     b = _ids(pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q", "-p", "no:randomly"))
     assert a == b and len(set(a)) == len(a)
@@ -61,7 +61,7 @@ def test_ids_are_stable_and_readable(pytester, monkeypatch, tmp_path):
 
 
 def test_filter_and_family_options(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     ids = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
                                   "--ckfmha-filter", "c.pipeline == 'qr_async' or c.mask != 'none'"))
     kernels = [i for i in ids if not i.endswith("::plan")]
@@ -71,7 +71,7 @@ def test_filter_and_family_options(pytester, monkeypatch, tmp_path):
 
 
 def test_marks_groups_and_selection(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + '''
 
 def pytest_collection_finish(session):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_plugin_fixtures import setup
+from tests.test_plugin_fixtures import make_project
 
 pytest_plugins = ["pytester"]
 
 
 def test_filter_matching_no_kernel_is_a_usage_error(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-filter", "c.hdim_q == 96")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*ckfmha: the kernel selection matches no kernel (category smoke, arch gfx942, "
@@ -21,7 +21,7 @@ def test_filter_matching_no_kernel_is_a_usage_error(pytester, monkeypatch, tmp_p
 
 
 def test_no_kernel_serves_any_shape_is_a_usage_error(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     # only the lse kernel survives: it serves none of the smoke shapes (they have no lse)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-filter", "c.lse == True")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
@@ -29,7 +29,7 @@ def test_no_kernel_serves_any_shape_is_a_usage_error(pytester, monkeypatch, tmp_
 
 
 def test_every_item_skipped_fails_the_run_and_allow_empty_accepts_it(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="unavailable")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="unavailable")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     res.assert_outcomes(skipped=5)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
@@ -45,13 +45,13 @@ def test_every_item_skipped_fails_the_run_and_allow_empty_accepts_it(pytester, m
 
 
 def test_a_failing_run_keeps_its_own_exit_status(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="wrong")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="wrong")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     assert res.ret == pytest.ExitCode.TESTS_FAILED and "ckfmha: ERROR" not in res.stdout.str()
 
 
 def test_skip_reasons_name_the_shape(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "-rs")
     res.stdout.fnmatch_lines(["SKIPPED * fwd-fp16-batch-b1h2s16d64: backend testref cannot realize this kernel: "
                               "pipeline qs is not realized by the test backend"])
@@ -67,7 +67,7 @@ def test_skip_reasons_name_the_shape(pytester, monkeypatch, tmp_path):
      "exceeds INT32_MAX"),
 ])
 def test_malformed_matrix_files_are_usage_errors(pytester, monkeypatch, tmp_path, text, words):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     pytester.makefile(".yaml", small=text)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + res.stderr.str()
@@ -76,7 +76,7 @@ def test_malformed_matrix_files_are_usage_errors(pytester, monkeypatch, tmp_path
 
 
 def test_a_non_utf8_matrix_file_is_a_usage_error(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     (pytester.path / "small.yaml").write_bytes(b"schema: 1\nfamily: fwd\n# \xff\xfe\nentries: []\n")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     assert res.ret == pytest.ExitCode.USAGE_ERROR

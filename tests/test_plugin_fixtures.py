@@ -69,7 +69,7 @@ class TestBackend(Backend):
         return Availability.no("no GPU in this test") if self.mode == "unavailable" else Availability.yes()
 
     def device(self):
-        return "test device 0"
+        return f"test device pid {os.getpid()}" if os.environ.get("CKT_DEVICE_PID") else "test device 0"
 
     def supports(self, c):
         return "pipeline qs is not realized by the test backend" if c.pipeline.value == "qs" else None
@@ -79,7 +79,7 @@ class TestBackend(Backend):
 
     def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
         from ckfmha.reference import reference
-        if self.mode == "crash":
+        if self.mode == "crash" or (self.mode == "raise_on" and os.environ["CKT_DIE_ON"] in kernel.config.kernel_id):
             raise RuntimeError("boom: illegal memory access")
         if os.environ.get("CKT_DIE", "") and os.environ.get("CKT_DIE_ON", "@") in kernel.config.kernel_id:
             die(os.environ["CKT_DIE"])
@@ -125,7 +125,7 @@ def pytest_ckfmha_backend(config, name):
 '''
 
 
-def setup(pytester, monkeypatch, tmp_path, mode="ok", die=None, die_on="mask=any"):
+def make_project(pytester, monkeypatch, tmp_path, mode="ok", die=None, die_on="mask=any"):
     """A pytester project: the small matrix, the conftest above; ``die`` makes the kernels whose id contains
     ``die_on`` kill their process (segv, abort, exit3), hang or run slowly (slow: CKT_SLOW_S seconds)."""
     pytester.makefile(".yaml", small=MATRIX)

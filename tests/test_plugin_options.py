@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_plugin_fixtures import setup
+from tests.test_plugin_fixtures import make_project
 
 pytest_plugins = ["pytester"]
 
@@ -28,7 +28,7 @@ pytest_plugins = ["pytester"]
     (["--ckfmha-matrix", "missing.yaml"], "--ckfmha-matrix: 'missing.yaml' does not exist"),
 ])
 def test_bad_values_are_usage_errors(pytester, monkeypatch, tmp_path, args, needle):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     cat = [] if "--ckfmha-category" in args else ["--ckfmha-category", "smoke"]
     res = pytester.runpytest(*base, *cat, *args, "--collect-only")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
@@ -36,7 +36,7 @@ def test_bad_values_are_usage_errors(pytester, monkeypatch, tmp_path, args, need
 
 
 def test_without_category_the_plugin_adds_nothing(pytester, monkeypatch, tmp_path):
-    setup(pytester, monkeypatch, tmp_path)
+    make_project(pytester, monkeypatch, tmp_path)
     pytester.makepyfile(test_plain="def test_one():\n    pass\n")
     res = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q")
     res.stdout.fnmatch_lines(["test_plain.py::test_one", "1 test collected*"])
@@ -44,7 +44,7 @@ def test_without_category_the_plugin_adds_nothing(pytester, monkeypatch, tmp_pat
 
 
 def test_category_alone_runs_only_the_matrix_and_paths_add_tests(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     pytester.makepyfile(test_plain="def test_one():\n    pass\n")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q")
     assert "test_plain.py" not in res.stdout.str()
@@ -54,7 +54,7 @@ def test_category_alone_runs_only_the_matrix_and_paths_add_tests(pytester, monke
 
 
 def test_ini_keys(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     pytester.makeini("[pytest]\nckfmha_max_kernels_per_shape = 1\nckfmha_seed = 7\nckfmha_arch = gfx950\n")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q")
     assert res.ret == 0
@@ -74,9 +74,9 @@ def test_plugin_module_imports_nothing_heavy():
 
 
 def test_unusable_cache_dir_is_one_clear_error(pytester, monkeypatch, tmp_path):
-    from tests.test_plugin_fixtures import setup
+    from tests.test_plugin_fixtures import make_project
 
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     (tmp_path / "a_file").write_text("x")
     monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path / "a_file" / "cache"))
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")

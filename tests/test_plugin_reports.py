@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ckfmha import reporting
-from tests.test_plugin_fixtures import setup
+from tests.test_plugin_fixtures import make_project
 
 pytest_plugins = ["pytester"]
 
@@ -44,7 +44,7 @@ def _completed(path: Path) -> int:
 
 
 def test_report_has_run_fields(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     res.assert_outcomes(passed=4, skipped=1)
     doc = json.loads((pytester.path / "r.json").read_text())
@@ -56,7 +56,7 @@ def test_report_has_run_fields(pytester, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "KeyboardInterrupt")])
 def test_a_signalled_run_writes_its_report(pytester, monkeypatch, tmp_path, sig, name):
-    base = setup(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
+    base = make_project(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
     monkeypatch.setenv("CKT_SLOW_S", "1.0")
     proc = _start(pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
                              "--ckfmha-report", "r.csv", "--ckfmha-report-every", "0.05"])
@@ -77,7 +77,7 @@ def test_a_signalled_run_writes_its_report(pytester, monkeypatch, tmp_path, sig,
 
 
 def test_a_killed_run_leaves_its_last_checkpoint(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
+    base = make_project(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
     monkeypatch.setenv("CKT_SLOW_S", "1.0")
     proc = _start(pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
                              "--ckfmha-report-every", "0.05"])
@@ -93,7 +93,7 @@ def test_a_killed_run_leaves_its_last_checkpoint(pytester, monkeypatch, tmp_path
 
 
 def test_unwritable_report_path_is_a_usage_error_before_anything_runs(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, die="exit3")  # would crash, if anything ran
+    base = make_project(pytester, monkeypatch, tmp_path, die="exit3")  # would crash, if anything ran
     (tmp_path / "a_file").write_text("x")
     bad = tmp_path / "a_file" / "r.json"  # its directory cannot exist (root can write anywhere else)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", str(bad))
@@ -104,7 +104,7 @@ def test_unwritable_report_path_is_a_usage_error_before_anything_runs(pytester, 
 
 
 def test_report_path_that_is_a_directory_is_a_usage_error(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     (pytester.path / "d.json").mkdir()
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "d.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
@@ -127,7 +127,7 @@ def test_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
 
 
 def test_a_report_that_cannot_be_written_at_the_end_fails_the_run(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + '''
 
 @pytest.hookimpl(tryfirst=True)

@@ -9,13 +9,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.test_plugin_fixtures import setup
+from tests.test_plugin_fixtures import make_project
 
 pytest_plugins = ["pytester"]
 
 
 def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
                              "--ckfmha-report", "r.csv", "--junitxml", "j.xml", "-rs")
     res.assert_outcomes(passed=6, skipped=2)  # 2 qs kernel items: the backend cannot realize them
@@ -57,7 +57,7 @@ def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_pa
 
 
 def test_wrong_backend_fails_with_readable_message(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="wrong")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="wrong")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     res.assert_outcomes(failed=4, skipped=1)
     out = res.stdout.str()
@@ -71,14 +71,14 @@ def test_wrong_backend_fails_with_readable_message(pytester, monkeypatch, tmp_pa
 
 
 def test_crash_fails_the_item_not_the_run(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="crash")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="crash")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     res.assert_outcomes(failed=4, skipped=1)
     res.stdout.fnmatch_lines(["*stage fwd (fwd.fp16.batch*) crashed: RuntimeError: boom: illegal memory access*"])
 
 
 def test_unwritten_elements_fail(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="partial")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="partial")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     res.assert_outcomes(failed=4, skipped=1)
     res.stdout.fnmatch_lines(["*output 'o': 1 of 2048 element(s) left unwritten (still the poison NaN), first at "
@@ -87,7 +87,7 @@ def test_unwritten_elements_fail(pytester, monkeypatch, tmp_path):
 
 
 def test_computed_nan_is_called_nan(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="nan")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="nan")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     res.assert_outcomes(failed=4, skipped=1)
     res.stdout.fnmatch_lines(["*output 'o': 1 of 2048 element(s) are NaN where the reference is finite (a NaN the "
@@ -96,12 +96,12 @@ def test_computed_nan_is_called_nan(pytester, monkeypatch, tmp_path):
 
 
 def test_skip_reasons(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode="unavailable")
+    base = make_project(pytester, monkeypatch, tmp_path, mode="unavailable")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "-rs")
     res.assert_outcomes(skipped=5)
     res.stdout.fnmatch_lines(["*backend testref is not available: no GPU in this test*"])
     # the real cpu backend and its FLOP limit
-    base = setup(pytester, monkeypatch, tmp_path, mode=None)
+    base = make_project(pytester, monkeypatch, tmp_path, mode=None)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-backend", "cpu",
                              "--ckfmha-cpu-max-flops", "1000", "-rs")
     res.assert_outcomes(skipped=5)
@@ -109,7 +109,7 @@ def test_skip_reasons(pytester, monkeypatch, tmp_path):
 
 
 def test_cpu_backend_runs_the_hand_built_kernels(pytester, monkeypatch, tmp_path):
-    base = setup(pytester, monkeypatch, tmp_path, mode=None)
+    base = make_project(pytester, monkeypatch, tmp_path, mode=None)
     res = pytester.runpytest(*base, "--ckfmha-category", "full", "--ckfmha-backend", "cpu", "--ckfmha-bench",
                              "--ckfmha-report", "r.json")
     assert res.ret == 0, res.stdout.str()

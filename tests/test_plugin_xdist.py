@@ -7,14 +7,14 @@ import pytest
 
 from pytest_ckfmha.scheduling import KernelGroupScheduling, kernel_groups
 from pytest_ckfmha.xdist_support import assign_gpu
-from tests.test_plugin_fixtures import setup
+from tests.test_plugin_fixtures import make_project
 
 pytest_plugins = ["pytester"]
 
 
 def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
     pytest.importorskip("xdist")
-    base = setup(pytester, monkeypatch, tmp_path)
+    base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "full", "-n", "2", "-v",
                                         "--ckfmha-report", "r.json")
     assert res.ret == 0, res.stdout.str()
