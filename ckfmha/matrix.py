@@ -103,8 +103,16 @@ def category_rank(category: str) -> int:
 
 
 def default_matrix_dir() -> Path:
-    """The packaged matrices (``ckfmha/data/matrices``)."""
-    return Path(str(resources.files("ckfmha") / "data" / "matrices"))
+    """The packaged matrices: ``matrices/`` at the top of a checkout (also what an editable install reads), which
+    a wheel ships as ``ckfmha/matrices/`` (pyproject.toml's package-dir mapping)."""
+    installed = Path(str(resources.files("ckfmha") / "matrices"))
+    if installed.is_dir():
+        return installed
+    checkout = Path(__file__).resolve().parent.parent / "matrices"
+    if checkout.is_dir():
+        return checkout
+    raise MatrixError(f"no packaged matrices: neither {installed} (an installed wheel) nor {checkout} (a checkout) "
+                      "exists")
 
 
 # ---------------------------------------------------------------------------------------------- checking

@@ -32,3 +32,31 @@ def test_ci_builds_fresh_venvs_and_runs_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "python3 -m pytest tests -q" in readme and '-m pytest tests -q' in ci
     assert ci.count("-m venv") == 2 and "floors.txt" in ci
+
+
+def test_the_package_list_covers_the_tree() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([a-z_.]+)"', re.search(r"^packages = \[(.*?)\]", text, re.M | re.S).group(1)))
+    on_disk = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in ROOT.glob("**/__init__.py")
+               if not str(p.relative_to(ROOT)).startswith(("tests", "build", "."))}
+    assert listed == on_disk | {"ckfmha.matrices"}
+
+
+def test_the_wheel_ships_the_matrices_and_data(tmp_path) -> None:
+    import subprocess
+    import sys
+    import zipfile
+
+    import pytest
+
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                         capture_output=True, text=True, timeout=600)
+    offline = ("No matching distribution found", "Could not find a version", "Failed to establish a new connection")
+    if res.returncode != 0 and any(w in res.stderr for w in offline):
+        pytest.skip("cannot build a wheel here: the build backend (setuptools) cannot be fetched from a registry")
+    assert res.returncode == 0, res.stderr
+    (wheel,) = tmp_path.glob("ckfmha-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for m in (ROOT / "matrices").glob("*.yaml"):
+        assert f"ckfmha/matrices/{m.name}" in names
+    assert "ckfmha/data/archs/gfx942.yaml" in names and "pytest_ckfmha/plugin.py" in names
