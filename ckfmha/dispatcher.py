@@ -26,7 +26,10 @@ Selection rules (a candidate is rejected by the first rule it fails; :meth:`Disp
 7. exact feature match: bias, lse, dropout, logits soft-cap, sink, skip_min_seqlen_q, qscale/static quant,
    paged KV, RoPE, deterministic, dbias, KV memory layout / lookup table / page size;
 8. padding: a kernel without seqlen_q (seqlen_k) padding only where every sequence length divides bm0 (bn0);
-   group mode needs both seqlen pads;
+   group mode needs both seqlen pads; the attention stage after append-KV needs the seqlen_k pad whatever the
+   lengths: it reads the post-append seqlen_k per batch from a device array (CK's tile_example passes
+   ``seqlen_k_ptr`` for every KV-cache run, and fmha_fwd_splitkv.py's ``skcheck`` admits a kernel without
+   seqlen_k padding only when ``a.seqlen_k_ptr == nullptr``);
 9. bwd ``max_seq_len_q``: a kernel specialized for short queries only where seqlen_q <= maxq;
 10. the backend can realize the config (``backend.supports``), when a backend is given.
 
@@ -542,8 +545,10 @@ class Dispatcher:
         if p.mode is Mode.GROUP and any(getattr(a, f) == 0 for f in dims):
             return "padding: group mode needs a kernel with seqlen padding"
         lengths = {"seqlen_q": qs, "seqlen_k": ks, "seqlen_knew": (p.seqlen_knew,)}
-        if role in (StageRole.PAGEDKV, StageRole.SPLITKV) and p.family is Family.FWD_APPENDKV:
-            lengths["seqlen_k"] = tuple(p.cache_seqlens)
+        if (p.family is Family.FWD_APPENDKV and "pad_sk" in dims and role is not StageRole.APPENDKV
+                and a.pad_sk == 0):
+            return ("padding: after append-KV the attention reads seqlen_k per batch (the post-append cache "
+                    "lengths, CK's seqlen_k_ptr), which needs a kernel with seqlen_k padding")
         for pad_field, (tile, length_name) in dims.items():
             if getattr(a, pad_field) == 0:
                 bad = [n for n in lengths[length_name] if n == 0 or n % tile]

@@ -18,8 +18,28 @@ So causal top-left is ``(left, right) = (-1, 0)`` (key ``j <= i``) and causal bo
 the bottom-right corner (``j <= i + seqlen_k - seqlen_q``).  A row whose range is empty is *fully masked*.
 
 ``-mask`` strings (both tile_example binaries): ``0`` none; ``1``/``t`` causal top-left; ``2``/``b`` causal
-bottom-right; ``t:l,r`` / ``b:l,r`` windows; ``xt:w`` / ``xb:w`` xformers windows (``w <= 0`` causal, else
-``left = w // 2``, ``right = w - 1 - left``); ``g:y,x`` generic coordinates.
+bottom-right; ``t:l,r`` / ``b:l,r`` windows (``t:l,r,sink`` / ``b:l,r,sink``: a third number, the sink-token
+count of newer CK, is accepted only as 0 -- ckfmha does not model sink tokens); ``xt:w`` / ``xb:w`` xformers
+windows (``w <= 0`` causal, else ``left = w // 2``, ``right = w - 1 - left``); ``g:y,x`` the generic mask (below).
+
+The generic mask ``g:y,x``, as CK's *kernels* build it
+-----------------------------------------------------
+CK's ``mask_info::decode`` (example/ck_tile/01_fmha/mask.hpp) stores ``type = window_generic``, ``y = v0``,
+``x = v1`` *and* ``left = v0``, ``right = v1``; the host passes ``window_size_left = left``,
+``window_size_right = right`` and ``mask_type = 3`` to the kernel, and every kernel (fmha_fwd_kernel.hpp,
+fmha_fwd_splitkv_kernel.hpp, fmha_bwd_kernel.hpp, ...) builds its mask with
+``make_generic_attention_mask_from_lr_window(left, right, seqlen_q, seqlen_k,
+mask_type == MASK_FROM_TOP_LEFT)`` -- for ``g`` that is ``false``.  So ``g:y,x`` is a **bottom-right window with
+left = y and right = x** (negative = unbounded): coordinates ``(1 + y + sq - sk, 1 + x + sk - sq)``.  ckfmha
+follows the kernels (:meth:`MaskSpec.coordinates`).  Example: ``g:2,1`` with sq = sk = 4 lets row 0 see keys
+{0, 1} and row 2 keys {0, 1, 2, 3}.
+
+CK disagrees with itself here: the host reference of the tile_example runners (fmha_fwd_runner.hpp,
+fmha_bwd_runner.hpp) masks ``window_generic`` with ``make_generic_attention_mask_from_lr_window(mask.left,
+mask.right, seqlen_q, seqlen_k)`` whose ``is_top_left`` defaults to ``true`` -- a *top-left* window
+``(1 + y, 1 + x)`` -- and ``mask_info::get_unmaskarea`` (the FLOP count the binaries print) uses ``(y, x)`` as
+raw coordinates.  All three agree when ``seqlen_q == seqlen_k`` except the FLOP count; with ``seqlen_q !=
+seqlen_k`` CK's own validation of a ``g`` mask compares the kernel with a different mask.
 
 The one mask vocabulary of ckfmha (:meth:`MaskSpec.parse`, used by :class:`ckfmha.problem.Problem`, the matrix
 files and ``from_ck_args``) is CK's ``-mask`` syntax above plus the words of :data:`MASK_WORDS`: ``none`` /
@@ -59,6 +79,25 @@ MASK_WORDS: dict[str, str] = {"none": "0", "no_mask": "0", "n": "0", "causal": "
 _INT32_RULE = f"is outside int32 ({INT32_MIN}..{INT32_MAX}; CK holds mask numbers as ck_tile::index_t)"
 
 
+def _check_bounded(what: str, left: int, right: int) -> None:
+    if left < 0 and right < 0:
+        raise MaskError(f"mask: {what} is unbounded on both sides "
+                        "(use no mask instead; CK would build a mask kernel that masks nothing)")
+
+
+def _check_sink(sink: int, whole: str) -> None:
+    """The third number of ``t:l,r,sink`` / ``b:l,r,sink``: newer CK's mask.hpp reads it as ``mask_info.sink``, the
+    number of leading key tokens every query also attends to (StreamingLLM sink tokens; passed as ``sink_size``
+    and selecting a ``has_sink`` kernel when > 0); CK 2025-11's mask.hpp ignored it. ckfmha does not model sink
+    tokens: only 0 (no sink token, the two-number window) is accepted."""
+    if sink < 0:
+        raise MaskError(f"mask: invalid mask value {whole!r} (sink component {sink}: the number of sink tokens "
+                        "must be >= 0)")
+    if sink:
+        raise MaskError(f"mask: {whole!r} has sink component {sink} (StreamingLLM sink tokens, CK's "
+                        "mask_info.sink / sink_size), which ckfmha does not model; only sink 0 is accepted")
+
+
 def _int(text: str, whole: str) -> int:
     try:
         v = int(text.strip())
@@ -72,7 +111,9 @@ def _int(text: str, whole: str) -> int:
 @dataclass(frozen=True, slots=True)
 class MaskSpec:
     """A mask.  ``top_left`` / ``bottom_right`` carry a FlashAttention window ``(left, right)``; negative sizes
-    are normalised to -1 (unbounded); causal is ``(-1, 0)``.  ``generic`` carries CK's raw ``(y, x)``."""
+    are normalised to -1 (unbounded); causal is ``(-1, 0)``.  ``generic`` carries the two numbers of
+    ``g:y,x`` as written (``y``, ``x``); CK's kernels read them as a bottom-right window ``left = y``,
+    ``right = x`` (see the module doc)."""
 
     kind: MaskKind = MaskKind.NONE
     left: int = -1
@@ -101,14 +142,13 @@ class MaskSpec:
             object.__setattr__(self, "right", max(self.right, -1))
             object.__setattr__(self, "y", 0)
             object.__setattr__(self, "x", 0)
-            if self.left < 0 and self.right < 0:
-                raise MaskError(f"mask: window ({self.left},{self.right}) is unbounded on both sides "
-                                "(use no mask instead; CK would build a mask kernel that masks nothing)")
+            _check_bounded(f"window ({self.left},{self.right})", self.left, self.right)
         elif kind is MaskKind.GENERIC:
             object.__setattr__(self, "left", -1)
             object.__setattr__(self, "right", 0)
-            if self.x + self.y < 2:
-                raise MaskError(f"mask: generic coordinates g:{self.y},{self.x} violate CK's rule x + y >= 2")
+            # y and x are the kernel's window sizes (left, right): the same rule as a window
+            _check_bounded(f"generic g:{self.y},{self.x} (a bottom-right window left={self.y}, right={self.x})",
+                           self.y, self.x)
         else:
             object.__setattr__(self, "left", -1)
             object.__setattr__(self, "right", 0)
@@ -151,6 +191,9 @@ class MaskSpec:
                 if "," not in v:
                     raise MaskError(f"mask: invalid mask value {s!r} (expected {t}:a,b)")
                 a, b = v.split(",", 1)
+                if t != "g" and "," in b:  # t:l,r,sink / b:l,r,sink (see _check_sink)
+                    b, sink = b.split(",", 1)
+                    _check_sink(_int(sink, s), s)
                 a, b = _int(a, s), _int(b, s)
                 if t == "g":
                     return cls.generic(a, b)
@@ -193,15 +236,25 @@ class MaskSpec:
         return self.to_ck()
 
     # ----------------------------------------------------------------- semantics
+    def kernel_window(self) -> tuple[int, int, bool]:
+        """``(window_size_left, window_size_right, is_top_left)`` as CK's kernels receive and use them
+        (``make_generic_attention_mask_from_lr_window``): a ``g:y,x`` mask is ``(y, x, False)`` -- mask_info
+        stores left = y, right = x and ``mask_type == MASK_FROM_TOP_LEFT`` is false for it."""
+        if self.kind is MaskKind.NONE:
+            raise MaskError("mask: no mask has no window")
+        if self.kind is MaskKind.GENERIC:
+            return self.y, self.x, False
+        return self.left, self.right, self.kind is MaskKind.TOP_LEFT
+
     def coordinates(self, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
-        """CK's generic ``(y, x)`` for one (seqlen_q, seqlen_k) pair (no mask: ``(seqlen_q, seqlen_k)``)."""
+        """CK's generic ``(y, x)`` for one (seqlen_q, seqlen_k) pair (no mask: ``(seqlen_q, seqlen_k)``), as
+        ``make_generic_attention_mask_coordinates_from_lr_window`` (block_masking.hpp) computes them from
+        :meth:`kernel_window`."""
         if self.kind is MaskKind.NONE:
             return seqlen_q, seqlen_k
-        if self.kind is MaskKind.GENERIC:
-            return self.y, self.x
-        top_left = self.kind is MaskKind.TOP_LEFT
-        left = self.left if self.left >= 0 else (seqlen_q - 1 if top_left else seqlen_k - 1)
-        right = self.right if self.right >= 0 else (seqlen_k - 1 if top_left else seqlen_q - 1)
+        w_left, w_right, top_left = self.kernel_window()
+        left = w_left if w_left >= 0 else (seqlen_q - 1 if top_left else seqlen_k - 1)
+        right = w_right if w_right >= 0 else (seqlen_k - 1 if top_left else seqlen_q - 1)
         if top_left:
             return 1 + left, 1 + right
         return 1 + left + seqlen_q - seqlen_k, 1 + right + seqlen_k - seqlen_q
@@ -225,7 +278,9 @@ class MaskSpec:
         return (j >= start[:, None]) & (j < end[:, None])
 
     def unmasked_area(self, seqlen_q: int, seqlen_k: int) -> int:
-        """Exact count of allowed (query, key) pairs, as CK's ``get_unmaskarea`` (Python int)."""
+        """Exact count of allowed (query, key) pairs (Python int): CK's ``get_unmaskarea`` for every mask but
+        ``g:y,x``, where it counts the area the kernel computes (CK's ``get_unmaskarea`` reads a ``g`` mask's
+        numbers as raw coordinates; see the module doc)."""
         if self.kind is MaskKind.NONE:
             return int(seqlen_q) * int(seqlen_k)
         start, end = self.key_range(seqlen_q, seqlen_k)

@@ -1,4 +1,4 @@
-"""Counter-based random numbers for dropout: Philox4x32 in vectorized NumPy, and ckfmha's dropout mapping.
+"""Counter-based random numbers for dropout: Philox4x32 in vectorized NumPy, and CK's dropout mapping.
 
 Philox4x32-R (Salmon et al., SC'11; Random123) maps a 128-bit counter ``(c0, c1, c2, c3)`` and a 64-bit key
 ``(k0, k1)`` to four uint32 words.  One round is::
@@ -17,26 +17,36 @@ Parameters: ``seed`` (uint64), ``offset`` (uint64), batch index ``b``, query-hea
 
 1. Tile coordinates (CK's 32x32 dropout tile): ``ti = i // 32``, ``tj = j // 32``; inside the tile
    ``r = i % 32``, ``c = j % 32``.
-2. Lane and byte (the MFMA 32x32 accumulator layout: a lane holds one column and 16 rows):
-   ``lane = c + 32 * ((r // 4) % 2)``, ``byte = 4 * (r // 8) + r % 4``  (lane in 0..63, byte in 0..15).
+2. Lane and byte (:func:`tile_lane_byte`; CK's order, the accumulator layout of the swizzled 32x32 warp GEMM
+   ``WarpGemmMfmaF16F16F32M32N32K16SwizzleA``, SFactor 2): ``lane = c + 32 * ((r // 8) % 2)``,
+   ``byte = 8 * (r // 16) + r % 8`` (lane in 0..63, byte in 0..15).  Inversely byte ``k`` of lane ``l`` is
+   row ``16 * (k // 8) + 8 * (l // 32) + k % 8``, column ``l % 32`` -- the formula of CK's host reference
+   ``include/ck_tile/host/reference/reference_batched_dropout_randval.hpp``.
 3. Philox input, as in CK's ``ck_tile::philox``:
    key = ``(seed & 0xffffffff, seed >> 32)``;
    counter low 64 bits = ``offset + (b * nhead + h) * 64 + lane`` (words c0 = low, c1 = high);
    counter high 64 bits = ``(tj << 32) | ti`` (words c2 = ti, c3 = tj).
 4. ``randval = byte ``byte`` of the little-endian concatenation of the four output words`` (uint8),
    using :data:`DROPOUT_ROUNDS` = 7 rounds.
-5. Keep: ``randval <= p_undrop_u8`` with ``p_undrop_u8 = floor((1 - p_drop) * 255)``; kept values are scaled
-   by ``1 / (1 - p_drop)``; dropped values are 0.
+5. Keep: ``randval <= p_undrop_u8(p_drop)`` (:func:`p_undrop_u8`: CK's float32 arithmetic,
+   ``uint8_t(floor(float(1.0 - p_drop) * 255))``); kept values are scaled by ``1 / (1 - p_drop)``; dropped
+   values are 0.
 
-Steps 1, 3, 4 and 5 follow CK's block_dropout.hpp / philox_rand.hpp; step 2 is ckfmha's documented choice of
-the element order inside a 32x32 tile (CK's order depends on the warp-GEMM distribution of each kernel).  A
-kernel that stores its random values (``store_randval``) can always be checked exactly by passing its
-``randval`` to the reference instead (see :mod:`ckfmha.reference.forward`).
+Every step follows CK: ``include/ck_tile/ops/fmha/block/block_dropout.hpp`` (tiles, lane offsets, the
+register order of ``MakeRandValTileDistribution``), ``include/ck_tile/core/utility/philox_rand.hpp`` and the
+host reference above.  The element order inside a tile is one fixed order for every kernel: CK's
+``block_dropout.hpp`` generates the values with the swizzled 32x32 warp-GEMM distribution whatever warp GEMM the
+kernel uses (16x16 MFMA and WMMA kernels generate the same bytes; they only reshuffle them through LDS), so that
+the forward and the backward drop the same elements.  ckfmha's releases before this one used
+``lane = c + 32 * ((r // 4) % 2)``, ``byte = 4 * (r // 8) + r % 4`` (the unswizzled MFMA 32x32x8 C layout); no
+CK version generated that order with this counter -- the pre-ck_tile ``ck::tile_program`` BlockDropout
+("distribution like bwd": rows split ``2 x 2 x 8``, register = ``8 * (r // 16) + r % 8``) and every ck_tile
+``block_dropout.hpp`` since produce the order of step 2 -- so it is not offered as an option.  A kernel that
+stores its random values (``store_randval``) can also be checked by passing its ``randval`` to the reference
+(see :mod:`ckfmha.reference.forward`).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -78,16 +88,38 @@ def philox4x32(counter, key, rounds: int = 10) -> np.ndarray:
 
 
 def p_undrop_u8(p_drop: float) -> int:
-    """The uint8 keep threshold: keep iff randval <= this value."""
-    return int(math.floor((1.0 - float(p_drop)) * 255.0))
+    """The uint8 keep threshold (keep iff ``randval <= p_undrop_u8(p_drop)``), computed as CK computes it.
+
+    CK (``init_dropout`` of fmha_fwd_kernel.hpp / fmha_bwd_kernel.hpp, and the hosts of
+    example/ck_tile/01_fmha)::
+
+        float p_undrop = 1.0 - p_drop;                // p_drop is a float; the difference is rounded to float
+        uint8_t p_undrop_in_uint8_t = uint8_t(std::floor(p_undrop * std::numeric_limits<uint8_t>::max()));
+
+    ``p_undrop * 255`` is a float32 product, so the threshold can be one lower than the exact
+    ``floor((1 - p) * 255)`` (p = 0.6: float32 gives 101.99999 -> 101, float64 102).  This is the one place the
+    threshold is computed (the reference, the cpu backend and the Triton launch all call it)."""
+    p32 = np.float32(p_drop)
+    p_undrop = np.float32(1.0 - np.float64(p32))
+    return int(np.floor(p_undrop * np.float32(255)))
+
+
+def tile_lane_byte(r, c):
+    """CK's position of element (row ``r``, column ``c``) of a 32x32 dropout tile (0 <= r, c < 32): the lane
+    (0..63) whose Philox call produces it and the byte (0..15) of that call's 16 output bytes.
+
+    ``lane = c + 32 * ((r // 8) % 2)``, ``byte = 8 * (r // 16) + r % 8`` -- the inverse of CK's
+    ``i = 16 * (byte / 8) + 8 * (lane / 32) + byte % 8``, ``j = lane % 32``
+    (reference_batched_dropout_randval.hpp; the SwizzleA 32x32 C distribution of block_dropout.hpp).
+    Works on ints and NumPy arrays."""
+    return c + 32 * ((r // 8) % 2), 8 * (r // 16) + r % 8
 
 
 def _tile_order() -> np.ndarray:
     """flat (lane * 16 + byte) index of each element (r, c) of a 32x32 dropout tile."""
     r = np.arange(DROPOUT_TILE)[:, None]
     c = np.arange(DROPOUT_TILE)[None, :]
-    lane = c + 32 * ((r // 4) % 2)
-    byte = 4 * (r // 8) + r % 4
+    lane, byte = tile_lane_byte(r, c)
     return (lane * 16 + byte).astype(np.intp)
 
 

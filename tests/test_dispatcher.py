@@ -173,6 +173,24 @@ def test_kv_cache_decode_plan_appends_then_attends() -> None:
     assert [s.role for s in plan.stages[1:]] in ([StageRole.PAGEDKV], [StageRole.SPLITKV, StageRole.COMBINE])
 
 
+def test_attention_after_appendkv_needs_the_seqlen_k_pad() -> None:
+    """The cache holds 256 keys before the append, 266 after; the attention reads the post-append seqlen_k per
+    batch (CK's seqlen_k_ptr), so only kernels with the seqlen_k pad qualify (fmha_fwd_splitkv.py skcheck)."""
+    p = Problem(family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=32,
+                page_block_size=128)
+    exp = disp().explain(p)
+    attention = [s for s in exp.stages if s.role in (StageRole.FWD, StageRole.PAGEDKV, StageRole.SPLITKV)]
+    assert attention and all(s.chosen is not None and s.chosen.pad_sk for s in attention)
+    rejected = [v for s in attention for v in s.verdicts if v.config.pad_sk == 0]
+    assert rejected and all(v.reason.startswith("padding: after append-KV the attention reads seqlen_k per batch")
+                            for v in rejected if v.reason and v.reason.startswith("padding"))
+    assert any(v.reason and "CK's seqlen_k_ptr" in v.reason for v in rejected)
+    # an aligned post-append length changes nothing: still the pad
+    aligned = p.replace(seqlen_k=256 + 128, seqlen_knew=128)
+    assert all(s.kernel.pad_sk for s in disp().select(aligned).stages if s.role is not StageRole.APPENDKV
+               and s.role is not StageRole.COMBINE)
+
+
 def test_fp32_backward_has_no_convert_stage_unless_deterministic() -> None:
     from ckfmha.dispatcher import Dispatcher as D
 

@@ -31,7 +31,7 @@ def test_causal_equivalences_and_printing():
     assert MaskSpec.parse("0").ck_printed() == "n"
 
 
-@pytest.mark.parametrize("bad", ["3", "t:1", "q:1,2", "t:a,b", "xt:z", "g:0,1", "t:-1,-1"])
+@pytest.mark.parametrize("bad", ["3", "t:1", "q:1,2", "t:a,b", "xt:z", "g:-1,-1", "t:-1,-1"])
 def test_parse_errors(bad):
     with pytest.raises(MaskError, match="mask"):
         MaskSpec.parse(bad)
@@ -54,6 +54,20 @@ def test_key_range_matches_formula(spec, sq, sk):
     want = brute(y, x, sq, sk).reshape(sq, sk)
     assert np.array_equal(m.allowed(sq, sk), want)
     assert m.unmasked_area(sq, sk) == int(want.sum())
+
+
+def test_generic_mask_is_the_kernels_bottom_right_window():
+    # mask.hpp: g:y,x stores left = y, right = x; the kernels build a bottom-right window from them
+    # (make_generic_attention_mask_from_lr_window(..., mask_type == MASK_FROM_TOP_LEFT) is false for g)
+    m = MaskSpec.parse("g:2,1")
+    assert m.kind is MaskKind.GENERIC and (m.y, m.x) == (2, 1) and m.kernel_window() == (2, 1, False)
+    assert m.coordinates(4, 4) == (3, 2)
+    assert m.coordinates(3, 9) == (1 + 2 + 3 - 9, 1 + 1 + 9 - 3) == MaskSpec.window(2, 1, True).coordinates(3, 9)
+    assert [np.flatnonzero(r).tolist() for r in m.allowed(4, 4)] == [[0, 1], [0, 1, 2], [0, 1, 2, 3], [1, 2, 3]]
+    # negative = unbounded, as for a window: left -> sk - 1, right -> sq - 1
+    assert MaskSpec.parse("g:-1,0").allowed(5, 8).tolist() == MaskSpec.causal(True).allowed(5, 8).tolist()
+    with pytest.raises(MaskError, match="no mask has no window"):
+        MaskSpec().kernel_window()
 
 
 def test_bottom_right_semantics():

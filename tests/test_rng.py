@@ -38,8 +38,8 @@ def test_dropout_mapping_is_documented_contract():
     rv = rng.dropout_randval(seed, offset, b, h, nhead, np.arange(40), np.arange(70))
     for i, j in [(0, 0), (5, 33), (39, 69), (31, 31), (12, 7)]:
         r, c = i % 32, j % 32
-        lane = c + 32 * ((r // 4) % 2)
-        byte = 4 * (r // 8) + r % 4
+        lane = c + 32 * ((r // 8) % 2)  # CK's order (reference_batched_dropout_randval.hpp)
+        byte = 8 * (r // 16) + r % 8
         sub = offset + (b * nhead + h) * 64 + lane
         words = _philox_scalar([sub & 0xFFFFFFFF, sub >> 32, i // 32, j // 32],
                                [seed & 0xFFFFFFFF, seed >> 32], 7)
@@ -56,6 +56,7 @@ def test_dropout_subranges_and_heads_consistent():
 def test_keep_rate_and_threshold():
     assert rng.p_undrop_u8(0.2) == 204
     assert rng.p_undrop_u8(0.0) == 255
+    assert rng.p_undrop_u8(0.6) == 101  # CK's float32 arithmetic; float64 would give 102
     rv = rng.dropout_randval(1, 0, 0, np.arange(4), 4, np.arange(128), np.arange(128))
     keep = rng.dropout_keep(rv, 0.2)
     assert abs(keep.mean() - 205 / 256) < 0.01

@@ -68,9 +68,11 @@ def test_bias_and_alibi(bias: str, rank: int, mask: str) -> None:
     assert_valid(p, out, ref)
 
 
-@pytest.mark.parametrize("mask", ["0", "b"])
-def test_dropout_matches_reference_exactly(mask: str) -> None:
-    p = Problem(dtype="bf16", p_drop=0.2, drop_seed=0x1234_5678_9ABC, drop_offset=77, lse=True, mask=mask, **BASE)
+@pytest.mark.parametrize("mask,p_drop", [("0", 0.2), ("b", 0.2), ("b", 0.6)])
+def test_dropout_matches_reference_exactly(mask: str, p_drop: float) -> None:
+    # p = 0.6: CK's float32 keep threshold is 101 (float64 would give 102); randval is CK's tile order
+    p = Problem(dtype="bf16", p_drop=p_drop, drop_seed=0x1234_5678_9ABC, drop_offset=77, lse=True, mask=mask,
+                **BASE)
     from ckfmha.reference.forward import reference_forward
 
     inputs = make_inputs(p, 3)
@@ -86,6 +88,18 @@ def test_dropout_matches_reference_exactly(mask: str) -> None:
     mism = (rv_gpu != rv_ref) & allowed
     assert not mism.any(), f"{int(mism.sum())} random values differ, first at {np.argwhere(mism)[0]}"
     assert_valid(p, tensors, ref, ("o", "lse"))
+
+
+def test_generic_mask_launches_as_cks_bottom_right_window() -> None:
+    # -mask=g:y,x: CK's kernels read y, x as the window (left, right) from the bottom-right corner (mask.hpp,
+    # make_generic_attention_mask_from_lr_window); BASE has seqlen_q != seqlen_k, where that differs from a
+    # top-left window or raw coordinates
+    from ckfmha.backends.triton.launch import _mask_args
+
+    assert _mask_args(Problem(dtype="fp16", mask="g:40,70", **BASE)) == (2, 40, 70, 0, 0, 0)
+    assert _mask_args(Problem(dtype="fp16", mask="g:-1,3", **BASE))[:3] == (2, -1, 3)
+    assert _mask_args(Problem(dtype="fp16", mask="t:5,2", **BASE))[:3] == (1, 5, 2)
+    assert _mask_args(Problem(dtype="fp16", mask="0", **BASE)) == (0, -1, 0, 0, 0, 2)  # ALiBi: bottom-right
 
 
 @pytest.mark.parametrize("cap", [0.0, 10.0])

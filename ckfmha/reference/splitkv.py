@@ -1,7 +1,8 @@
 """Split-KV reference (``fwd_splitkv``): per-split partial O and LSE, and the combine.
 
 CK splits the key axis of every sequence into ``num_splits`` equal chunks of ``max(1, ceil(sk / num_splits))``
-keys (split ``i`` covers ``[i * n, min(sk, (i + 1) * n))``; trailing splits may be empty).  Each split computes
+keys (split ``i`` covers ``[i * n, min(sk, (i + 1) * n))``; trailing splits may be empty; not rounded to the key
+tile: ``GetTileRangeAlongX(i_y, ..., num_splits, i_split)`` of block_masking.hpp).  Each split computes
 its own normalised partial output ``o_acc[i]`` and ``lse_acc[i]`` over its keys (mask positions use the whole
 sequence; an empty or fully masked split gives o = 0, lse = -inf; a sink logit counts in split 0 only).  The
 combine is ``lse = log(sum_i exp(lse_i))`` and ``o = sum_i exp(lse_i - lse) * o_i`` (o = 0 where lse = -inf).
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha.reference._core import from_hsd, to_hsd
+from ckfmha.reference._core import from_hsd
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import kv_sources
 
 
 def split_ranges(sk: int, num_splits: int) -> list[tuple[int, int]]:
+    """The key range ``[lo, hi)`` of each split (see the module doc)."""
     n = max(1, -(-sk // num_splits))
     return [(min(sk, i * n), min(sk, (i + 1) * n)) for i in range(num_splits)]
 

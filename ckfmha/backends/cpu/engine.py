@@ -8,19 +8,22 @@ the same inputs the same way.
 
 Forward (:func:`attend_tiled`), as CK's ``qr``/``qr_async`` pipelines: for each query tile of ``bm0`` rows the key
 tiles of ``bn0`` keys the mask leaves (CK's ``GetTileRangeAlongX``, tile-aligned), intersected with the split's key
-range, are visited in order. Per key tile: ``s = (q k^T) * scale`` -> soft-cap ``cap * tanh(s / cap)`` -> ``+ bias``
-(elementwise or ALiBi) -> mask (-inf) ; running row max ``m`` and sum ``l`` with rescaling of the accumulator by
-``exp(m_old - m_new)``; ``l`` sums the fp32 probabilities; dropout zeroes the dropped ones (same Philox mapping as
-the reference, :mod:`ckfmha.rng`); the kept probabilities are rounded to the kernel's P type (fp16/bf16 through
-ml_dtypes) before ``P V``. At the end ``o = acc / l`` (times ``1 / (1 - p_drop)``) and ``lse = m + log(l)``;
-a sink logit starts the running state at ``m = sink, l = 1``. Rows with no allowed key give o = 0, lse = -inf.
+range (:func:`split_key_ranges`: ``max(1, ceil(sk / num_splits))`` keys per split, not tile-aligned), are visited
+in order, starting at the first key of that intersection. Per key tile: ``s = (q k^T) * scale`` -> soft-cap
+``cap * tanh(s / cap)`` -> ``+ bias`` (elementwise or ALiBi) -> mask (-inf) ; running row max ``m`` and sum ``l``
+with rescaling of the accumulator by ``exp(m_old - m_new)``; ``l`` sums the fp32 probabilities; dropout zeroes
+the dropped ones (same Philox mapping and keep threshold as the reference, :mod:`ckfmha.rng`); the kept
+probabilities are rounded to the kernel's P type (fp16/bf16 through ml_dtypes) before ``P V``. At the end
+``o = acc / l`` (times ``1 / (1 - p_drop)``) and ``lse = m + log(l)``; a sink logit starts the running state at
+``m = sink, l = 1``. Rows with no allowed key give o = 0, lse = -inf.
 
 Backward (:func:`backward_tiled`), as CK's dq_dk_dv kernel: each key tile (``bn0`` keys, one work-group per head
 in CK) loops over the query tiles (``bm0``) it can see, recomputes ``P = exp(s - LSE)``, and accumulates
 ``dV += (P Z / pk)^T dO`` (P rounded to the input type), ``dP = dO V^T`` (dropout-masked and scaled),
 ``dS = P (dP - D)``, ``dK += scale dS^T Q`` and adds ``scale dS K`` to the fp32 dQ accumulator -- into the key
 tile's own slice when deterministic, else into slice 0 (CK's atomics). dS is rounded to the input type before the
-two GEMMs. dK/dV are produced per q-head and reduced over the head groups (GQA) by the caller.
+two GEMMs. dK/dV (and dBias) are produced per q-head, CK's raw layout; the reduction over a K/V head's group of
+q-heads (GQA) is the runner's host step, not the kernel's.
 """
 
 from __future__ import annotations
@@ -56,12 +59,20 @@ def tile_key_range(p: Problem, sq: int, sk: int, rows: np.ndarray, bn0: int) -> 
     return lo, hi
 
 
-def split_key_ranges(sk: int, num_splits: int, bn0: int) -> list[tuple[int, int]]:
-    """Split-KV: split ``i`` covers a contiguous run of ``ceil(ceil(sk / bn0) / num_splits)`` key tiles
-    (trailing splits may be empty)."""
-    nblk = max(1, -(-sk // bn0))
-    per = max(1, -(-nblk // num_splits))
-    return [(min(sk, i * per * bn0), min(sk, (i + 1) * per * bn0)) for i in range(num_splits)]
+def split_key_ranges(sk: int, num_splits: int) -> list[tuple[int, int]]:
+    """Split-KV: the keys ``[lo, hi)`` of each split, as CK's ``GetTileRangeAlongX(i_y, ..., num_splits,
+    i_split)`` (block_masking.hpp): ``x_per_split = max(1, ceil(sk / num_splits))`` keys -- not rounded to the
+    key tile -- split ``i`` from ``x_per_split * i`` to ``min(sk, x_per_split * (i + 1))`` (trailing splits may
+    be empty). The split-KV pipeline then walks ``bn0``-key tiles from the split's first key and masks the keys
+    past its last one (kHasUnevenSplits, block_fmha_fwd_splitkv_pipeline_qr_ks_vs.hpp)."""
+    if num_splits < 1:
+        raise ValueError(f"split_key_ranges: num_splits must be >= 1, got {num_splits}")
+    per = max(1, -(-sk // num_splits))
+    ranges = []
+    for i in range(num_splits):
+        lo = min(sk, per * i)
+        ranges.append((lo, min(sk, lo + per)))
+    return ranges
 
 
 def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:

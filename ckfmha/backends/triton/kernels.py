@@ -4,8 +4,9 @@ and the split-KV combine. Imported only by the triton backend (this module impor
 Numerics follow ckfmha's reference (ckfmha/reference/_core.py) term by term:
 ``s = scale * q.k`` -> soft-cap ``cap * tanh(s / cap)`` -> ``+ bias`` / ALiBi -> mask -> online softmax in the
 base-2 domain (the optional sink logit seeds the running max and sum) -> dropout on the normalised
-probabilities with ckfmha's Philox mapping (ckfmha/rng.py: bit-exact keep/drop) -> P (rounded to the input
-type) @ V. LSE is natural-log and includes the sink; a row with no key gives O = 0 and LSE = -inf.
+probabilities with CK's Philox mapping (ckfmha/rng.py: bit-exact keep/drop; the launch passes the integer keep
+threshold of rng.p_undrop_u8) -> P (rounded to the input type) @ V. LSE is natural-log and includes the sink; a
+row with no key gives O = 0 and LSE = -inf.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl.constexpr):
-    """uint8-valued randvals (as int32) for rows x cols of sequence-relative positions (ckfmha/rng.py)."""
+    """uint8-valued randvals (as int32) for rows x cols of sequence-relative positions (ckfmha/rng.py).
+    Lane and byte inside the 32x32 tile: CK's order (rng.tile_lane_byte; block_dropout.hpp,
+    reference_batched_dropout_randval.hpp)."""
     r = rows % 32
     c = cols % 32
-    lane = c + 32 * ((r // 4) % 2)
-    byte = 4 * (r // 8) + r % 4
+    lane = c + 32 * ((r // 8) % 2)
+    byte = 8 * (r // 16) + r % 8
     add = (bh * 64 + lane).to(tl.uint32)
     # the scalar words may arrive as compile-time ints (Triton specializes 1) or int64 tensors: widen, then cut
     zero = tl.zeros_like(lane).to(tl.int64)
@@ -245,7 +248,9 @@ def attn_fwd_kernel(
     v_dmask = offs_dv < HDIM_V
     mrow = offs_m < nrows
 
-    # ---- mask coordinates (CK's generic (y, x)) and this program's key range
+    # ---- mask coordinates (CK's generic (y, x)) and this program's key range; kind 1/2 = top-left/bottom-right
+    # window (a g:y,x mask arrives as the bottom-right window left=y, right=x, as CK's kernels read it; kind 3,
+    # raw coordinates mask_y/mask_x, is not launched)
     if HAS_MASK:
         y = tl.where(mask_kind == 1, tl.where(mask_left < 0, sq, 1 + mask_left),
                      tl.where(mask_kind == 2, tl.where(mask_left < 0, sq, 1 + mask_left + sq - sk), mask_y))

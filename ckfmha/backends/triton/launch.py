@@ -148,14 +148,20 @@ def check_preconditions(c: KernelConfig, p: Problem) -> None:
 
 # ------------------------------------------------------------------------------------------ forward
 def _mask_args(p: Problem) -> tuple[int, int, int, int, int, int]:
-    """(mask_kind, left, right, y, x, alibi_mode) runtime arguments."""
+    """(mask_kind, left, right, y, x, alibi_mode) runtime arguments.
+
+    mask_kind 1 / 2 is a top-left / bottom-right window ``(left, right)`` the kernel turns into coordinates per
+    sequence. A ``g:y,x`` mask is sent as what CK's kernels make of it (MaskSpec.kernel_window: a bottom-right
+    window left = y, right = x), so the kernel's raw-coordinate kind 3 is never launched."""
     from ckfmha.masking import MaskKind
 
     m = p.mask
-    kind = {MaskKind.NONE: 0, MaskKind.TOP_LEFT: 1, MaskKind.BOTTOM_RIGHT: 2, MaskKind.GENERIC: 3}[m.kind]
-    # generic masks never come with ALiBi (the problem rejects it): any value will do there
+    # no mask: ALiBi bottom-right; generic masks never come with ALiBi (the problem rejects it): any value will do
     alibi = {"vertical": 0, "top_left": 1, "bottom_right": 2}.get(m.alibi_mode(), 0)
-    return kind, m.left, m.right, m.y, m.x, alibi
+    if m.kind is MaskKind.NONE:
+        return 0, m.left, m.right, 0, 0, alibi
+    left, right, top_left = m.kernel_window()
+    return (1 if top_left else 2), left, right, 0, 0, alibi
 
 
 def pack_gqa(c: KernelConfig, p: Problem) -> bool:
