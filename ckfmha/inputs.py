@@ -77,6 +77,38 @@ def lse_shape(p: Problem) -> tuple[int, ...]:
     return (1, p.nhead_q, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.nhead_q, p.seqlen_q)
 
 
+def _bwd_rows(p: Problem) -> tuple[int, int, int]:
+    """(batch axis, query rows, key rows) of the backward's per-head buffers: (batch, seqlen_q, seqlen_k), group
+    mode (1, total_q, sum(s_kpad))."""
+    if p.mode is Mode.GROUP:
+        return 1, p.total_q, p.seqstart_k[-1]
+    return p.batch, p.seqlen_q, p.seqlen_k
+
+
+def dk_raw_shape(p: Problem) -> tuple[int, ...]:
+    """CK's raw dK: one slice per *q*-head, in the input layout -- (b, hq, sk, hdim_q) / bshd; group mode
+    (1, hq, sum(s_kpad), hdim_q).  fmha_bwd_runner.hpp allocates ``dk_host`` with ``nhead`` (not ``nhead_k``)
+    and the dq_dk_dv kernel (fmha_bwd_kernel.hpp) writes head ``i_nhead`` at ``i_nhead * nhead_stride_dk``."""
+    nb, _, nk = _bwd_rows(p)
+    return seq_shape(p.input_layout, nb, p.nhead_q, nk, p.hdim_q)
+
+
+def dv_raw_shape(p: Problem) -> tuple[int, ...]:
+    """CK's raw dV: as :func:`dk_raw_shape` with ``hdim_v``."""
+    nb, _, nk = _bwd_rows(p)
+    return seq_shape(p.input_layout, nb, p.nhead_q, nk, p.hdim_v)
+
+
+def dbias_raw_shape(p: Problem) -> tuple[int, ...]:
+    """CK's raw dBias: every q-head of every batch whatever the bias's rank, ``max_seqlen_k`` columns, in the
+    input layout -- (b, hq, sq, max_sk) (``-iperm=1``) or (b, sq, hq, max_sk) (``-iperm=0``); group mode
+    (1, hq, total_q, max_sk) / (1, total_q, hq, max_sk).  fmha_bwd_runner.hpp: ``dbias_host`` =
+    ``get_lengths(i_perm, shape_batch, nhead, shape_seqlen_q, max_seqlen_k)``, ``stride_dbias = i_perm ?
+    max_seqlen_k : nhead * max_seqlen_k``, ``batch_stride_dbias = nhead * shape_seqlen_q * max_seqlen_k``."""
+    nb, nq, _ = _bwd_rows(p)
+    return seq_shape(p.input_layout, nb, p.nhead_q, nq, p.seqlen_k)
+
+
 def bias_shape(p: Problem) -> tuple[int, ...]:
     """Elementwise bias: rank 0 (1,1,sq,sk), 1 (1,h,sq,sk), 2 (b,h,sq,sk); group mode rows are packed tokens
     (1, 1|h, total_q, max_seqlen_k)."""

@@ -6,6 +6,10 @@
 2. Every output of the plan is allocated and poisoned with NaN (:func:`output_specs`); inputs are never modified
    (append-KV's in-place cache update and rotated ``q`` work on copies, returned as outputs).
 3. The stages run in order through ``backend.build`` (cached on disk) and ``backend.run_stage``.
+   The backward's dq_dk_dv kernel writes CK's raw layouts (``dk_raw`` / ``dv_raw`` per q-head, ``dbias_raw``
+   per q-head and batch); then the host step :func:`reduce_gradients` -- what CK's callers do after the kernel
+   (FlashAttention's mha_bwd.cpp sums ``dk_expanded`` over each K/V head's q-heads) -- writes the user-facing
+   ``dk`` / ``dv`` (K/V's shapes) and ``dbias`` (the bias's shape).  Both forms are returned.
 4. No output element may be left unwritten: a NaN left in a float output, while every float input is finite (so
    the reference is finite there), raises :class:`UnwrittenOutputError` naming the output and the count.
 
@@ -24,7 +28,8 @@ import numpy as np
 
 from ckfmha.backends import BackendError, get_backend
 from ckfmha.dispatcher import Dispatcher, Explanation, Plan, StageRole
-from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
+from ckfmha.inputs import (bias_shape, dbias_raw_shape, dk_raw_shape, dv_raw_shape, kv_shapes, lse_shape,
+                           o_shape, output_dtype, q_shape, storage_dtype)
 from ckfmha.kernel import Family, Mode
 from ckfmha.poison import census, is_float, poisoned
 from ckfmha.problem import Layout, Problem
@@ -95,13 +100,48 @@ def output_specs(problem: Problem, plan: Plan) -> dict[str, tuple[tuple[int, ...
         elif st.role is StageRole.DQ_DK_DV:
             from ckfmha.backends.cpu.stages import dq_acc_shape
 
+            sdt = storage_dtype(p.dtype)
+            k_shape, v_shape = kv_shapes(p)
             out["dq_acc"] = (dq_acc_shape(p, c.tile[1]), f32)
-            out["dq"] = ((0,), f32)  # placeholder, shaped from the inputs in run()
-            out["dk"] = ((0,), f32)
-            out["dv"] = ((0,), f32)
-            if p.dbias:
-                out["dbias"] = ((0,), f32)
+            out["dq"] = (q_shape(p), sdt)
+            out["dk_raw"] = (dk_raw_shape(p), sdt)  # the kernel's, per q-head
+            out["dv_raw"] = (dv_raw_shape(p), sdt)
+            out["dk"] = (k_shape, sdt)  # the host reduction's (reduce_gradients)
+            out["dv"] = (v_shape, sdt)
+            if p.dbias:  # dtype: the bias's (prepare_tensors)
+                out["dbias_raw"] = (dbias_raw_shape(p), sdt)
+                out["dbias"] = (bias_shape(p), sdt)
     return out
+
+
+def reduce_gradients(problem: Problem, tensors: dict) -> list[str]:
+    """The backward's host step after the kernels: reduce CK's raw ``dk_raw`` / ``dv_raw`` (/ ``dbias_raw``) in
+    ``tensors`` to the user-facing ``dk`` / ``dv`` (K/V's shapes, summed over each K/V head's q-heads) and
+    ``dbias`` (the bias's shape, summed over its broadcast axes) with
+    :func:`ckfmha.reference.backward.reduce_raw_gradients`: sums in float32, rounded once to K/V's (the bias's)
+    dtype, written into the arrays ``tensors`` holds under those names when their shapes and dtypes fit.
+    Returns the names written; a :class:`~ckfmha.reference.backward.RawLayoutError` when a raw buffer is missing
+    or not in CK's raw shape."""
+    from ckfmha.reference.backward import RAW_NAMES, RawLayoutError, reduce_raw_gradients
+
+    p = problem
+    wanted = ["dk_raw", "dv_raw"] + (["dbias_raw"] if p.dbias else [])
+    missing = [n for n in wanted if n not in tensors]
+    if missing:
+        raise RawLayoutError(f"{', '.join(missing)}: no such output to reduce (the dq_dk_dv stage writes CK's raw "
+                             f"gradients; have: {', '.join(sorted(tensors))})")
+    dtypes = {"dk": np.asarray(tensors["k"]).dtype, "dv": np.asarray(tensors["v"]).dtype}
+    if p.dbias:
+        dtypes["dbias"] = np.asarray(tensors["bias"]).dtype
+    bias = np.shape(tensors["bias"]) if p.dbias else None
+    reduced = reduce_raw_gradients(p, {n: tensors[n] for n in wanted}, bias, dtypes)
+    for name, value in reduced.items():
+        dst = tensors.get(name)
+        if isinstance(dst, np.ndarray) and dst.shape == value.shape and dst.dtype == value.dtype:
+            dst[...] = value
+        else:
+            tensors[name] = value
+    return [n for n in RAW_NAMES if n in reduced]
 
 
 def _forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -128,12 +168,9 @@ def prepare_tensors(problem: Problem, plan: Plan, inputs: dict,
                 tensors[name] = np.array(tensors[name], copy=True)
                 in_place.append(name)
     specs = output_specs(p, plan)
-    sdt = storage_dtype(p.dtype)
     for name, (shape, dtype) in specs.items():
-        if name in ("dq", "dk", "dv"):
-            shape, dtype = tensors[{"dq": "q", "dk": "k", "dv": "v"}[name]].shape, sdt
-        elif name == "dbias":
-            shape, dtype = tensors["bias"].shape, tensors["bias"].dtype
+        if name in ("dbias", "dbias_raw"):
+            dtype = tensors["bias"].dtype
         tensors[name] = poisoned(shape, dtype)
     return tensors, list(specs) + in_place
 
@@ -168,8 +205,9 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
     ``timing`` measures each stage.
 
     Returns a :class:`RunResult`: ``outputs`` (name -> array: ``o`` and ``lse`` for the forward family, the
-    split-KV partials ``o_acc`` / ``lse_acc``, ``dq`` / ``dk`` / ``dv`` (/ ``dbias``) and ``d`` / ``dq_acc``
-    for the backward, the updated caches for append-KV), ``plan`` (the stages and kernels that ran),
+    split-KV partials ``o_acc`` / ``lse_acc``; for the backward the user-facing ``dq`` / ``dk`` / ``dv``
+    (/ ``dbias``), CK's raw ``dk_raw`` / ``dv_raw`` (/ ``dbias_raw``) they were reduced from, and ``d`` /
+    ``dq_acc``; the updated caches for append-KV), ``plan`` (the stages and kernels that ran),
     ``device_ms`` and ``stage_ms`` (with ``timing``).  Compare the outputs with
     :func:`ckfmha.reference.reference` through :func:`ckfmha.validator.validate`.
 
@@ -194,6 +232,8 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
         res = be.run_stage(kernel, st, p, tensors, timing=timing)
         t_all += (time.perf_counter() - t0) * 1e3
         stage_ms.append(res.device_ms)
+    if p.is_backward:
+        reduce_gradients(p, tensors)
     outputs = {n: tensors[n] for n in written}
     inputs_finite = all(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
                         for a in inputs.values() if isinstance(a, np.ndarray) and is_float(a))

@@ -1,5 +1,11 @@
 """Running one item: skip checks -> plan -> inputs (seed) -> reference (cached) -> NaN-poisoned outputs -> build
-and run every stage -> unwritten-element check -> validator.
+and run every stage -> (backward plan items: the host reduction of the raw gradients) -> unwritten-element check
+-> validator.
+
+What is compared (:func:`output_names`): a kernel item judges its kernel's own output -- for the backward CK's
+raw layouts ``dk_raw`` / ``dv_raw`` (per q-head) and ``dbias_raw`` (per q-head and batch) against the
+reference's raw ones; a plan item judges the plan's user-facing result -- ``dk`` / ``dv`` / ``dbias`` after
+:func:`ckfmha.runner.reduce_gradients` -- against the reference's reduced ones.
 
 The tensor contract is :mod:`ckfmha.runner`'s (``output_specs``: every output of the plan allocated and poisoned
 with NaN; append-KV works on copies of q/k/v/caches; the backward gets the reference forward's ``o``/``lse``), but
@@ -92,10 +98,17 @@ class Outcome:
     backend: str = ""
 
 
-def output_names(problem, plan) -> list[str]:
+def output_names(problem, plan, kernel_item: bool = False) -> list[str]:
+    """The outputs an item is judged on.  Backward: a kernel item (a pinned dq_dk_dv kernel) judges what the
+    kernel writes, CK's raw layouts -- ``dk_raw`` / ``dv_raw`` per q-head and ``dbias_raw`` per q-head and
+    batch -- so a fault in one q-head's slice cannot hide behind another head's in the group sum; a plan item
+    (and torch parity) judges the user-facing ``dk`` / ``dv`` / ``dbias`` of the runner's host reduction.
+    ``dq`` is the same in both."""
     from ckfmha.kernel import Family
 
     if problem.is_backward:
+        if kernel_item:
+            return ["dq", "dk_raw", "dv_raw"] + (["dbias_raw"] if problem.dbias else [])
         return ["dq", "dk", "dv"] + (["dbias"] if problem.dbias else [])
     names = ["o"] + (["lse"] if problem.lse else [])
     if problem.family is Family.FWD_APPENDKV:
@@ -235,8 +248,16 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     built: dict = {}
     ms = run_plan(backend, plan, p, tensors, s.bench, out, built)
     out.time_ms, out.timed = ms, False
-    names = [n for n in output_names(p, plan) if n in tensors and n in ref]
-    missing = [n for n in output_names(p, plan) if n not in tensors]
+    wanted = output_names(p, plan, kernel_item=kernel is not None)
+    if p.is_backward and kernel is None:  # a plan item: the host reduction of CK's raw gradients is part of it
+        from ckfmha.runner import reduce_gradients
+
+        try:
+            reduce_gradients(p, tensors)
+        except ValueError as e:
+            raise ItemFailure(f"the host reduction of the raw gradients failed: {e}") from None
+    names = [n for n in wanted if n in tensors and n in ref]
+    missing = [n for n in wanted if n not in tensors]
     if missing:
         raise ItemFailure(f"the plan wrote no {', '.join(missing)} (outputs: {', '.join(written)})")
     nan_msgs = []

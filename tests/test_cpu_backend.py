@@ -20,7 +20,7 @@ from ckfmha.inputs import make_inputs
 from ckfmha.kernel import Family, KernelConfig, Pipeline
 from ckfmha.naming import parse_ck_instance_name
 from ckfmha.problem import Problem
-from ckfmha.reference import reference, splitkv_combine
+from ckfmha.reference import reference, split_ranges, splitkv_combine
 from ckfmha.reference._core import Extras, attend
 from ckfmha.registry import Registry
 from ckfmha.runner import run
@@ -116,6 +116,8 @@ FAMILY_CASES = {
                                    hdim_q=48, deterministic=True, mask="b"),
     "bwd-fp32": Problem(family="bwd", dtype="fp32", batch=1, nhead_q=2, nhead_k=1, seqlen_q=33, seqlen_k=65,
                         hdim_q=64, mask="t"),
+    "bwd-group-empty-q": Problem(family="bwd", mode="group", batch=3, nhead_q=4, nhead_k=2, seqlens_q=(20, 0, 7),
+                                 seqlens_k=(40, 70, 9), hdim_q=64, bias="elementwise", dbias=True),
 }
 
 
@@ -135,9 +137,24 @@ def test_family_matches_reference(name: str) -> None:
         assert ("dq_acc" in res.outputs) and res.outputs["dq_acc"].dtype == np.float32
         if p.deterministic:
             assert res.outputs["dq_acc"].shape[0] == -(-max(p.seqlens_k_list) // res.plan.stages[1].kernel.tile[1])
+        # the dq_dk_dv kernel's own buffers: CK's raw layouts (per q-head dK/dV, CK's dBias), as the reference's
+        raw = ["dk_raw", "dv_raw"] + (["dbias_raw"] if p.dbias else [])
+        bad = [str(c) for c in validate(p, res.outputs, ref, names=raw).values() if not c]
+        assert not bad, "\n".join(bad)
     if p.family is Family.FWD_SPLITKV:
         assert roles == [StageRole.SPLITKV, StageRole.COMBINE]
         assert res.outputs["o_acc"].shape[0] == p.num_splits
+
+
+def test_empty_query_sequence_backward_matches_reference_and_zeroes_its_keys() -> None:
+    # regression: the reference raised KeyError: 'd' on group mode seqlen_q = 0; CK's kernel writes dK = dV = 0
+    # for the keys of such a sequence (no query tile reaches them: the pipeline stores its cleared accumulators)
+    p = FAMILY_CASES["bwd-group-empty-q"]
+    res, ref, _ = run_and_check(p)
+    keys = slice(p.seqstart_k[1], p.seqstart_k[2])
+    for n in ("dk", "dv", "dk_raw", "dv_raw"):
+        assert np.all(res.outputs[n][0, :, keys] == 0) and np.all(ref[n][0, :, keys] == 0), n
+        assert np.any(res.outputs[n][0, :, :keys.start] != 0), n
 
 
 def test_fp32_backward_has_no_convert_stage() -> None:
@@ -204,33 +221,64 @@ def test_dropout_uses_stored_randval_when_given() -> None:
 
 
 # ------------------------------------------------------------------------------------------- split-KV
-def test_split_key_ranges_cover_whole_key_tiles() -> None:
-    assert split_key_ranges(500, 3, 128) == [(0, 256), (256, 500), (500, 500)]
-    assert split_key_ranges(500, 4, 128) == [(0, 128), (128, 256), (256, 384), (384, 500)]
-    assert split_key_ranges(0, 2, 64) == [(0, 0), (0, 0)]
+def test_split_key_ranges_are_cks_key_ranges() -> None:
+    # CK's GetTileRangeAlongX with splits: max(1, ceil(sk / num_splits)) keys per split, not tile-aligned
+    assert split_key_ranges(500, 3) == [(0, 167), (167, 334), (334, 500)]
+    assert split_key_ranges(500, 4) == [(0, 125), (125, 250), (250, 375), (375, 500)]
+    assert split_key_ranges(3, 6) == [(0, 1), (1, 2), (2, 3), (3, 3), (3, 3), (3, 3)]
+    assert split_key_ranges(0, 2) == [(0, 0), (0, 0)]
     for sk in (1, 63, 64, 65, 1000):
         for n in (1, 2, 5, 16):
-            r = split_key_ranges(sk, n, 64)
+            r = split_key_ranges(sk, n)
             assert r[0][0] == 0 and r[-1][1] == sk and all(a[1] == b[0] for a, b in zip(r, r[1:]))
-            assert all(lo % 64 == 0 for lo, hi in r if hi > lo)
+            assert r == split_ranges(sk, n)  # the reference's (independent) implementation of the same rule
 
 
 @pytest.mark.parametrize("num_splits", [2, 5, 8])
-def test_splitkv_partials_are_attention_over_their_key_tiles(num_splits: int) -> None:
+def test_splitkv_partials_are_attention_over_their_keys(num_splits: int) -> None:
     p = Problem(family="fwd_splitkv", batch=1, nhead_q=2, seqlen_q=20, seqlen_k=600, hdim_q=64,
                 num_splits=num_splits, lse=True, mask="b:300,0", sink=True)
     res, ref, inp = run_and_check(p)
     o_acc, lse_acc = res.outputs["o_acc"], res.outputs["lse_acc"]
-    bn0 = res.plan.stages[0].kernel.tile[1]
     q, k, v = (inp[n][0].astype(np.float32) for n in ("q", "k", "v"))
-    for i, (lo, hi) in enumerate(split_key_ranges(600, num_splits, bn0)):
+    for i, (lo, hi) in enumerate(split_ranges(600, num_splits)):
         ex = Extras(sink=inp["sink"] if i == 0 else None)
         o_i, l_i, _ = attend(p, q, k, v, ex, np.float32, key_lo=lo, key_hi=hi)
         np.testing.assert_allclose(o_acc[i, 0], o_i, rtol=2e-3, atol=2e-3)
         np.testing.assert_allclose(lse_acc[i, 0], l_i, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(o_acc, ref["o_acc"], rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(lse_acc, ref["lse_acc"], rtol=1e-5, atol=1e-5)
     o, lse = splitkv_combine(o_acc, lse_acc)
     np.testing.assert_allclose(o, res.outputs["o"].astype(np.float32), rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(lse, res.outputs["lse"], rtol=1e-6, atol=1e-6)
+
+
+def _splitkv_kernel(bn0: int, *, mask: bool, sink: bool) -> KernelConfig:
+    """A padded d64 fp16 split-KV kernel with LSE, retiled to key tile ``bn0``."""
+    c = _one("fwd_splitkv", "fmha_fwd_splitkv_d64_", "_fp16_", "_batch_",
+             pred=lambda c: c.pad_s and c.pad_sk and c.lse and c.tile[1] == 64)
+    t = c.tile
+    return c.replace(tile=(t[0], bn0) + tuple(t[2:]), mask="any" if mask else "none", sink=sink, bias="none",
+                     logits_soft_cap=False)
+
+
+@pytest.mark.parametrize("seqlen_k,num_splits,bn0", [
+    (3, 6, 64), (600, 5, 64), (600, 7, 32), (129, 2, 128), (1000, 16, 16), (70, 3, 32), (64, 4, 64), (1, 3, 16),
+])
+@pytest.mark.parametrize("mask", ["0", "b:40,0", "t:5,90"])
+def test_splitkv_partials_match_the_reference_for_any_key_tile(seqlen_k: int, num_splits: int, bn0: int,
+                                                                mask: str) -> None:
+    """The partials of CK's splits do not depend on the key tile: split i covers the same keys whatever bn0."""
+    p = Problem(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=37, seqlen_k=seqlen_k, hdim_q=64,
+                num_splits=num_splits, lse=True, mask=mask, sink=True)
+    c = _splitkv_kernel(bn0, mask=mask != "0", sink=True)
+    inp = make_inputs(p, 5)
+    be = make_backend()
+    tensors = dict(inp)
+    be.run_stage(be.build(c), _stage(c, StageRole.SPLITKV, num_splits=num_splits), p, tensors)
+    ref = reference(p, inp)
+    np.testing.assert_allclose(tensors["lse_acc"], ref["lse_acc"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tensors["o_acc"], ref["o_acc"], rtol=2e-3, atol=2e-3)
 
 
 # ------------------------------------------------------------------------------------------- pads / preconditions
@@ -387,8 +435,7 @@ def _problems():
         kw = dict(family=fam, dtype=dtype, nhead_q=hq, nhead_k=nk, hdim_q=hdim, mask=mask)
         if group:
             n = draw(st.integers(1, 3))
-            # (the bwd reference cannot take an empty query sequence yet)
-            qs = tuple(draw(st.lists(st.integers(0 if fam != "bwd" else 1, 70), min_size=n, max_size=n)))
+            qs = tuple(draw(st.lists(st.integers(0, 70), min_size=n, max_size=n)))
             if sum(qs) == 0:
                 qs = (1,) + qs[1:]
             ks = tuple(draw(st.lists(st.integers(0, 150), min_size=n, max_size=n)))

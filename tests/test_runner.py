@@ -12,7 +12,7 @@ from ckfmha.dispatcher import Explanation, NoKernelError, StageRole
 from ckfmha.inputs import make_inputs
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
-from ckfmha.runner import RunResult, UnwrittenOutputError, run
+from ckfmha.runner import RunResult, UnwrittenOutputError, output_specs, run
 from tests.test_cpu_backend import cpu_registry, golden_configs
 
 
@@ -38,7 +38,7 @@ def test_timing_reports_per_stage_and_total() -> None:
     assert [s.role for s in res.plan.stages] == [StageRole.DOT_DO_O, StageRole.DQ_DK_DV, StageRole.CONVERT_DQ]
     assert len(res.stage_ms) == 3 and all(ms is not None and ms >= 0 for ms in res.stage_ms)
     assert res.device_ms == pytest.approx(sum(res.stage_ms))
-    assert {"d", "dq_acc", "dq", "dk", "dv"} <= set(res.outputs)
+    assert {"d", "dq_acc", "dq", "dk", "dv", "dk_raw", "dv_raw"} <= set(res.outputs)
 
 
 def test_no_kernel_error_shows_the_explanation() -> None:
@@ -106,3 +106,45 @@ def test_backward_uses_given_forward_outputs() -> None:
     other = run(p, inp2, registry=cpu_registry())
     assert np.all(other.outputs["d"] == 0)
     assert not np.array_equal(base.outputs["dq"], other.outputs["dq"])
+
+
+def test_backward_output_specs_hold_the_raw_and_the_reduced_gradients() -> None:
+    p = Problem(family="bwd", batch=2, nhead_q=4, nhead_k=2, seqlen_q=40, seqlen_k=70, hdim_q=64,
+                input_layout="bshd", output_layout="bshd", bias="elementwise", bias_rank=1, dbias=True)
+    inp = make_inputs(p, 0)
+    before = {k: v.copy() for k, v in inp.items()}
+    res = run(p, inp, registry=cpu_registry())
+    specs = output_specs(p, res.plan)
+    f16 = np.dtype(np.float16)
+    assert specs["dk_raw"] == ((2, 70, 4, 64), f16) and specs["dv_raw"] == ((2, 70, 4, 64), f16)  # per q-head
+    assert specs["dk"] == (inp["k"].shape, f16) and specs["dk"][0] == (2, 70, 2, 64)
+    assert specs["dq"] == (inp["q"].shape, f16)
+    assert specs["dbias_raw"][0] == (2, 40, 4, 70) and specs["dbias"][0] == inp["bias"].shape == (1, 4, 40, 70)
+    for n, (shape, _) in specs.items():
+        assert res.outputs[n].shape == shape, n
+    # the host reduction: q-heads 2 and 3 share K/V head 1; dBias (rank 1) sums the batches
+    dk_raw = res.outputs["dk_raw"].astype(np.float32)
+    np.testing.assert_array_equal(res.outputs["dk"][:, :, 1], (dk_raw[:, :, 2] + dk_raw[:, :, 3]).astype(f16))
+    dbias_raw = res.outputs["dbias_raw"].astype(np.float32).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(res.outputs["dbias"], dbias_raw.sum(axis=0, keepdims=True).astype(f16))
+    for k, v in inp.items():
+        assert np.array_equal(v.view(np.uint8), before[k].view(np.uint8)), k
+
+
+class _PerKvHeadBackend(CpuBackend):
+    """A dq_dk_dv kernel that writes dK only for the first nhead_k q-heads (as if dK were per K/V head)."""
+
+    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
+        before = tensors["dk_raw"].copy()
+        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
+        if stage.role is StageRole.DQ_DK_DV:
+            tensors["dk_raw"][:, problem.nhead_k:] = before[:, problem.nhead_k:]
+        return res
+
+
+def test_unwritten_raw_gradient_heads_are_detected(monkeypatch) -> None:
+    monkeypatch.setitem(backends._instances, "cpu", _PerKvHeadBackend())
+    p = Problem(family="bwd", batch=1, nhead_q=4, nhead_k=2, seqlen_q=32, hdim_q=64)
+    with pytest.raises(UnwrittenOutputError, match=r"output 'dk_raw': 4096 of 8192 element\(s\) left unwritten "
+                       r"\(still the poison NaN\), first at \(0, 2, 0, 0\)"):
+        run(p, make_inputs(p, 0), registry=cpu_registry())

@@ -105,8 +105,11 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
     ``accum`` and dequantized.  Only keys ``[key_lo, key_hi)`` take part (split-KV); mask and ALiBi positions use
     the full ``sk``.  Returns ``(o (hq, sq, dv), lse (hq, sq), randval or None)``.
 
-    ``backward``: optional dict with ``do`` (hq, sq, dv); then the gradients ``dq`` (hq, sq, dq), ``dk``
-    (hk, sk, dq), ``dv`` (hk, sk, dv), ``ds`` (hq, sq, sk) summed as needed, and ``d`` (hq, sq) are added to it.
+    ``backward``: optional dict with ``do`` (hq, sq, dv); then the gradients ``dq`` (hq, sq, dq), ``dk_heads``
+    (hq, sk, dq) and ``dv_heads`` (hq, sk, dv) -- per *q*-head, as CK's dq_dk_dv kernel writes them; q-head ``h``
+    reads K/V head ``h // (hq // hk)`` -- ``ds`` (hq, sq, sk; with ``want_ds``, else None) and ``d`` (hq, sq) are
+    added to it.  Keys no query row attends to (an empty query sequence included) get dK = dV = 0, as CK's
+    pipeline stores its cleared accumulators (block_fmha_bwd_dq_dk_dv_pipeline_kr_ktr_vr.hpp, early exit).
     """
     hq, sq, dq = q.shape
     hk, sk, _ = k.shape
@@ -120,6 +123,10 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
     lse = np.full((hq, sq), -np.inf, dtype=accum)
     randval_out = np.zeros((hq, sq, sk), dtype=np.uint8) if want_randval else None
     if sq == 0:
+        if backward is not None:  # no query row: every gradient is empty or 0
+            backward.update(dq=np.zeros_like(q), dk_heads=np.zeros((hq, sk, dq), dtype=accum),
+                            dv_heads=np.zeros((hq, sk, dv), dtype=accum), d=np.zeros((hq, 0), dtype=accum),
+                            ds=np.zeros((hq, 0, sk), dtype=accum) if backward.get("want_ds") else None)
         return o, lse, randval_out
     kk = k[:, key_lo:key_hi]
     vv = v[:, key_lo:key_hi]
@@ -210,11 +217,11 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
             dk_acc += np.matmul(ds4.transpose(0, 1, 3, 2), qc) * scale
             dv_acc += np.matmul(pd.reshape(hk, g, r1 - r0, nk).transpose(0, 1, 3, 2), doc.reshape(hk, g, r1 - r0, dv))
     if backward is not None:
-        dk_full = np.zeros((hk, sk, dq), dtype=accum)
-        dv_full = np.zeros((hk, sk, dv), dtype=accum)
-        dk_full[:, key_lo:key_hi] = dk_acc.sum(axis=1)  # GQA: reduce over the q-heads of a group
-        dv_full[:, key_lo:key_hi] = dv_acc.sum(axis=1)
-        backward.update(dq=dq_out, dk=dk_full, dv=dv_full, d=d_out, ds=ds_full)
+        dk_heads = np.zeros((hq, sk, dq), dtype=accum)
+        dv_heads = np.zeros((hq, sk, dv), dtype=accum)
+        dk_heads[:, key_lo:key_hi] = dk_acc.reshape(hq, nk, dq)  # (hk, g) -> q-head hk_index * g + g_index
+        dv_heads[:, key_lo:key_hi] = dv_acc.reshape(hq, nk, dv)
+        backward.update(dq=dq_out, dk_heads=dk_heads, dv_heads=dv_heads, d=d_out, ds=ds_full)
     return o, lse, randval_out
 
 
@@ -268,12 +275,8 @@ def backward_sequences(p: Problem, inputs: dict, q_hsd: np.ndarray, k_hsd: np.nd
             extras=sequence_extras(p, inputs, b, qb.shape[1], kb.shape[1], accum))
 
 
-def add_dbias(p: Problem, dbias: np.ndarray, ds: np.ndarray, seq: BackwardSequence) -> None:
-    """Accumulate one sequence's dS (hq, sq, sk) into dBias, reduced over the bias's broadcast dimensions."""
-    sq, sk = ds.shape[1], ds.shape[2]
-    if dbias.shape[1] == 1:
-        ds = ds.sum(axis=0, keepdims=True)
-    if p.mode is Mode.GROUP:
-        dbias[0, :, seq.rows, :sk] += ds
-    else:
-        dbias[seq.b if dbias.shape[0] > 1 else 0, :, :sq, :sk] += ds
+def put_dbias_raw(dbias_raw_hsd: np.ndarray, ds: np.ndarray, seq: BackwardSequence) -> None:
+    """Write one sequence's dS (hq, sq, sk) into CK's raw dBias, viewed (B, hq, S, max_sk): rows ``seq.rows``
+    of batch ``seq.bi``, columns ``[0, sk)``; as fmha_bwd_kernel.hpp's dbias window (``seqlen_q x seqlen_k`` at
+    ``query_start * stride_dbias`` in group mode), the columns past the sequence's ``seqlen_k`` are not written."""
+    dbias_raw_hsd[seq.bi, :, seq.rows, :ds.shape[2]] = ds

@@ -10,16 +10,21 @@ fwd           ``o`` (output layout, output dtype); ``lse`` (fp32, (b, hq, sq) / 
 pagedkv       same as fwd; K/V gathered through ``block_table`` from ``k_cache``/``v_cache``
 batch_prefill same as fwd; K/V gathered from the vectorized/linear pools through a vLLM or SGLang table
 splitkv       ``o_acc`` (fp32, (num_splits, B, hq, S, dv)) and ``lse_acc`` (fp32, (num_splits, B, hq, S)) with
-              (B, S) = (batch, seqlen_q) or (1, total_q) in group mode; split i covers a contiguous run of key
-              tiles (:func:`ckfmha.backends.cpu.engine.split_key_ranges`); the sink counts in split 0 only
+              (B, S) = (batch, seqlen_q) or (1, total_q) in group mode; split i covers keys
+              ``[i * n, min(sk, (i + 1) * n))``, ``n = max(1, ceil(sk / num_splits))``, as CK
+              (:func:`ckfmha.backends.cpu.engine.split_key_ranges`); the sink counts in split 0 only
 combine       ``o`` and (kernel LSE) ``lse`` from ``o_acc``/``lse_acc``
 appendkv      ``q`` (rotated, storage dtype, a new array) and, in place, the caches ``k``/``v`` or
               ``k_cache``/``v_cache`` (knew/vnew written at ``cache_seqlens``, knew rotated)
 dot_do_o      ``d`` (fp32, LSE shape) = rowsum(dO * O)
 dq_dk_dv      ``dq_acc`` (fp32, (nsplits, B, hq, S, hdim_q); nsplits = ceil(max seqlen_k / bn0) when
-              deterministic, else 1), ``dk``/``dv`` (input layout, storage dtype, GQA-reduced), ``dbias`` (when the
-              kernel has dbias; bias shape and dtype) and ``dq`` directly when no convert_dq stage follows (fp32,
-              non-deterministic)
+              deterministic, else 1); CK's raw layouts, as the kernel writes them: ``dk_raw``/``dv_raw`` (input
+              layout, storage dtype, one slice per *q*-head: :func:`ckfmha.inputs.dk_raw_shape`), ``dbias_raw``
+              (when the kernel has dbias; bias dtype, every q-head and batch, max_seqlen_k columns:
+              :func:`ckfmha.inputs.dbias_raw_shape`; cleared to 0 first as CK's host does, then each sequence's
+              seqlen_k columns written); and ``dq`` directly when no convert_dq stage follows (fp32,
+              non-deterministic).  The GQA / bias-broadcast reduction to ``dk``/``dv``/``dbias`` is not a kernel's:
+              it is the runner's host step (:func:`ckfmha.runner.reduce_gradients`)
 convert_dq    ``dq`` (input layout, storage dtype) = the dq_acc slices summed in order
 ============  ===============================================================================================
 
@@ -32,11 +37,13 @@ import numpy as np
 
 from ckfmha.backends.base import BackendError
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
-from ckfmha.inputs import lse_shape, o_shape, output_dtype, storage_dtype
+from ckfmha.inputs import (dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, o_shape, output_dtype,
+                           storage_dtype)
 from ckfmha.kernel import DType, KernelConfig, Mode
 from ckfmha.poison import poisoned
 from ckfmha.problem import Problem
-from ckfmha.reference._core import add_dbias, backward_sequences, from_hsd, q_rows, sequence_extras, to_hsd
+from ckfmha.reference._core import (backward_sequences, from_hsd, put_dbias_raw, q_rows, sequence_extras,
+                                    to_hsd)
 from ckfmha.reference.appendkv import apply_rope, write_cache
 from ckfmha.reference.forward import sequences
 from ckfmha.reference.pagedkv import kv_sources
@@ -100,7 +107,7 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
         bi = 0 if p.mode is Mode.GROUP else b
         rows = q_rows(p, b)
         if num_splits:
-            for i, (lo, hi) in enumerate(split_key_ranges(sk, num_splits, bn0)):
+            for i, (lo, hi) in enumerate(split_key_ranges(sk, num_splits)):
                 oi, li = attend_tiled(p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt, key_lo=lo, key_hi=hi,
                                       use_sink=(i == 0))
                 o_acc[i, bi, :, rows] = oi
@@ -206,29 +213,31 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     d = np.asarray(_need(tensors, "d", "dq_dk_dv"), dtype=F32)
     dq_acc = _out(tensors, "dq_acc", dq_acc_shape(p, bn0), F32)
     dq_acc[...] = 0  # the launcher clears the accumulator before the kernel adds into it
-    dk = np.zeros(k_hsd.shape, dtype=F32)  # padded key rows (group-mode s_kpad) stay 0
-    dv = np.zeros(v_hsd.shape, dtype=F32)
+    # CK's raw dK/dV: one slice per q-head (the kernel writes head i_nhead at i_nhead * nhead_stride_dk), in the
+    # storage dtype; padded key rows (group-mode s_kpad) are 0
+    sdt = storage_dtype(cfg.dtype)
+    dk = to_hsd(_out(tensors, "dk_raw", dk_raw_shape(p), sdt), p.input_layout)
+    dv = to_hsd(_out(tensors, "dv_raw", dv_raw_shape(p), sdt), p.input_layout)
+    dk[...] = 0
+    dv[...] = 0
     want_dbias = bool(cfg.dbias)
-    dbias = np.zeros(_need(tensors, "bias", "dq_dk_dv").shape, dtype=F32) if want_dbias else None
-    hk, g = p.nhead_k, p.nhead_ratio
+    dbias = None
+    if want_dbias:
+        bdt = _need(tensors, "bias", "dq_dk_dv").dtype
+        dbias = to_hsd(_out(tensors, "dbias_raw", dbias_raw_shape(p), bdt), p.input_layout)
+        dbias[...] = 0  # CK's host clears dBias before the launch (fmha_bwd_runner.hpp: dbias_buf.SetZero())
     for seq in backward_sequences(p, tensors, q_hsd, k_hsd, v_hsd, do_hsd, F32):
         bi, rows = seq.bi, seq.rows
         dkh, dvh, dsb = backward_tiled(p, seq.q, seq.k, seq.v, seq.do, lse[bi, :, rows], d[bi, :, rows], seq.extras,
                                        bm0=bm0, bn0=bn0, p_dtype=pdt, deterministic=cfg.deterministic,
                                        dq_acc=dq_acc[:, bi, :, rows], want_dbias=want_dbias)
-        sk = seq.k.shape[1]
-        dk[bi, :, seq.keys] = dkh.reshape(hk, g, sk, dkh.shape[-1]).sum(axis=1)  # GQA: reduce over a group's q-heads
-        dv[bi, :, seq.keys] = dvh.reshape(hk, g, sk, dvh.shape[-1]).sum(axis=1)
+        dk[bi, :, seq.keys] = dkh.astype(sdt)
+        dv[bi, :, seq.keys] = dvh.astype(sdt)
         if dbias is not None:
-            add_dbias(p, dbias, dsb, seq)
-    sdt = storage_dtype(cfg.dtype)
-    _out(tensors, "dk", tensors["k"].shape, sdt)[...] = from_hsd(dk, p.input_layout).astype(sdt)
-    _out(tensors, "dv", tensors["v"].shape, sdt)[...] = from_hsd(dv, p.input_layout).astype(sdt)
-    written = ["dq_acc", "dk", "dv"]
+            put_dbias_raw(dbias, dsb.astype(dbias.dtype), seq)
+    written = ["dq_acc", "dk_raw", "dv_raw"]
     if dbias is not None:
-        bdt = tensors["bias"].dtype
-        _out(tensors, "dbias", dbias.shape, bdt)[...] = dbias.astype(bdt)
-        written.append("dbias")
+        written.append("dbias_raw")
     if not needs_convert(p):  # fp32, non-deterministic: the accumulator is dQ
         _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_hsd(dq_acc[0], p.input_layout).astype(sdt)
         written.append("dq")
