@@ -330,7 +330,11 @@ def _add_parity_enum(sub) -> None:
     p = sub.add_parser("parity-enum", help="diff ckfmha's enumeration with a CK checkout's generate.py "
                        "(exit 1 on any difference, 2 when the checkout cannot be used)")
     p.add_argument("--ck-root", required=True, help="CK checkout (holds example/ck_tile/01_fmha/generate.py)")
-    p.add_argument("--arch", action="append", default=[], help="target arch (repeatable; default gfx942)")
+    from ckfmha.archs import CK_ARCHS
+
+    p.add_argument("--arch", action="append", default=[],
+                   help=f"CK target arch: {', '.join(CK_ARCHS)}, or all (every CK arch; those the checkout's "
+                   "generator rejects are reported as skipped); repeatable; default gfx942")
     p.add_argument("--api", action="append", default=[], help="generator api (repeatable; default: every api)")
     p.add_argument("--receipt", default="0", help="CK receipt number or profile name (default 0)")
     p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")

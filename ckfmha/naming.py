@@ -20,12 +20,42 @@ Per family (``{x}`` = field, ``[..]`` = present only when it applies):
 fwd-style tile: ``b{bm0}x{bn0}x{bk0}x{bn1}x{bk1}x{bk0max}_r{m}x{n}x{k}_r{m}x{n}x{k}_w{m}x{n}x{k}_w{m}x{n}x{k}[_o{occ}]``
 (``_o`` only when occupancy != -1). Pad tokens: ``p`` followed by the padded dims in the order s, sk, d, dv,
 or ``npad``. Mask tokens: ``nmask`` none, ``mask`` any (simplified), ``mc`` causal, ``mg`` generic.
+
+Naming schemes (:class:`CKNamingScheme`)
+---------------------------------------
+CK renamed tokens over time, so the same kernel has different file names in different CK checkouts. ckfmha reads
+and writes each generation it knows; the list above is :attr:`CKNamingScheme.CURRENT` (the scheme of the golden
+lists, tests/data/golden/). :attr:`CKNamingScheme.CK_2025_11` is the scheme of the CK generator as shipped in
+the ``amd-aiter`` 0.1.7.post2.dev18 wheel (tree built 2025-11-18); it differs in five families (the other four
+are spelled the same in both schemes):
+
+* fwd: ``..._{skip}_{squant}_{trload}_{arch}`` -- no ``qscale`` and no ``sink`` token. ``squant`` is that CK's
+  ``do_fp8_static_quant`` (fp8 static per-tensor scales scale_s/scale_p/scale_o, codegen/ops/fmha_fwd.py
+  ``F_squant``); newer CK replaced the switch by ``qscale`` with ``pertensor`` as its "on" value (tile_example
+  ``-squant=1`` became ``-qscale=pt``). So ``nsquant`` = qscale ``none``, ``squant`` = qscale ``pertensor``.
+* fwd_splitkv / fwd_pagedkv: as current but without the trailing ``sink`` token.
+* batch_prefill: ``fmha_batch_prefill_d{hq}_{dtype}_{mode}_{tile}_qr_async_v{r|c}_{pad}_{logits}_{bias}_{mask}
+  _{lse}_{dropout}_{squant}`` -- no page-size, load, sink, kv-layout or lookup tokens: that CK's kernel
+  (fmha_batch_prefill_kernel.hpp) hard-wires ``page_block_size = 1`` (``// we assume page_block_size=1 for
+  now``), an SGLang-style page table (``kv_indptr``/``kv_page_indices``) over a linear K/V pool, and has a
+  single load path: a parse gives page_size 1, kv_lookup_table ``sglang``, kv_memory_layout ``linear``,
+  kv_load ``none``. ``squant`` maps to qscale as in fwd.
+* bwd_convert_dq: ``..._b{bm0}x{bn0}_...`` -- that CK's convert_dq kernel also carries the dq_dk_dv tile's
+  ``bn0`` when deterministic, else 0 (codegen/ops/fmha_bwd.py ``convert_dq_bn0``): ``tile = (bm0, bn0)``; the
+  current scheme spells only ``b{bm0}`` (``tile = (bm0,)``).
+
+A field a scheme does not spell takes the value that generation of CK hard-wires (:data:`IMPLIED_FIELDS`); a
+config with another value (e.g. ``sink=True`` in the 2025-11 scheme) has no name in that scheme and rendering
+it raises :class:`CKNameError` naming the field, the value and the scheme. :func:`parse_ck_name` returns the
+config with every scheme that spells it exactly so; :func:`parse_ck_instance_name` returns the config alone.
+Round trip: ``ck_instance_name(parse_ck_name(n).config, scheme=s) == n`` for every scheme ``s`` of the parse
+(tests/test_naming.py, tests/test_ck_versions.py against the amd-aiter tree).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from ckfmha.kernel import (
     ArchTag,
@@ -34,17 +64,45 @@ from ckfmha.kernel import (
     DType,
     Family,
     KernelConfig,
+    KVLoad,
+    KVLookupTable,
+    KVMemoryLayout,
     MaskImpl,
     Mode,
     Pipeline,
     QScale,
     Rope,
+    TokenEnum,
     VLayout,
 )
 
 
 class CKNameError(ValueError):
     pass
+
+
+class CKNamingScheme(TokenEnum):
+    """A generation of CK's instance file names (newest first; see the module doc)."""
+
+    CURRENT = "current"  # the golden lists' CK (qscale and sink tokens, convert_dq b{bm0}, paged batch_prefill)
+    CK_2025_11 = "ck-2025-11"  # CK in amd-aiter 0.1.7.post2.dev18: squant, no sink, convert_dq b{bm0}x{bn0}
+
+
+IMPLIED_FIELDS: dict[CKNamingScheme, dict[Family, dict[str, Any]]] = {
+    CKNamingScheme.CURRENT: {},
+    CKNamingScheme.CK_2025_11: {
+        Family.FWD: {"sink": False},
+        Family.FWD_SPLITKV: {"sink": False},
+        Family.FWD_PAGEDKV: {"sink": False},
+        Family.BATCH_PREFILL: {"sink": False, "page_size": 1, "kv_load": KVLoad.NONE,
+                               "kv_memory_layout": KVMemoryLayout.LINEAR, "kv_lookup_table": KVLookupTable.SGLANG},
+    },
+}
+"""Per scheme and family: the fields its names do not spell, with the value that generation of CK hard-wires."""
+
+# The 2025-11 scheme's fp8 static-quant switch, as the qscale value newer CK gives it (see the module doc).
+_SQUANT_QSCALE = {"nsquant": QScale.NONE, "squant": QScale.PERTENSOR}
+_QSCALE_SQUANT = {v: k for k, v in _SQUANT_QSCALE.items()}
 
 
 _MASK_TOKEN = {MaskImpl.NONE: "nmask", MaskImpl.ANY: "mask", MaskImpl.CAUSAL: "mc", MaskImpl.GENERIC: "mg"}
@@ -184,6 +242,10 @@ def _feature_pieces(s) -> tuple[str, str, str]:
                  + ("_pagedkv" if s.paged_kv else "_npagedkv") + ("_sink" if s.sink else "_nsink"))
         return "_" + vl + "_", "_" + feats + arch + ".cpp", ""
     if f is Family.BATCH_PREFILL:
+        for name in ("kv_memory_layout", "kv_lookup_table"):
+            if getattr(s, name) == "none":
+                raise CKSchemeError(CKNamingScheme.CURRENT, f, name, getattr(s, name),
+                                   "this scheme names the kv layout (vectorized|linear) and lookup (vllm|sglang)")
         feats = (common + _QSCALE_TOKEN[s.qscale] + ("_sink_" if s.sink else "_nsink_") + s.kv_memory_layout + "_"
                  + s.kv_lookup_table)
         return "_" + vl + "_", "_" + feats + ".cpp", ""
@@ -232,11 +294,86 @@ def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
         elif family is Family.FWD_SPLITKV:
             pieces = (tile + "_" + a.pipeline, pad, "")
         else:  # BATCH_PREFILL
+            if a.kv_load is KVLoad.NONE:
+                raise CKSchemeError(CKNamingScheme.CURRENT, family, "kv_load", a.kv_load,
+                                   "this scheme names the load strategy (bload|gload)")
             pieces = (a.kv_load + "_" + tile + "_" + a.pipeline, pad, "")
     if len(_ALG_PIECES) >= _ALG_TOKENS_MAX:
         _ALG_PIECES.clear()
     _ALG_PIECES[id(a)] = (a, pieces)
     return pieces
+
+
+class CKSchemeError(CKNameError):
+    """A config that a naming scheme cannot spell: ``field`` has ``value``, which ``scheme`` has no token for."""
+
+    def __init__(self, scheme: CKNamingScheme, family: Family, field_name: str, value: Any, rule: str) -> None:
+        self.scheme, self.family, self.field, self.value, self.rule = scheme, family, field_name, value, rule
+        shown = value.value if isinstance(value, TokenEnum) else value
+        super().__init__(f"{field_name}: {shown!r} has no spelling in the {scheme.value} naming scheme of "
+                         f"{family.value} names ({rule})")
+
+
+def cross_scheme_config(c: KernelConfig) -> KernelConfig:
+    """The config with what only some naming schemes determine erased, so that names of different schemes can be
+    compared: a convert_dq tile keeps only ``bm0`` (the current scheme has no ``bn0``), a batch_prefill kernel
+    loses its load strategy (the 2025-11 scheme has none). Fields a scheme hard-wires (:data:`IMPLIED_FIELDS`)
+    are kept: a ``sink`` kernel is not the 2025-11 kernel without one."""
+    f = c.signature.family
+    if f is Family.BWD_CONVERT_DQ and len(c.algorithm.tile) > 1:
+        return c.replace(tile=c.algorithm.tile[:1])
+    if f is Family.BATCH_PREFILL and c.algorithm.kv_load is not KVLoad.NONE:
+        return c.replace(kv_load=KVLoad.NONE)
+    return c
+
+
+def _check_implied(c: KernelConfig, scheme: CKNamingScheme) -> None:
+    f = c.signature.family
+    for name, want in IMPLIED_FIELDS[scheme].get(f, {}).items():
+        have = getattr(c, name)
+        if have != want:
+            shown = want.value if isinstance(want, TokenEnum) else want
+            raise CKSchemeError(scheme, f, name, have, f"its names have no {name} token: that CK hard-wires "
+                               f"{name}={shown!r}")
+
+
+def _squant(c: KernelConfig, scheme: CKNamingScheme) -> str:
+    """The 2025-11 scheme's ``squant``/``nsquant`` token for a fwd or batch_prefill config's qscale."""
+    tok = _QSCALE_SQUANT.get(c.signature.qscale)
+    if tok is None:
+        raise CKSchemeError(scheme, c.signature.family, "qscale", c.signature.qscale,
+                           "its squant token spells only qscale none (nsquant) and pertensor (squant)")
+    return tok
+
+
+def _name_2025_11(c: KernelConfig) -> str:
+    """The name in :attr:`CKNamingScheme.CK_2025_11` (see the module doc for how it differs)."""
+    scheme = CKNamingScheme.CK_2025_11
+    _check_implied(c, scheme)
+    s, a, f = c.signature, c.algorithm, c.signature.family
+    if f is Family.FWD:
+        squant = _squant(c, scheme)
+        name = ck_instance_name(c)  # the current spelling, then the two tokens that differ
+        head, tail = name.rsplit("_" + _QSCALE_TOKEN[s.qscale] + "_", 1)
+        tail = tail.replace("_nsink", "", 1)  # sink is False (checked above)
+        return head + "_" + squant + "_" + tail
+    if f in (Family.FWD_SPLITKV, Family.FWD_PAGEDKV):
+        name = ck_instance_name(c)
+        return name.replace("_nsink" + _arch_suffix(c) + ".cpp", _arch_suffix(c) + ".cpp")
+    if f is Family.BATCH_PREFILL:
+        tile, pad = _alg_tokens(a)
+        return (f"fmha_batch_prefill_d{s.hdim_q}_{s.dtype.value}_{s.mode.value}_{tile}_{a.pipeline.value}"
+                f"_{_VLAYOUT_TOKEN[s.vlayout]}_{pad}_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}"
+                f"_{_MASK_TOKEN[s.mask]}_{_flag(s.lse, 'lse')}_{_FWD_DROPOUT_TOKEN[s.dropout]}"
+                f"_{_squant(c, scheme)}.cpp")
+    if f is Family.BWD_CONVERT_DQ:
+        if len(a.tile) != 2:
+            raise CKSchemeError(scheme, f, "tile", a.tile, "this scheme spells a convert_dq tile as b{bm0}x{bn0} "
+                               "(tile = (bm0, bn0), bn0 = the dq_dk_dv tile's bn0 when deterministic, else 0)")
+        pad = _pad_token((("s", a.pad_s), ("d", a.pad_d)))
+        return (f"fmha_bwd_convert_dq_d{s.hdim_q}_{s.dtype.value}_b{_xs(a.tile)}_{s.mode.value}_o{a.occupancy}"
+                f"_{pad}_{_flag(s.deterministic, 'deterministic')}{_arch_suffix(c)}.cpp")
+    return ck_instance_name(c)  # spelled the same in both schemes
 
 
 def render_ck_names(configs) -> list[str]:
@@ -258,8 +395,17 @@ def render_ck_names(configs) -> list[str]:
     return out
 
 
-def ck_instance_name(c: KernelConfig) -> str:
-    """CK's instance file name (with ``.cpp``) for a config."""
+def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingScheme.CURRENT) -> str:
+    """CK's instance file name (with ``.cpp``) for a config, in a naming scheme (default: the current one).
+    A config the scheme cannot spell (a field it does not name with another value than its CK hard-wires, or a
+    value it has no token for) raises :class:`CKNameError` naming the field, the value and the scheme."""
+    if scheme is not CKNamingScheme.CURRENT:
+        try:
+            scheme = CKNamingScheme.parse(scheme, "scheme")
+        except ValueError as e:
+            raise CKNameError(str(e)) from None
+        if scheme is CKNamingScheme.CK_2025_11:
+            return _name_2025_11(c)
     s, a, f = c.signature, c.algorithm, c.signature.family
     if f in _FAST_FAMILIES:
         sp, ap = _sig_parts(s), _alg_pieces(a, f)
@@ -290,6 +436,9 @@ def ck_instance_name(c: KernelConfig) -> str:
         pad = _pad_token((("s", a.pad_s), ("dv", a.pad_dv)))
         body = f"fmha_bwd_dot_do_o_d{s.hdim_v}_{s.dtype.value}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"
     elif f is Family.BWD_CONVERT_DQ:
+        if len(a.tile) != 1:
+            raise CKSchemeError(CKNamingScheme.CURRENT, f, "tile", a.tile,
+                               "this scheme spells a convert_dq tile as b{bm0} (tile = (bm0,))")
         pad = _pad_token((("s", a.pad_s), ("d", a.pad_d)))
         body = (
             f"fmha_bwd_convert_dq_{head}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"
@@ -301,60 +450,87 @@ def ck_instance_name(c: KernelConfig) -> str:
 
 
 # -------------------------------------------------------------------------------------------- parse
-_D = r"(\d+)"
-_T3 = r"(\d+x\d+x\d+)"
-_FWD_TILE = rf"b(\d+(?:x\d+){{5}})_r{_T3}_r{_T3}_w{_T3}_w{_T3}(?:_o(-?\d+))?"
-_PAD4 = r"(npad|p(?:s)?(?:sk)?(?:d)?(?:dv)?)"
-_DTYPE = "(" + "|".join(sorted((d.value for d in DType), key=len, reverse=True)) + ")"
-_MODE = r"(batch|group)"
-_MASK = r"(nmask|mask|mc|mg)"
-_BIAS = r"(nbias|bias|alibi)"
-_ARCH = r"(gfx950|gfx9|gfx115|gfx11|gfx125|gfx12)"
+_T3 = r"\d+x\d+x\d+"
+_FWD_TILE = (rf"b(?P<tile>\d+(?:x\d+){{5}})_r(?P<r0>{_T3})_r(?P<r1>{_T3})_w(?P<w0>{_T3})_w(?P<w1>{_T3})"
+             r"(?:_o(?P<occ>-?\d+))?")
+_PAD4 = r"(?P<pad>npad|p(?:s)?(?:sk)?(?:d)?(?:dv)?)"
+_DTYPE = "(?P<dtype>" + "|".join(sorted((d.value for d in DType), key=len, reverse=True)) + ")"
+_HEAD = rf"d(?P<hq>\d+)_{_DTYPE}_(?P<mode>batch|group)"
+_MASK = r"(?P<mask>nmask|mask|mc|mg)"
+_BIAS = r"(?P<bias>nbias|bias|alibi)"
+_ARCH = r"(?P<arch>gfx950|gfx9|gfx115|gfx11|gfx125|gfx12)"
+_QSCALE = "(?P<qscale>" + "|".join(sorted(_TOKEN_QSCALE, key=len, reverse=True)) + ")"
+_FWD_PIPES = "(?P<pipe>qr_async_trload_v3|qr_async_trload|qr_async|qr_hpad|qr_tdm|qr|qs)"
 
 
 def _nflag(tok: str) -> str:
-    return rf"(n?{tok})"
+    return rf"(?P<{tok}>n?{tok})"
 
 
-_PATTERNS: dict[Family, re.Pattern[str]] = {
-    Family.FWD: re.compile(
-        rf"^fmha_fwd_d{_D}_{_DTYPE}_{_MODE}_{_FWD_TILE}_(qr_async_trload_v3|qr_async_trload|qr_async|qr_hpad|qr_tdm|qr|qs)"
-        rf"_(vr|vc)_{_PAD4}_{_nflag('logits')}_{_BIAS}_{_MASK}_{_nflag('lse')}_{_nflag('dropout')}_{_nflag('skip')}"
-        rf"_(nqscale|pertensor|blockscale|kv_blockscale|mx)_{_nflag('trload')}_{_nflag('sink')}_{_ARCH}\.cpp$"
-    ),
-    Family.FWD_SPLITKV: re.compile(
-        rf"^fmha_fwd_splitkv_d{_D}_{_DTYPE}_{_MODE}_{_FWD_TILE}_(qr_nwarp_sshuffle|qr)_(vr|vc)_{_PAD4}"
-        rf"_{_nflag('logits')}_{_BIAS}_{_MASK}_{_nflag('lse')}_{_nflag('squant')}_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}\.cpp$"
-    ),
-    Family.FWD_PAGEDKV: re.compile(
-        rf"^fmha_fwd_pagedkv_d{_D}_{_DTYPE}_{_MODE}_{_FWD_TILE}_(qr_pagedkv)_(vr|vc)_{_PAD4}_{_nflag('logits')}_{_BIAS}"
-        rf"_{_MASK}_{_nflag('lse')}_{_nflag('skip')}_{_nflag('squant')}_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}\.cpp$"
-    ),
-    Family.FWD_SPLITKV_COMBINE: re.compile(
-        rf"^fmha_fwd_splitkv_combine_d{_D}_{_DTYPE}_{_MODE}_b(\d+)(?:_o(-?\d+))?_unused_(npad|p(?:s)?(?:dv)?)"
-        rf"_{_nflag('lse')}_{_nflag('squant')}_{_ARCH}\.cpp$"
-    ),
-    Family.FWD_APPENDKV: re.compile(
-        rf"^fmha_fwd_appendkv_d{_D}_{_DTYPE}_b(\d+x\d+x\d+x\d+)(?:_o(-?\d+))?_(vr|vc)(?:_(p(?:s)?(?:sk)?(?:d)?(?:dv)?))?"
-        rf"(?:_(inter|half))?(_pagedkv)?_{_ARCH}\.cpp$"
-    ),
-    Family.BATCH_PREFILL: re.compile(
-        rf"^fmha_batch_prefill_d{_D}_{_DTYPE}_{_MODE}_ps(\d+)_(bload|gload)_{_FWD_TILE}_(qr_async)_(vr|vc)_{_PAD4}"
-        rf"_{_nflag('logits')}_{_BIAS}_{_MASK}_{_nflag('lse')}_{_nflag('dropout')}"
-        rf"_(nqscale|pertensor|blockscale|kv_blockscale|mx)_{_nflag('sink')}_(vectorized|linear)_(vllm|sglang)\.cpp$"
-    ),
-    Family.BWD_DQ_DK_DV: re.compile(
-        rf"^fmha_bwd_d{_D}_{_DTYPE}_{_MODE}_b(\d+(?:x\d+){{8}})_r{_T3}_r{_T3}_r{_T3}_w{_T3}_w{_T3}_o(-?\d+)_maxq(\d+)"
-        rf"_(npad|p(?:d[18])?(?:dv[18])?)_{_BIAS}_{_nflag('dbias')}_{_MASK}"
-        rf"_(ndropout|dropout_wg16_storerandval|dropout_wg16|dropout_wg32_storerandval|dropout_wg32)"
-        rf"_{_nflag('deterministic')}_{_nflag('trload')}_{_ARCH}\.cpp$"
-    ),
-    Family.BWD_DOT_DO_O: re.compile(
-        rf"^fmha_bwd_dot_do_o_d{_D}_{_DTYPE}_b(\d+)_{_MODE}_o(-?\d+)_(npad|p(?:s)?(?:dv)?)_{_ARCH}\.cpp$"
-    ),
-    Family.BWD_CONVERT_DQ: re.compile(
-        rf"^fmha_bwd_convert_dq_d{_D}_{_DTYPE}_b(\d+)_{_MODE}_o(-?\d+)_(npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}\.cpp$"
-    ),
+_FWD_COMMON = rf"_(?P<vl>vr|vc)_{_PAD4}_{_nflag('logits')}_{_BIAS}_{_MASK}_{_nflag('lse')}"
+
+
+def _rx(text: str) -> re.Pattern[str]:
+    return re.compile("^" + text + r"\.cpp$")
+
+
+# Families the 2025-11 scheme spells like the current one share one pattern.
+_SHARED: dict[Family, re.Pattern[str]] = {
+    Family.FWD_SPLITKV_COMBINE: _rx(
+        rf"fmha_fwd_splitkv_combine_{_HEAD}_b(?P<tile>\d+)(?:_o(?P<occ>-?\d+))?_unused_(?P<pad>npad|p(?:s)?(?:dv)?)"
+        rf"_{_nflag('lse')}_{_nflag('squant')}_{_ARCH}"),
+    Family.FWD_APPENDKV: _rx(
+        rf"fmha_fwd_appendkv_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+x\d+x\d+x\d+)(?:_o(?P<occ>-?\d+))?_(?P<vl>vr|vc)"
+        r"(?:_(?P<pad>p(?:s)?(?:sk)?(?:d)?(?:dv)?))?(?:_(?P<rope>inter|half))?(?P<pagedkv>_pagedkv)?_" + _ARCH),
+    Family.BWD_DQ_DK_DV: _rx(
+        rf"fmha_bwd_{_HEAD}_b(?P<tile>\d+(?:x\d+){{8}})_r(?P<r0>{_T3})_r(?P<r1>{_T3})_r(?P<r2>{_T3})"
+        rf"_w(?P<w0>{_T3})_w(?P<w1>{_T3})_o(?P<occ>-?\d+)_maxq(?P<maxq>\d+)_(?P<pad>npad|p(?:d[18])?(?:dv[18])?)"
+        rf"_{_BIAS}_{_nflag('dbias')}_{_MASK}"
+        r"_(?P<dropout>ndropout|dropout_wg16_storerandval|dropout_wg16|dropout_wg32_storerandval|dropout_wg32)"
+        rf"_{_nflag('deterministic')}_{_nflag('trload')}_{_ARCH}"),
+    Family.BWD_DOT_DO_O: _rx(
+        rf"fmha_bwd_dot_do_o_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+)_(?P<mode>batch|group)_o(?P<occ>-?\d+)"
+        rf"_(?P<pad>npad|p(?:s)?(?:dv)?)_{_ARCH}"),
+}
+
+_PATTERNS: dict[CKNamingScheme, dict[Family, re.Pattern[str]]] = {
+    CKNamingScheme.CURRENT: {
+        **_SHARED,
+        Family.FWD: _rx(
+            rf"fmha_fwd_{_HEAD}_{_FWD_TILE}_{_FWD_PIPES}{_FWD_COMMON}_{_nflag('dropout')}_{_nflag('skip')}"
+            rf"_{_QSCALE}_{_nflag('trload')}_{_nflag('sink')}_{_ARCH}"),
+        Family.FWD_SPLITKV: _rx(
+            rf"fmha_fwd_splitkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_nwarp_sshuffle|qr){_FWD_COMMON}_{_nflag('squant')}"
+            rf"_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}"),
+        Family.FWD_PAGEDKV: _rx(
+            rf"fmha_fwd_pagedkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_pagedkv){_FWD_COMMON}_{_nflag('skip')}"
+            rf"_{_nflag('squant')}_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}"),
+        Family.BATCH_PREFILL: _rx(
+            rf"fmha_batch_prefill_{_HEAD}_ps(?P<ps>\d+)_(?P<load>bload|gload)_{_FWD_TILE}_(?P<pipe>qr_async)"
+            rf"{_FWD_COMMON}_{_nflag('dropout')}_{_QSCALE}_{_nflag('sink')}_(?P<layout>vectorized|linear)"
+            r"_(?P<lookup>vllm|sglang)"),
+        Family.BWD_CONVERT_DQ: _rx(
+            rf"fmha_bwd_convert_dq_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+)_(?P<mode>batch|group)_o(?P<occ>-?\d+)"
+            rf"_(?P<pad>npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}"),
+    },
+    CKNamingScheme.CK_2025_11: {
+        **_SHARED,
+        Family.FWD: _rx(
+            rf"fmha_fwd_{_HEAD}_{_FWD_TILE}_{_FWD_PIPES}{_FWD_COMMON}_{_nflag('dropout')}_{_nflag('skip')}"
+            rf"_{_nflag('squant')}_{_nflag('trload')}_{_ARCH}"),
+        Family.FWD_SPLITKV: _rx(
+            rf"fmha_fwd_splitkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_nwarp_sshuffle|qr){_FWD_COMMON}_{_nflag('squant')}"
+            rf"_{_nflag('pagedkv')}_{_ARCH}"),
+        Family.FWD_PAGEDKV: _rx(
+            rf"fmha_fwd_pagedkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_pagedkv){_FWD_COMMON}_{_nflag('skip')}"
+            rf"_{_nflag('squant')}_{_nflag('pagedkv')}_{_ARCH}"),
+        Family.BATCH_PREFILL: _rx(
+            rf"fmha_batch_prefill_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_async){_FWD_COMMON}_{_nflag('dropout')}"
+            rf"_{_nflag('squant')}"),
+        Family.BWD_CONVERT_DQ: _rx(
+            rf"fmha_bwd_convert_dq_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+x\d+)_(?P<mode>batch|group)_o(?P<occ>-?\d+)"
+            rf"_(?P<pad>npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}"),
+    },
 }
 
 # Longest prefixes first so that fmha_fwd_splitkv_combine is not taken for fmha_fwd_splitkv, etc.
@@ -383,6 +559,10 @@ def _t3(text: str) -> tuple[int, int, int]:
     return (a, b, c)
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split("x"))
+
+
 _PAD_RES: dict[tuple[str, ...], re.Pattern[str]] = {}
 
 
@@ -402,92 +582,108 @@ def _pads(token: str | None, dims: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def parse_ck_instance_name(name: str) -> KernelConfig:
-    """Parse a CK instance file name (with or without ``.cpp``) into a KernelConfig."""
+def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> dict[str, Any]:
+    """KernelConfig fields of a matched name (``g``: the pattern's named groups)."""
+    f: dict[str, Any] = {"family": fam, **IMPLIED_FIELDS[scheme].get(fam, {})}
+    occ = g.get("occ")
+    f["occupancy"] = int(occ) if occ else -1
+    f["hdim_q"] = int(g["hq"])
+    f["dtype"] = g["dtype"]
+    if g.get("mode"):
+        f["mode"] = g["mode"]
+    if g.get("arch"):
+        f["arch_tag"] = g["arch"]
+    if g.get("vl"):
+        f["vlayout"] = _TOKEN_VLAYOUT[g["vl"]]
+    for flag in ("logits", "lse", "skip", "trload", "sink", "squant", "pagedkv", "dbias", "deterministic"):
+        tok = g.get(flag)
+        if tok is not None:
+            f[{"logits": "logits_soft_cap", "skip": "skip_min_seqlen_q", "squant": "fp8_static_quant",
+               "pagedkv": "paged_kv", "dbias": "dbias", "deterministic": "deterministic", "lse": "lse",
+               "trload": "trload", "sink": "sink"}[flag]] = tok == flag
+    if g.get("bias"):
+        f["bias"] = _TOKEN_BIAS[g["bias"]]
+    if g.get("mask"):
+        f["mask"] = _TOKEN_MASK[g["mask"]]
+    if g.get("qscale"):
+        f["qscale"] = _TOKEN_QSCALE[g["qscale"]]
+    if g.get("r0"):  # fwd-style and bwd block tiles
+        f["warps"] = tuple(_t3(g[k]) for k in ("r0", "r1", "r2") if g.get(k))
+        f["warp_tiles"] = (_t3(g["w0"]), _t3(g["w1"]))
+    tile = _ints(g["tile"])
+    f["tile"] = tile
+    if fam in (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.BATCH_PREFILL):
+        f.update(pipeline=g["pipe"], hdim_v=tile[3], **_pads(g["pad"], ("s", "sk", "d", "dv")))
+        if fam in (Family.FWD, Family.BATCH_PREFILL):
+            f["dropout"] = _TOKEN_FWD_DROPOUT[g["dropout"]]
+            if "squant" in g:  # the 2025-11 scheme's fp8 static quant is today's qscale (module doc)
+                f.pop("fp8_static_quant")
+                f["qscale"] = _SQUANT_QSCALE[g["squant"]]
+        if fam is Family.BATCH_PREFILL:
+            f.update(paged_kv=True, arch_tag=ArchTag.NONE)
+            if g.get("ps"):
+                f.update(page_size=int(g["ps"]), kv_load=g["load"], kv_memory_layout=g["layout"],
+                         kv_lookup_table=g["lookup"])
+    elif fam is Family.FWD_SPLITKV_COMBINE:
+        f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.SPLITKV_COMBINE, **_pads(g["pad"], ("s", "dv")))
+    elif fam is Family.FWD_APPENDKV:
+        f.update(hdim_v=tile[3], mode=Mode.BATCH, pipeline=Pipeline.APPENDKV, paged_kv=bool(g["pagedkv"]),
+                 rope=_TOKEN_ROPE[g["rope"]] if g["rope"] else Rope.NONE, **_pads(g["pad"], ("s", "sk", "d", "dv")))
+    elif fam is Family.BWD_DQ_DK_DV:
+        pm = re.fullmatch(r"npad|p(?:d([18]))?(?:dv([18]))?", g["pad"] or "")
+        assert pm is not None
+        # CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true): the name carries only the
+        # head-dim pads
+        f.update(hdim_v=tile[8], max_seq_len_q=int(g["maxq"]), pad_s=1, pad_sk=1, pad_d=int(pm.group(1) or 0),
+                 pad_dv=int(pm.group(2) or 0), pipeline=Pipeline.BWD_DQ_DK_DV,
+                 dropout=_TOKEN_BWD_DROPOUT[g["dropout"]])
+    elif fam is Family.BWD_DOT_DO_O:
+        f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_DOT_DO_O, **_pads(g["pad"], ("s", "dv")))
+    else:  # BWD_CONVERT_DQ
+        f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_CONVERT_DQ, **_pads(g["pad"], ("s", "d")))
+    return f
+
+
+class ParsedCKName(NamedTuple):
+    """A parsed instance name: the config, and every naming scheme that spells that config exactly so (newest
+    first; families both schemes spell alike list both)."""
+
+    config: KernelConfig
+    schemes: tuple[CKNamingScheme, ...]
+
+    @property
+    def scheme(self) -> CKNamingScheme:
+        """The newest scheme the name belongs to."""
+        return self.schemes[0]
+
+
+def parse_ck_name(name: str, scheme: CKNamingScheme | str | None = None) -> ParsedCKName:
+    """Parse a CK instance file name (with or without ``.cpp``) in any known naming scheme (or only in
+    ``scheme``); the result names the schemes it belongs to."""
     if not name.endswith(".cpp"):
         name = name + ".cpp"
     fam = family_of_ck_name(name)
-    m = _PATTERNS[fam].match(name)
-    if not m:
-        raise CKNameError(f"CK instance name {name!r} does not follow the {fam.value} naming scheme")
-    g = m.groups()
-    f: dict[str, Any] = {"family": fam}
-    if fam in (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV):
-        hq, dt, mode, tile, r0, r1, w0, w1, occ, pipe, vl, pad = g[:12]
-        tile_t = tuple(int(v) for v in tile.split("x"))
-        f.update(hdim_q=int(hq), dtype=dt, mode=mode, tile=tile_t, warps=(_t3(r0), _t3(r1)),
-                 warp_tiles=(_t3(w0), _t3(w1)), occupancy=int(occ) if occ else -1, pipeline=pipe,
-                 vlayout=_TOKEN_VLAYOUT[vl], hdim_v=tile_t[3], **_pads(pad, ("s", "sk", "d", "dv")))
-        rest = g[12:]
-        f["logits_soft_cap"] = rest[0] == "logits"
-        f["bias"] = _TOKEN_BIAS[rest[1]]
-        f["mask"] = _TOKEN_MASK[rest[2]]
-        f["lse"] = rest[3] == "lse"
-        if fam is Family.FWD:
-            f["dropout"] = _TOKEN_FWD_DROPOUT[rest[4]]
-            f["skip_min_seqlen_q"] = rest[5] == "skip"
-            f["qscale"] = _TOKEN_QSCALE[rest[6]]
-            f["trload"] = rest[7] == "trload"
-            f["sink"] = rest[8] == "sink"
-            f["arch_tag"] = rest[9]
-        elif fam is Family.FWD_SPLITKV:
-            f["fp8_static_quant"] = rest[4] == "squant"
-            f["paged_kv"] = rest[5] == "pagedkv"
-            f["sink"] = rest[6] == "sink"
-            f["arch_tag"] = rest[7]
-        else:
-            f["skip_min_seqlen_q"] = rest[4] == "skip"
-            f["fp8_static_quant"] = rest[5] == "squant"
-            f["paged_kv"] = rest[6] == "pagedkv"
-            f["sink"] = rest[7] == "sink"
-            f["arch_tag"] = rest[8]
-    elif fam is Family.FWD_SPLITKV_COMBINE:
-        hv, dt, mode, bn1, occ, pad, lse, squant, arch = g
-        f.update(hdim_q=int(hv), hdim_v=int(hv), dtype=dt, mode=mode, tile=(int(bn1),),
-                 occupancy=int(occ) if occ else -1, pipeline=Pipeline.SPLITKV_COMBINE, lse=lse == "lse",
-                 fp8_static_quant=squant == "squant", arch_tag=arch, **_pads(pad, ("s", "dv")))
-    elif fam is Family.FWD_APPENDKV:
-        hq, dt, tile, occ, vl, pad, rope, paged, arch = g
-        tile_t = tuple(int(v) for v in tile.split("x"))
-        f.update(hdim_q=int(hq), hdim_v=tile_t[3], dtype=dt, mode=Mode.BATCH, tile=tile_t,
-                 occupancy=int(occ) if occ else -1, pipeline=Pipeline.APPENDKV, vlayout=_TOKEN_VLAYOUT[vl],
-                 rope=_TOKEN_ROPE[rope] if rope else Rope.NONE, paged_kv=bool(paged), arch_tag=arch,
-                 **_pads(pad, ("s", "sk", "d", "dv")))
-    elif fam is Family.BATCH_PREFILL:
-        hq, dt, mode, ps, load, tile, r0, r1, w0, w1, occ, pipe, vl, pad = g[:14]
-        tile_t = tuple(int(v) for v in tile.split("x"))
-        rest = g[14:]
-        f.update(hdim_q=int(hq), hdim_v=tile_t[3], dtype=dt, mode=mode, page_size=int(ps), kv_load=load,
-                 tile=tile_t, warps=(_t3(r0), _t3(r1)), warp_tiles=(_t3(w0), _t3(w1)),
-                 occupancy=int(occ) if occ else -1, pipeline=pipe, vlayout=_TOKEN_VLAYOUT[vl],
-                 logits_soft_cap=rest[0] == "logits", bias=_TOKEN_BIAS[rest[1]], mask=_TOKEN_MASK[rest[2]],
-                 lse=rest[3] == "lse", dropout=_TOKEN_FWD_DROPOUT[rest[4]], qscale=_TOKEN_QSCALE[rest[5]],
-                 sink=rest[6] == "sink", kv_memory_layout=rest[7], kv_lookup_table=rest[8],
-                 paged_kv=True, arch_tag=ArchTag.NONE, **_pads(pad, ("s", "sk", "d", "dv")))
-    elif fam is Family.BWD_DQ_DK_DV:
-        hq, dt, mode, tile, r0, r1, r2, w0, w1, occ, maxq, pad, bias, dbias, mask, drop, det, trl, arch = g
-        tile_t = tuple(int(v) for v in tile.split("x"))
-        pm = re.fullmatch(r"npad|p(?:d([18]))?(?:dv([18]))?", pad)
-        assert pm is not None
-        f.update(hdim_q=int(hq), hdim_v=tile_t[8], dtype=dt, mode=mode, tile=tile_t,
-                 warps=(_t3(r0), _t3(r1), _t3(r2)), warp_tiles=(_t3(w0), _t3(w1)), occupancy=int(occ),
-                 # CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true): the name
-                 # carries only the head-dim pads
-                 max_seq_len_q=int(maxq), pad_s=1, pad_sk=1, pad_d=int(pm.group(1) or 0), pad_dv=int(pm.group(2) or 0),
-                 pipeline=Pipeline.BWD_DQ_DK_DV, bias=_TOKEN_BIAS[bias], dbias=dbias == "dbias",
-                 mask=_TOKEN_MASK[mask], dropout=_TOKEN_BWD_DROPOUT[drop], deterministic=det == "deterministic",
-                 trload=trl == "trload", arch_tag=arch)
-    elif fam is Family.BWD_DOT_DO_O:
-        hv, dt, bm0, mode, occ, pad, arch = g
-        f.update(hdim_q=int(hv), hdim_v=int(hv), dtype=dt, mode=mode, tile=(int(bm0),), occupancy=int(occ),
-                 pipeline=Pipeline.BWD_DOT_DO_O, arch_tag=arch, **_pads(pad, ("s", "dv")))
+    if scheme is None:
+        schemes: tuple[CKNamingScheme, ...] = tuple(CKNamingScheme)
     else:
-        hq, dt, bm0, mode, occ, pad, det, arch = g
-        f.update(hdim_q=int(hq), hdim_v=int(hq), dtype=dt, mode=mode, tile=(int(bm0),), occupancy=int(occ),
-                 pipeline=Pipeline.BWD_CONVERT_DQ, deterministic=det == "deterministic", arch_tag=arch,
-                 **_pads(pad, ("s", "d")))
+        try:
+            schemes = (CKNamingScheme.parse(scheme, "scheme"),)
+        except ValueError as e:
+            raise CKNameError(str(e)) from None
+    hits = [(sc, m) for sc in schemes if (m := _PATTERNS[sc][fam].match(name))]
+    if not hits:
+        which = " or ".join(sc.value for sc in schemes)
+        raise CKNameError(f"CK instance name {name!r} does not follow the {fam.value} naming scheme ({which}; "
+                          f"see ckfmha.naming)")
+    sc0, m0 = hits[0]
     try:
-        cfg = KernelConfig.make(**f)
+        cfg = KernelConfig.make(**_fields(fam, m0.groupdict(), sc0))
     except ValueError as e:
         raise CKNameError(f"CK instance name {name!r}: {e}") from None
-    return cfg
+    return ParsedCKName(cfg, tuple(sc for sc, _ in hits))
+
+
+def parse_ck_instance_name(name: str, scheme: CKNamingScheme | str | None = None) -> KernelConfig:
+    """Parse a CK instance file name (with or without ``.cpp``) into a KernelConfig (any known naming scheme, or
+    only ``scheme``)."""
+    return parse_ck_name(name, scheme).config

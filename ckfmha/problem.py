@@ -16,7 +16,14 @@ backward* (dot_do_o + dq_dk_dv + convert_dq); the token ``bwd`` is accepted for 
 
 Round trip with CK's tile_example command lines: ``Problem.from_ck_args(p.to_ck_args(), binary=p.ck_binary)
 == p`` (``batch_prefill`` has no tile_example binary).  Runner-only arguments (``-v -kname -init -seed -warmup
--repeat -timer -json -jsonfile -drop_prefs``) are accepted and ignored; any other unknown argument is an error.
+-repeat -timer -json -jsonfile -drop_prefs``) are accepted and ignored; CK arguments Problem has no field for
+(``-q_eff_lens -kv_eff_lens -s_qpad``, bwd ``-s_qpad -s_kpad``) are an error saying so; any other unknown argument
+is an error.  Values are read as CK's ArgParser (ck_tile/host/arg_parser.hpp) reads them: a scalar (``-d``,
+``-b``, ``-p_drop``...; ``atoi``/``atof``) may end in one trailing comma (``-d=16,`` is 16, a form CK's own smoke
+logs use) but a list where one number belongs (``-d=16,32``) is an error; a list (``-s``, ``-s_k``, ``-s_kpad``;
+``get_int_vec``) splits at every comma and reads an empty item as 0, as CK does (``-s=16,`` is ``16, 0``).
+``-mask`` takes newer CK's ``t:l,r,sink`` / ``b:l,r,sink`` with sink 0 only (:mod:`ckfmha.masking`: sink tokens
+are not modelled; a non-zero sink is an error naming it).
 """
 
 from __future__ import annotations
@@ -607,18 +614,39 @@ _FWD_KEYS = {"mode", "b", "h", "h_k", "s", "s_k", "s_kpad", "d", "d_v", "scale_s
              "init_sink"}
 _BWD_KEYS = {"mode", "b", "h", "h_k", "s", "s_k", "d", "d_v", "scale", "iperm", "operm", "bias", "dbias", "prec",
              "mask", "p_drop", "drop_seed", "drop_offset", "deterministic"}
+# Arguments CK's tile_example binaries take (example_fmha_fwd.cpp / example_fmha_bwd.cpp, and CK's smoke scripts use
+# them) that Problem has no field for: an error that says so, not "no such argument".
+_UNMODELLED_FWD = {"q_eff_lens": "per-batch effective query lengths (batch-mode padding)",
+                   "kv_eff_lens": "per-batch effective key lengths (batch-mode padding)",
+                   "s_qpad": "per-sequence physical query lengths (group-mode query padding)"}
+_UNMODELLED_BWD = {"s_qpad": "per-sequence physical query lengths (group-mode query padding)",
+                   "s_kpad": "per-sequence physical key lengths (group-mode key padding)"}
+
+
+def _scalar(k: str, v: str) -> str:
+    """The number text of a scalar argument. CK's ArgParser (ck_tile/host/arg_parser.hpp) reads scalars with
+    ``atoi`` / ``strtoul`` / ``atof``: the leading number, so ``-d=16,`` (a trailing comma, as in CK's own smoke
+    logs) is 16. A trailing comma is accepted; more after it (``16,32``) is an error, not CK's silent 16."""
+    if v.endswith(",") and "," not in v[:-1] and len(v) > 1:
+        return v[:-1]
+    if "," in v and v.split(",", 1)[0]:
+        raise ProblemError(f"-{k}: {v!r} is a list, but -{k} takes one number (CK's parser would read the leading "
+                           f"{v.split(',', 1)[0]!r} and ignore the rest)")
+    return v
 
 
 def _to_int(k: str, v: str) -> int:
+    t = _scalar(k, v)
     try:
-        return int(v, 0) if v.lower().startswith(("0x", "-0x")) else int(v)
+        return int(t, 0) if t.lower().startswith(("0x", "-0x")) else int(t)
     except ValueError:
         raise ProblemError(f"-{k}: {v!r} is not an integer") from None
 
 
 def _to_float(k: str, v: str) -> float:
+    t = _scalar(k, v)
     try:
-        return float(v)
+        return float(t)
     except ValueError:
         raise ProblemError(f"-{k}: {v!r} is not a number") from None
 
@@ -633,12 +661,27 @@ def _to_bool(k: str, v: str) -> bool:
 
 
 def _int_list(k: str, v: str) -> list[int]:
-    return [_to_int(k, x) for x in v.split(",") if x != ""]
+    """A comma-separated int list as CK's ``ArgParser::get_int_vec`` reads it: split at every comma, each item with
+    ``atoi`` -- so an empty item (``-s=16,``) is 0, a length CK then uses."""
+    out = []
+    for x in v.split(","):
+        if x == "":
+            out.append(0)
+            continue
+        try:
+            out.append(int(x, 0) if x.lower().startswith(("0x", "-0x")) else int(x))
+        except ValueError:
+            raise ProblemError(f"-{k}: {v!r} has {x!r}, which is not an integer") from None
+    return out
 
 
 def _from_kv(kv: dict[str, str], binary: str) -> Problem:
     keys = _BWD_KEYS if binary == "bwd" else _FWD_KEYS
+    unmodelled = _UNMODELLED_BWD if binary == "bwd" else _UNMODELLED_FWD
     for k in kv:
+        if k in unmodelled:
+            raise ProblemError(f"-{k}: {kv[k]!r}: tile_example_fmha_{binary} takes -{k} ({unmodelled[k]}), which "
+                               "ckfmha's Problem does not model")
         if k not in keys and k not in RUNNER_ONLY_ARGS:
             raise ProblemError(f"-{k}: no such argument for tile_example_fmha_{binary}")
     g = kv.get
@@ -676,9 +719,11 @@ def _from_kv(kv: dict[str, str], binary: str) -> Problem:
                 kw["s_kpad"] = tuple(kp)
     else:
         if len(sq) != 1:
-            raise ProblemError(f"-s: {g('s')!r} lists several lengths; per-sequence lengths need -mode=1")
+            raise ProblemError(f"-s: {g('s')!r} lists several lengths {tuple(sq)} (an empty item is 0, as CK reads "
+                               "it); per-sequence lengths need -mode=1")
         if len(sk) != 1:
-            raise ProblemError(f"-s_k: {g('s_k')!r} lists several lengths; per-sequence lengths need -mode=1")
+            raise ProblemError(f"-s_k: {g('s_k')!r} lists several lengths {tuple(sk)} (an empty item is 0, as CK "
+                               "reads it); per-sequence lengths need -mode=1")
         kw["seqlen_q"] = sq[0]
         kw["seqlen_k"] = None if sk[0] < 0 else sk[0]
         if "s_kpad" in kv and _int_list("s_kpad", kv["s_kpad"]) != [-1]:

@@ -202,3 +202,93 @@ def test_from_ck_args_group_lengths_unchanged_by_late_broadcast():
                                      ("bottom_right", "b")])
 def test_problem_takes_the_mask_words(word, ck):
     assert Problem(mask=word).mask == MaskSpec.parse(ck)
+
+
+# ------------------------------------------------------------------ the argument forms CK's own scripts and logs use
+# CK's ArgParser (ck_tile/host/arg_parser.hpp) reads scalars with atoi/atof (the leading number) and lists with
+# get_int_vec (split at every comma, an empty item is atoi("") = 0); mask.hpp of newer CK reads t:l,r,sink.
+def _real_log_commands() -> list[str]:
+    """The commands of tests/data/upstream_lines/fwd_res_sink.txt (verbatim from CK's res_sink.log)."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "upstream_lines" / "fwd_res_sink.txt").read_text()
+    return [ln[2:] for ln in text.splitlines() if ln.startswith("$ ")]
+
+
+def test_scalar_with_a_trailing_comma_is_the_number():
+    p = Problem.from_ck_args("-prec=fp16 -b=1 -h=1 -d=16, -d_v=32 -s=128 -p_drop=0.2, -lse=1,")
+    assert (p.hdim_q, p.hdim_v, p.p_drop, p.lse) == (16, 32, 0.2, True)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ("-d=16,32", "-d: '16,32' is a list, but -d takes one number (CK's parser would read the leading '16' and ignore "
+                 "the rest)"),
+    ("-b=2,,", "-b: '2,,' is a list, but -b takes one number"),
+    ("-d=,", "-d: ',' is not an integer"),
+    ("-p_drop=0.1,0.2", "-p_drop: '0.1,0.2' is a list, but -p_drop takes one number"),
+    ("-s=16,", "-s: '16,' lists several lengths (16, 0) (an empty item is 0, as CK reads it); per-sequence lengths "
+               "need -mode=1"),
+    ("-mode=1 -b=2 -s=4,x", "-s: '4,x' has 'x', which is not an integer"),
+    ("-mask=t:2,0,4", "-mask: mask: 't:2,0,4' has sink component 4 (StreamingLLM sink tokens, CK's mask_info.sink / "
+                      "sink_size), which ckfmha does not model; only sink 0 is accepted"),
+    ("-mask=b:1,0,2", "-mask: mask: 'b:1,0,2' has sink component 2"),
+    ("-mask=t:2,0,-1", "sink component -1: the number of sink tokens must be >= 0"),
+    ("-mask=g:1,2,3", "invalid mask value 'g:1,2,3' ('2,3' is not an integer)"),
+    ("-q_eff_lens=1024,960", "-q_eff_lens: '1024,960': tile_example_fmha_fwd takes -q_eff_lens (per-batch effective "
+                             "query lengths (batch-mode padding)), which ckfmha's Problem does not model"),
+    ("-mode=1 -s_qpad=1152,896", "-s_qpad: '1152,896': tile_example_fmha_fwd takes -s_qpad"),
+])
+def test_ck_argument_forms_rejected_with_the_rule(args, msg):
+    with pytest.raises(ProblemError) as e:
+        Problem.from_ck_args(args + " -h=1 -b=2" if "-b=" not in args else args + " -h=1")
+    assert msg in str(e.value)
+
+
+def test_group_list_with_an_empty_item_is_a_zero_length_as_in_ck():
+    g = Problem.from_ck_args("-mode=1 -b=2 -s=16, -d=64")
+    assert g.seqlens_q == (16, 0) and g.seqlens_k == (16, 0)
+
+
+@pytest.mark.parametrize("mask,ck", [("t:2,0,0", "t:2,0"), ("b:1,0,0", "b:1,0"), ("t:128,30", "t:128,30"),
+                                     ("b:4,35", "b:4,35"), ("1", "t"), ("2", "b")])
+def test_mask_forms_of_ck_scripts(mask, ck):
+    p = Problem.from_ck_args(f"-mask={mask} -d=64 -s=256 -s_k=512")
+    assert p.mask == MaskSpec.parse(ck) and p.mask.to_ck() == ck
+
+
+def test_ck_res_sink_log_commands():
+    """Each real command: the sink-token masks are rejected naming the sink component; with the sink set to 0 the
+    rest parses to what the binary echoed (e.g. ``-d=16,`` is d 16)."""
+    cmds = _real_log_commands()
+    assert len(cmds) == 8 and all(" -d=16, " in c for c in cmds)
+    for cmd in cmds:
+        with pytest.raises(ProblemError, match=r"-mask: mask: '[tb]:[12],0,[24]' has sink component [24] "):
+            Problem.from_ck_args(cmd)
+        no_sink = cmd.replace("-mask=t:2,0,4", "-mask=t:2,0,0").replace("-mask=b:1,0,2", "-mask=b:1,0,0")
+        p = Problem.from_ck_args(no_sink)
+        args = dict(t.lstrip("-").split("=", 1) for t in cmd.split()[1:])
+        assert p.hdim_q == 16 and p.hdim_v == int(args["d_v"]) and p.batch == int(args["b"])
+        assert p.mode is (Mode.GROUP if args["mode"] == "1" else Mode.BATCH)
+        assert p.mask.to_ck() in ("t:2,0", "b:1,0")
+        assert Problem.from_ck_args(p.to_ck_args()) == p
+
+
+@pytest.mark.parametrize("cmd", [
+    # expansions of CK's example/ck_tile/01_fmha/script/smoke_test_fwd.sh (amd-aiter 0.1.7.post2.dev18 tree)
+    "-prec=fp16 -mode=1 -b=2 -h=2 -h_k=1 -d=16 -d_v=64 -s=55 -s_k=256 -bias=e -p_drop=0.2 -lse=1 -iperm=0 -operm=0 "
+    "-num_splits=1 -page_block_size=0 -cache_batch_idx=0 -kname=1 -v=1 -warmup=0 -repeat=1",
+    "-prec=bf16 -mode=0 -b=3 -h=2 -h_k=1 -d=128 -s=200 -s_k=520 -bias=a -p_drop=0.0 -lse=0 -iperm=1 -operm=1 "
+    "-mask=t:128,30 -num_splits=3 -page_block_size=0 -cache_batch_idx=1 -kname=1 -v=1 -warmup=0 -repeat=1",
+    "-prec=fp16 -mode=0 -b=2 -h=1 -d=64 -s=99 -s_k=32 -bias=n -p_drop=0.0 -lse=1 -iperm=1 -operm=1 -mask=b:4,35 "
+    "-num_splits=1 -page_block_size=128 -cache_batch_idx=0 -kname=1 -v=1 -warmup=0 -repeat=1",
+    "-prec=fp8 -init=0 -b=2 -h=1 -d=128 -s=128 -bias=n -iperm=0 -operm=0 -vlayout=r -squant=1 -kname=1 -v=1",
+    "-prec=fp16 -mode=1 -b=4 -h=4 -d=32 -s=1,127,3,65 -s_k=1,127,3,65 -s_kpad=128 -bias=n -p_drop=0.0 -lse=1",
+    "-prec=fp16 -b=3 -h=3 -d=64 -s=63 -s_k=129 -s_knew=64 -rotary_dim=16 -rotary_interleaved=0 "
+    "-page_block_size=128 -cache_batch_idx=0 -iperm=1 -operm=1 -kname=1 -v=1",
+    # smoke_test_bwd.sh
+    "tile_example_fmha_bwd -b=2 -h=3 -h_k=1 -s=244 -s_k=499 -mask=b:4,35 -prec=bf16 -d=96 -bias=a -dbias=0 "
+    "-p_drop=0.2 -iperm=1 -operm=1 -deterministic=0 -v=1 -mode=1 -kname=1 -v=1",
+])
+def test_ck_smoke_script_forms_parse(cmd):
+    p = Problem.from_ck_args(cmd)
+    assert Problem.from_ck_args(p.to_ck_command()) == p
