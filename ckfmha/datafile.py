@@ -14,6 +14,11 @@ document, or raise a :class:`DataFileError` (a ``ValueError``) whose message sta
   silently keep the last value;
 * JSON's non-standard constants ``NaN`` / ``Infinity`` / ``-Infinity``.
 
+:func:`check_schema` validates a loaded document against one of the JSON Schemas in ``ckfmha/data/schemas/``
+(``<name>.schema.yaml``, Draft 2020-12, through the ``jsonschema`` library) and raises a :class:`SchemaError`
+naming the file, the key path, the value and the rule (the failing keyword, plus the schema's ``description`` of
+that part when it has one).  Mapping keys are compared as strings (YAML's ``0:`` keys become ``"0"``).
+
 YAML is read with PyYAML's safe loader (``yaml.CSafeLoader`` when PyYAML has libyaml, else ``yaml.SafeLoader``),
 subclassed as :class:`StrictYAMLLoader` with a duplicate-checking ``construct_mapping``.  A YAML merge key
 (``<<: *base``) keeps its meaning: a key written next to it overrides the merged one and is not a duplicate.
@@ -60,6 +65,10 @@ class NestingError(DataFileError):
 
 class DuplicateKeyError(DataFileError):
     """A key written twice in one mapping / object."""
+
+
+class SchemaError(DataFileError):
+    """A document that does not follow its schema."""
 
 
 def key_path(parts: Iterable[str | int]) -> str:
@@ -272,5 +281,84 @@ def load_json(path: str | Path) -> Any:
 
 
 __all__ = ["MAX_FILE_BYTES", "MAX_NESTING_DEPTH", "DataFileError", "DuplicateKeyError", "MissingDataFileError",
+           "SchemaError", "check_schema", "schema_validator",
            "NestingError", "StrictYAMLLoader", "key_path", "load_json", "load_yaml", "parse_json", "parse_yaml",
            "read_text"]
+
+
+def _json_view(doc: Any) -> Any:
+    """The document as JSON sees it: mapping keys as strings, tuples as lists."""
+    if isinstance(doc, dict):
+        return {str(k): _json_view(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_json_view(v) for v in doc]
+    return doc
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def schema_validator(name: str) -> Any:
+    """The jsonschema validator of ``ckfmha/data/schemas/<name>.schema.yaml`` (loaded once)."""
+    v = _VALIDATORS.get(name)
+    if v is None:
+        import jsonschema
+        from importlib import resources
+
+        path = Path(str(resources.files("ckfmha") / "data" / "schemas" / f"{name}.schema.yaml"))
+        schema = load_yaml(path)
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        v = _VALIDATORS[name] = cls(schema)
+    return v
+
+
+_TYPE_WORDS = {"object": "an object (a mapping)", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _rule_words(error: Any) -> str:
+    """The failing keyword in ckfmha's words ("expected ..., found ..."), with the schema's own description of that
+    part when it has one."""
+    kw, arg, found = error.validator, error.validator_value, error.instance
+    if kw == "const":
+        words = f"expected {arg!r}, found {_short(found)}"
+    elif kw == "enum":
+        words = f"expected one of {', '.join(map(repr, arg))}, found {_short(found)}"
+    elif kw == "type":
+        kinds = [arg] if isinstance(arg, str) else list(arg)
+        words = f"expected {' or '.join(_TYPE_WORDS.get(k, k) for k in kinds)}, found {_short(found)}"
+    elif kw == "required":
+        missing = [k for k in arg if isinstance(found, dict) and k not in found]
+        words = f"missing key(s) {', '.join(map(repr, missing))}"
+    elif kw == "additionalProperties" and isinstance(found, dict):
+        known = set((error.schema.get("properties") or {}))
+        import difflib
+
+        unknown = sorted(k for k in found if k not in known)
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, n=1)) else repr(k)
+                 for k in unknown]
+        words = f"unknown key(s) {', '.join(hints)}" + (f"; known: {', '.join(sorted(known))}" if known else "")
+    else:
+        words = f"{error.message}"
+    desc = error.schema.get("description") if isinstance(error.schema, dict) else None
+    return words + (f" (rule: {desc})" if desc else "")
+
+
+def check_schema(doc: Any, name: str, source: str) -> None:
+    """Raise :class:`SchemaError` when ``doc`` does not follow schema ``name`` (see the module doc)."""
+    import jsonschema
+
+    validator = schema_validator(name)
+    errors = list(validator.iter_errors(_json_view(doc)))
+    if not errors:
+        return
+    best = jsonschema.exceptions.best_match(errors)
+    where = key_path(best.absolute_path)
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    raise SchemaError(f"{source}: {where}: {_rule_words(best)}{more}")

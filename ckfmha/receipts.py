@@ -12,7 +12,9 @@ configs a receipt keeps, as filter expressions (:mod:`ckfmha.filters`) over Kern
         simplified: "c.mask == 'none'"
         generic: "False"
 
-A rule of ``True`` keeps everything.
+A rule of ``True`` keeps everything.  Both files are read with :mod:`ckfmha.datafile`'s strict loader and checked
+against their JSON Schemas (``data/schemas/receipts.schema.yaml``, ``receipt_rules.schema.yaml``); an error names
+the file, the key path, the value and the rule.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ckfmha.archs import data_dir, load_yaml
+from ckfmha.archs import data_dir
+from ckfmha.datafile import DataFileError, check_schema, load_yaml
 from ckfmha.filters import ConfigPredicate, FilterError, compile_filter
 from ckfmha.kernel import Api, MaskMode
 
@@ -41,15 +44,13 @@ class Receipt:
 @lru_cache(maxsize=None)
 def receipts() -> dict[int, Receipt]:
     path = data_dir() / "receipts.yaml"
-    doc = load_yaml(path)
-    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("receipts"), dict):
-        raise ReceiptError(f"{path}: expected 'schema: 1' and a 'receipts' mapping")
-    out: dict[int, Receipt] = {}
-    for num, entry in doc["receipts"].items():
-        if not isinstance(num, int) or not isinstance(entry, dict) or "name" not in entry:
-            raise ReceiptError(f"{path}: receipts.{num}: expected an int key and a mapping with 'name'")
-        out[num] = Receipt(num, entry["name"], tuple(entry.get("aliases", ())), entry.get("description", ""))
-    return out
+    try:
+        doc = load_yaml(path)
+        check_schema(doc, "receipts", str(path))
+    except DataFileError as e:
+        raise ReceiptError(str(e)) from None
+    return {int(num): Receipt(int(num), entry["name"], tuple(entry.get("aliases", ())), entry.get("description", ""))
+            for num, entry in doc["receipts"].items()}
 
 
 def resolve_receipt(value: int | str | None = None, *, profile: str | None = None) -> int:
@@ -81,13 +82,14 @@ def _rules(api: Api) -> dict[str, Any]:
     path = data_dir() / "receipt_rules" / f"{api.value}.yaml"
     if not path.is_file():
         raise ReceiptError(f"{path}: no receipt rules for api {api.value!r}")
-    doc = load_yaml(path)
-    if not isinstance(doc, dict) or doc.get("schema") != 1 or doc.get("api") != api.value:
-        raise ReceiptError(f"{path}: expected 'schema: 1' and 'api: {api.value}'")
-    unknown = set(doc) - {"schema", "api", "default", "rules"}
-    if unknown:
-        raise ReceiptError(f"{path}: unknown top-level key(s) {sorted(unknown)}")
-    doc.setdefault("rules", {})
+    try:
+        doc = load_yaml(path)
+        check_schema(doc, "receipt_rules", str(path))
+    except DataFileError as e:
+        raise ReceiptError(str(e)) from None
+    if doc["api"] != api.value:
+        raise ReceiptError(f"{path}: api: {doc['api']!r} is not the api of this file ({api.value!r})")
+    doc["rules"] = {int(k): v for k, v in (doc.get("rules") or {}).items()}
     doc["_path"] = path
     return doc
 
@@ -99,15 +101,11 @@ def receipt_predicate(api: Api, receipt: int, mask_mode: MaskMode) -> ConfigPred
     path = doc["_path"]
     rule = doc["rules"].get(receipt, doc.get("default", "True"))
     where = f"{path}: rules.{receipt}" if receipt in doc["rules"] else f"{path}: default"
-    if isinstance(rule, dict):
-        if set(rule) != {m.value for m in MaskMode}:
-            raise ReceiptError(f"{where}: a per-mask-mode rule needs exactly the keys simplified and generic")
+    if isinstance(rule, dict):  # the schema guarantees exactly the keys simplified and generic
         rule = rule[mask_mode.value]
         where += f".{mask_mode.value}"
     if isinstance(rule, bool):
         rule = str(rule)
-    if not isinstance(rule, str):
-        raise ReceiptError(f"{where}: expected a filter expression string, found {rule!r}")
     try:
         pred = compile_filter(rule)
     except FilterError as e:

@@ -1,6 +1,6 @@
 """The kernel registry: the KernelConfigs available for one arch (and optionally one backend).
 
-Fill it from the enumeration, a sweep config or a JSON file; query it by signature; export/import JSON.
+Fill it from the enumeration or a JSON file; query it by signature; export/import JSON.
 
 JSON schema (``schema: "ckfmha.registry"``, ``version: 1``)::
 
@@ -17,6 +17,8 @@ JSON schema (``schema: "ckfmha.registry"``, ``version: 1``)::
 
 Each kernel entry carries its canonical ``kernel_id`` plus every KernelConfig field (flat, as
 ``KernelConfig.as_dict()``); on import both must agree, so a hand-edited entry cannot silently mean two things.
+The file is read with :mod:`ckfmha.datafile`'s strict loader and checked against ``data/schemas/registry.schema.yaml``
+first; errors name the file, the key path, the value and the rule.
 """
 
 from __future__ import annotations
@@ -63,14 +65,6 @@ class Registry:
 
         configs = enumerate_kernels(arch, families, receipt, mask_mode, predicate=predicate)
         return cls(arch, configs, backend=backend, source=f"enumeration receipt={receipt} mask_mode={mask_mode}")
-
-    @classmethod
-    def from_sweep(cls, arch: str, sweep_path: str | Path, *, receipt: int | str = 0,
-                   mask_mode: str = "simplified", backend: str | None = None) -> "Registry":
-        from ckfmha.selection import KernelQuery
-
-        q = KernelQuery.build(arch, receipt=receipt, mask_mode=mask_mode, sweep=sweep_path)
-        return cls(arch, q.run(), backend=backend, source=f"sweep {sweep_path}")
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -120,26 +114,15 @@ class Registry:
 
     @classmethod
     def from_json(cls, doc: Any, source: str = "<registry json>") -> "Registry":
-        if not isinstance(doc, dict):
-            raise RegistryError(f"{source}: top level: expected an object, found {type(doc).__name__}")
-        if doc.get("schema") != REGISTRY_SCHEMA:
-            raise RegistryError(f"{source}: schema: expected {REGISTRY_SCHEMA!r}, found {doc.get('schema')!r}")
-        if doc.get("version") != REGISTRY_VERSION:
-            raise RegistryError(f"{source}: version: expected {REGISTRY_VERSION}, found {doc.get('version')!r} "
-                                "(this ckfmha reads version 1 only)")
-        unknown = set(doc) - {"schema", "version", "arch", "backend", "source", "kernels"}
-        if unknown:
-            raise RegistryError(f"{source}: top level: unknown key(s) {sorted(unknown)}")
-        if not isinstance(doc.get("arch"), str):
-            raise RegistryError(f"{source}: arch: expected a string, found {doc.get('arch')!r}")
-        kernels = doc.get("kernels")
-        if not isinstance(kernels, list):
-            raise RegistryError(f"{source}: kernels: expected a list, found {type(kernels).__name__}")
+        from ckfmha.datafile import DataFileError, check_schema
+
+        try:
+            check_schema(doc, "registry", source)
+        except DataFileError as e:
+            raise RegistryError(str(e)) from None
         configs = []
-        for i, entry in enumerate(kernels):
+        for i, entry in enumerate(doc["kernels"]):
             where = f"{source}: kernels[{i}]"
-            if not isinstance(entry, dict) or "kernel_id" not in entry:
-                raise RegistryError(f"{where}: expected an object with a kernel_id")
             fields = {k: v for k, v in entry.items() if k != "kernel_id"}
             try:
                 c = KernelConfig.make(**fields) if fields else KernelConfig.from_id(entry["kernel_id"])
@@ -153,11 +136,13 @@ class Registry:
 
     @classmethod
     def load(cls, path: str | Path) -> "Registry":
+        from ckfmha.datafile import DataFileError, MissingDataFileError, load_json
+
         p = Path(path)
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            doc = load_json(p)
+        except MissingDataFileError:
             raise RegistryError(f"{p}: no such registry file") from None
-        except json.JSONDecodeError as e:
-            raise RegistryError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        except DataFileError as e:
+            raise RegistryError(str(e)) from None
         return cls.from_json(doc, str(p))

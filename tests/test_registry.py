@@ -51,7 +51,7 @@ def test_duplicates_are_kept_once_and_queries_work() -> None:
     (lambda d: d.update(kernels={}), "kernels: expected a list"),
     (lambda d: d["kernels"][0].update(hdim_q=64), r"kernels\[0\]: kernel_id .* does not match its fields"),
     (lambda d: d["kernels"][1].update(mask="sideways"), r"kernels\[1\]: mask: unknown value 'sideways'"),
-    (lambda d: d["kernels"][2].pop("kernel_id"), r"kernels\[2\]: expected an object with a kernel_id"),
+    (lambda d: d["kernels"][2].pop("kernel_id"), r"kernels\[2\]: missing key\(s\) 'kernel_id'"),
 ])
 def test_import_errors(mutate, message: str) -> None:
     doc = Registry("gfx942", configs()).to_json()
