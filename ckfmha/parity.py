@@ -11,10 +11,21 @@ Semantics (:func:`compare_results`), per problem:
 * either side ``error`` or ``unparseable`` (:attr:`Verdict.is_error`) -> ``error``;
 * verdicts differ -> ``disagree``, with both sides' words;
 * both ``unsupported`` -> ``agree`` (compared: verdicts);
-* both ran -> where both produced outputs, the common outputs are compared with each other using the
-  validator's tolerance for the problem; any mismatch -> ``disagree``; otherwise ``agree`` (compared:
-  ``verdicts+outputs`` or, when a side yields no tensors -- tile_example -- ``verdicts``: each side's own
-  verdict came from comparing with a reference).  Both ``ran_invalid`` still agree, flagged ``both_invalid``.
+* both ran -> where both produced outputs, the common outputs are judged by both rules of
+  :mod:`ckfmha.validator` and one of them decides (:func:`comparison_rule`):
+
+  - ``elementwise``: the two sides' outputs compared with each other with CK's tolerance for the problem;
+  - ``noise_floor``: each side's output against the float64 ground truth of the problem's inputs (``seed``):
+    ``max|out - truth| <= k * max|same_precision - truth| + atol`` for both sides (two outputs within the noise
+    of the truth agree up to that noise); the row's error ratio per output is the larger of the two sides'.
+
+  The noise floor decides when either side's own verdict was decided by it (a ``torch`` side: torch's kernels
+  are not bound by CK's elementwise tolerance); otherwise (``ckfmha`` vs ``ckfmha``, fakes) the elementwise rule
+  does.  Any output failing the deciding rule -> ``disagree``; otherwise ``agree`` (compared:
+  ``verdicts+outputs`` or, when a side yields no tensors -- tile_example -- ``verdicts``: each side's own verdict
+  came from comparing with a reference).  Both ``ran_invalid`` still agree, flagged ``both_invalid``.  Every
+  output's summary carries both verdicts (``elementwise_passed``, ``noise_passed``), the error ratios and the
+  deciding ``rule``; ``passed`` is the deciding rule's.
 
 :func:`run_parity` returns a :class:`ParityReport` (JSON / CSV / a readable table).  The default parity set is
 upstream's 14 configurations (research/upstream_testing.md §2.1) in ``data/parity_default.yaml``
@@ -40,6 +51,7 @@ import yaml
 from ckfmha.kernel import TokenEnum
 from ckfmha.problem import Problem, ProblemError
 from ckfmha.upstream.result import SideResult, Verdict, check_summary
+from ckfmha.validator import NoiseFloorResult, Rule
 
 PARITY_DEFAULT_PATH = Path(__file__).with_name("data") / "parity_default.yaml"
 
@@ -61,7 +73,7 @@ class Status(TokenEnum):
 
 # ------------------------------------------------------------------------------------------ sides
 def make_side(spec: str, *, bin_dir: str | Path | None = None, timeout_s: float | None = None,
-              arch: str = "gfx942", receipt: int | str = 0, mask_mode: str = "simplified",
+              arch: str | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
               device: str | None = None) -> ParitySide:
     """``tile_example`` | ``ckfmha[:auto|cpu|triton|hip]`` (default cpu; ``auto`` resolves lazily as a normal run
     does, :mod:`ckfmha.upstream.ckfmha_side`) | ``torch[:math|efficient|flash|cudnn|flex]``."""
@@ -117,6 +129,35 @@ class ParityRow:
     def passed(self) -> bool:
         return self.status is Status.AGREE and bool(self.compared)
 
+    def _over_outputs(self, key: str) -> list:
+        return [c.get(key) for c in self.output_checks.values() if isinstance(c, dict) and key in c]
+
+    @property
+    def rule(self) -> Rule | None:
+        """The rule that decided the output comparison; None when no outputs were compared."""
+        rules = self._over_outputs("rule")
+        return Rule(rules[0]) if rules else None
+
+    @property
+    def elementwise_passed(self) -> bool | None:
+        """Every compared output agrees between the sides under CK's elementwise tolerance (None: no outputs)."""
+        v = self._over_outputs("elementwise_passed")
+        return all(v) if v else None
+
+    @property
+    def noise_passed(self) -> bool | None:
+        """Every compared output of both sides lies within the noise floor of the float64 truth (None: no
+        outputs, or the rule could not judge them)."""
+        v = self._over_outputs("noise_passed")
+        return None if not v or any(x is None for x in v) else all(v)
+
+    @property
+    def error_ratio(self) -> float | None:
+        """The worst error ratio ``max|out - truth| / max|same_precision - truth|`` over the compared outputs and
+        both sides (None: no outputs, or no ratio defined)."""
+        v = [x for x in self._over_outputs("error_ratio") if x is not None]
+        return max(v) if v else None
+
     def pytest_outcome(self) -> tuple[str, str]:
         """("passed" | "failed" | "skipped", message) for a test item."""
         if self.status is Status.SKIPPED:
@@ -132,6 +173,8 @@ class ParityRow:
             args = ""
         return {"name": self.name, "problem": str(self.problem), "family": self.problem.family.value,
                 "ck_args": args, "seed": self.seed, "status": self.status.value, "compared": self.compared,
+                "rule": self.rule.value if self.rule else None, "elementwise_passed": self.elementwise_passed,
+                "noise_passed": self.noise_passed, "error_ratio": self.error_ratio,
                 "detail": self.detail, "output_checks": self.output_checks, "info": self.info,
                 "left": self.left.to_dict(raw), "right": self.right.to_dict(raw)}
 
@@ -140,11 +183,61 @@ class ParityRow:
                 "compared": self.compared, "left_side": self.left.side, "left_verdict": self.left.verdict.value,
                 "left_words": " ".join(self.left.reason.split()), "right_side": self.right.side,
                 "right_verdict": self.right.verdict.value, "right_words": " ".join(self.right.reason.split()),
+                "rule": self.rule.value if self.rule else "", "elementwise_passed": _cell(self.elementwise_passed),
+                "noise_passed": _cell(self.noise_passed), "error_ratio": _cell(self.error_ratio),
                 "detail": " ".join(self.detail.split())}
 
 
-def compare_results(problem: Problem, left: SideResult, right: SideResult) -> tuple[Status, str, str, dict]:
-    """``(status, compared, detail, output_checks)``; see the module doc."""
+def _cell(v) -> Any:
+    return "" if v is None else v
+
+
+def comparison_rule(left: SideResult, right: SideResult) -> Rule:
+    """The rule that decides a comparison of two sides' outputs: the noise floor when either side's verdict was
+    decided by it (:attr:`SideResult.rule`), else CK's elementwise tolerance."""
+    return Rule.NOISE_FLOOR if Rule.NOISE_FLOOR in (left.rule, right.rule) else Rule.ELEMENTWISE
+
+
+def _noise_against_truth(problem: Problem, seed: int, sides: tuple[SideResult, SideResult],
+                         names: list[str]) -> tuple[dict[str, tuple[NoiseFloorResult, ...]], str]:
+    """Per output, each side's noise-floor result against the truth of ``make_inputs(problem, seed)``; or ({}, why)
+    when the truth cannot be had for some output."""
+    from ckfmha.upstream.reference_cache import noise_references
+    from ckfmha.validator import validate_noise_floor
+
+    try:
+        truth, same = noise_references(problem, seed)
+    except Exception as e:  # noqa: BLE001 - a reference that cannot be computed: the rule cannot judge
+        return {}, f"no float64 ground truth ({type(e).__name__}: {e})"
+    try:
+        per_side = [validate_noise_floor(problem, r.outputs, truth, same, names=names) for r in sides]
+    except ValueError as e:
+        return {}, str(e)
+    return {n: tuple(res[n] for res in per_side) for n in names}, ""
+
+
+def _cross_summary(elementwise, noise: tuple[NoiseFloorResult, NoiseFloorResult] | None, rule: Rule,
+                   sides: tuple[str, str], why_no_noise: str) -> dict[str, Any]:
+    d = check_summary(elementwise)
+    d["elementwise_passed"] = bool(elementwise.passed)
+    if noise is None:
+        d.update({"noise_passed": None, "error_ratio": None, "noise_message": f"not judged: {why_no_noise}"})
+    else:
+        ratios = [r.ratio for r in noise]
+        defined = [x for x in ratios if x is not None]
+        d.update({"noise_passed": all(r.passed for r in noise), "error_ratio": max(defined) if defined else None,
+                  "left_error_ratio": ratios[0], "right_error_ratio": ratios[1],
+                  "noise_k": noise[0].k, "noise_atol": noise[0].atol,
+                  "noise_message": " || ".join(f"{s}: {r}" for s, r in zip(sides, noise))})
+    d["rule"] = rule.value
+    d["passed"] = bool(d["noise_passed"]) if rule is Rule.NOISE_FLOOR else d["elementwise_passed"]
+    return d
+
+
+def compare_results(problem: Problem, left: SideResult, right: SideResult, *, seed: int = 0
+                    ) -> tuple[Status, str, str, dict]:
+    """``(status, compared, detail, output_checks)``; see the module doc.  ``seed``: the inputs the sides ran on
+    (``make_inputs(problem, seed)``), whose float64 truth the noise-floor rule compares with."""
     both = f"{left.side}: {left.words()} || {right.side}: {right.words()}"
     skipped = [r for r in (left, right) if r.verdict is Verdict.SKIPPED]
     if skipped:
@@ -165,21 +258,29 @@ def compare_results(problem: Problem, left: SideResult, right: SideResult) -> tu
                                           f"{', '.join(lacking) or 'no common outputs'} gives no tensors): {both}"), {}
     from ckfmha.validator import validate
 
+    rule = comparison_rule(left, right)
     checks = validate(problem, left.outputs, right.outputs, names=common)
-    summ = {n: check_summary(c) for n, c in checks.items()}
-    bad = [c for c in checks.values() if not c.passed]
+    noise, why = _noise_against_truth(problem, seed, (left, right), common)
+    summ = {n: _cross_summary(checks[n], noise.get(n), rule, (left.side, right.side), why) for n in common}
+    if rule is Rule.NOISE_FLOOR and why:
+        return Status.ERROR, "verdicts+outputs", f"noise-floor rule cannot judge the outputs: {why} || {both}", summ
+    bad = [n for n in common if not summ[n]["passed"]]
     if bad:
-        return Status.DISAGREE, "verdicts+outputs", ("outputs differ between the sides: "
-                                                     + "; ".join(str(c) for c in bad) + f" || {both}"), summ
-    return Status.AGREE, "verdicts+outputs", (f"both {left.verdict.value}{note}; outputs agree ("
-                                              + ", ".join(common) + f"): {both}"), summ
+        if rule is Rule.ELEMENTWISE:
+            what = "outputs differ between the sides: " + "; ".join(str(checks[n]) for n in bad)
+        else:
+            what = ("outputs differ from the float64 truth beyond the noise floor: "
+                    + "; ".join(summ[n]["noise_message"] for n in bad))
+        return Status.DISAGREE, "verdicts+outputs", f"{what} || {both}", summ
+    return Status.AGREE, "verdicts+outputs", (f"both {left.verdict.value}{note}; outputs agree under the {rule.value} "
+                                              f"rule (" + ", ".join(common) + f"): {both}"), summ
 
 
 def compare_one(problem: Problem, left: ParitySide, right: ParitySide, seed: int = 0, name: str = "") -> ParityRow:
     """Run both sides on one problem and compare (what a plugin test item calls)."""
     lres = left.run(problem, seed)
     rres = right.run(problem, seed)
-    status, compared, detail, checks = compare_results(problem, lres, rres)
+    status, compared, detail, checks = compare_results(problem, lres, rres, seed=seed)
     info: dict[str, Any] = {}
     lk, rk = lres.fields.get("kernels"), rres.fields.get("kernels")
     if lk and rk:
@@ -229,7 +330,7 @@ class ParityReport:
         buf = io.StringIO()
         cols = [
             "name", "problem", "status", "compared", "left_side", "left_verdict", "left_words", "right_side",
-            "right_verdict", "right_words", "detail"]
+            "right_verdict", "right_words", "rule", "elementwise_passed", "noise_passed", "error_ratio", "detail"]
         w = csv.DictWriter(buf, fieldnames=cols)
         w.writeheader()
         for r in self.rows:
@@ -242,8 +343,10 @@ class ParityReport:
         lines = [f"parity {self.left} vs {self.right}"]
         w = max([4] + [len(r.name) for r in self.rows])
         for r in self.rows:
+            judged = "" if r.rule is None else f"  {r.rule.value}" + (
+                "" if r.error_ratio is None else f" ratio {r.error_ratio:.3g}")
             lines.append(f"  {r.name.ljust(w)}  {r.status.value:<8}  {r.left.verdict.value:<11}  "
-                         f"{r.right.verdict.value:<11}  {r.compared}")
+                         f"{r.right.verdict.value:<11}  {r.compared}{judged}")
         c = self.counts()
         lines.append("  " + ", ".join(f"{k} {v}" for k, v in c.items()))
         for r in self.disagreements:
@@ -330,5 +433,5 @@ def default_parity_set() -> list[tuple[str, Problem]]:
 
 
 __all__ = ["ParitySide", "Status", "ParityRow", "ParityReport", "SideResult", "Verdict", "make_side", "make_pair",
-           "compare_results", "compare_one", "run_parity", "sides_that_never_ran", "load_parity_set",
-           "default_parity_set"]
+           "compare_results", "comparison_rule", "compare_one", "run_parity", "sides_that_never_ran",
+           "load_parity_set", "default_parity_set"]

@@ -1,14 +1,33 @@
 """Compare a kernel's output with a reference.
 
-Tolerances come from ``ckfmha/data/tolerances.yaml`` (CK's tables per dtype and direction).  Two rules:
+Tolerances come from ``ckfmha/data/tolerances.yaml`` (CK's tables per dtype and direction, and the noise-floor
+constants).  Rules (:class:`Rule` names the two a verdict can be decided by):
 
-* ``allclose`` (CK's ``check_err``): element passes iff ``|out - ref| <= atol + rtol * |ref|``.
-* ``relative`` (FlashAttention's): ``max|out - ref| <= factor * max|base - ref| + atol`` where ``base`` is a
-  same-precision reference (e.g. the reference computed from storage-dtype inputs and rounded to the output
-  dtype).  The per-element result still reports the allclose mismatches for diagnosis.
+* ``elementwise`` -- ``allclose`` here, CK's ``check_err`` (ck_tile/host/check_err.hpp, used by
+  tile_example_fmha_fwd / _bwd): an element passes iff ``|out - ref| <= atol + rtol * |ref|``
+  (:func:`check`, :func:`validate`).
+* ``noise_floor`` -- FlashAttention's test rule (flash-attention ``tests/test_flash_attn.py``,
+  ``hopper/test_flash_attn.py``; research/anchors.md 2.5): the error of the output against a float64 ground truth
+  may be at most ``k`` times the error of a same-precision reference against that truth, plus ``atol``::
 
-Non-finite values never pass unless the reference holds the very same value at the same place (+inf with
-+inf, -inf with -inf, NaN with NaN) -- e.g. LSE of fully masked rows is -inf on both sides.
+      max|out - truth| <= k * max|same_precision - truth| + atol
+
+  ``truth`` is :func:`ground_truth` (ckfmha's reference computed in float64 on the stored inputs -- the stored
+  fp16/bf16/fp8 values are exact in float64, so this equals the reference of float64-upcast inputs);
+  ``same_precision`` is :func:`same_precision_reference` (the reference's normal float32-accumulation path,
+  each output rounded to the dtype the problem stores it in, :func:`stored_dtype`).  ``k`` and ``atol`` are per
+  direction (``noise_floor.forward`` / ``.backward`` in tolerances.yaml, :func:`noise_floor_for`).  The result
+  (:class:`NoiseFloorResult`) reports the *error ratio* ``max|out - truth| / max|same_precision - truth|``
+  (None where the same-precision reference is exact).  :func:`noise_floor_check` is the rule, once;
+  :func:`validate_noise_floor` applies it to a problem's outputs.  The older ``check(..., rule="relative")``
+  (``max|out - ref| <= factor * max|base - ref| + rel_atol``) is the same rule with ``ref`` as the truth and
+  ``base`` as the same-precision reference; ``validate(..., rule="relative")`` takes ``k`` and ``atol`` from the
+  same table.
+
+Non-finite values never pass unless the reference (truth) holds the very same value at the same place (+inf
+with +inf, -inf with -inf, NaN with NaN) -- e.g. LSE of fully masked rows is -inf on both sides.  Under the
+noise-floor rule, an element where the same-precision reference is non-finite but the truth is finite never
+widens the limit (it is left out of ``max|same_precision - truth|``).
 """
 
 from __future__ import annotations
@@ -21,7 +40,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ckfmha.kernel import DType
+from ckfmha.kernel import DType, TokenEnum
 
 TOLERANCES_PATH = Path(__file__).with_name("data") / "tolerances.yaml"
 
@@ -36,25 +55,52 @@ class Tolerance:
     atol: float
 
 
+def _number(where: str, v: Any, minimum: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < minimum:
+        raise ToleranceError(f"{where}: {v!r} must be a finite number >= {minimum:g}")
+    return float(v)
+
+
 def _check_pair(where: str, d: Any) -> Tolerance:
     if not isinstance(d, dict) or not {"rtol", "atol"} <= set(d):
         raise ToleranceError(f"{where}: needs rtol and atol, found {d!r}")
-    vals = {}
-    for k in ("rtol", "atol"):
-        v = d[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-            raise ToleranceError(f"{where}.{k}: {v!r} must be a finite number >= 0")
-        vals[k] = float(v)
-    return Tolerance(**vals)
+    return Tolerance(**{k: _number(f"{where}.{k}", d[k], 0.0) for k in ("rtol", "atol")})
+
+
+TOP_LEVEL_KEYS = ("version", "forward", "backward", "noise_floor")
+DIRECTIONS = ("forward", "backward")
+
+
+def _check_noise_floor(path, table: Any) -> None:
+    """``noise_floor: {forward: {k, atol}, backward: {k, atol}}``; k >= 1 (a kernel is never asked to beat the
+    same-precision reference), atol >= 0; nothing else."""
+    if not isinstance(table, dict):
+        raise ToleranceError(f"{path}: missing table 'noise_floor' (forward and backward, each with k and atol)")
+    extra = set(table) - set(DIRECTIONS)
+    if extra:
+        raise ToleranceError(f"noise_floor: unknown key(s) {sorted(extra)}; allowed: {', '.join(DIRECTIONS)}")
+    for direction in DIRECTIONS:
+        e = table.get(direction)
+        where = f"noise_floor.{direction}"
+        if not isinstance(e, dict) or not {"k", "atol"} <= set(e):
+            raise ToleranceError(f"{where}: needs k and atol, found {e!r}")
+        extra = set(e) - {"k", "atol"}
+        if extra:
+            raise ToleranceError(f"{where}: unknown key(s) {sorted(extra)}; allowed: k, atol")
+        _number(f"{where}.k", e["k"], 1.0)
+        _number(f"{where}.atol", e["atol"], 0.0)
 
 
 def load_tolerances(path: str | Path = TOLERANCES_PATH) -> dict:
-    """Load and validate the tolerance tables."""
+    """Load and validate the tolerance tables (errors name the key, the value and the rule)."""
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict) or data.get("version") != 1:
         raise ToleranceError(f"{path}: expected a mapping with version: 1")
+    extra = set(data) - set(TOP_LEVEL_KEYS)
+    if extra:
+        raise ToleranceError(f"{path}: unknown table(s) {sorted(extra)}; allowed: {', '.join(TOP_LEVEL_KEYS)}")
     allowed_keys = {"rtol", "atol", "ocp_atol_factor", "large_hdim"}
-    for direction in ("forward", "backward"):
+    for direction in DIRECTIONS:
         table = data.get(direction)
         if not isinstance(table, dict) or not table:
             raise ToleranceError(f"{path}: missing table {direction!r}")
@@ -69,13 +115,7 @@ def load_tolerances(path: str | Path = TOLERANCES_PATH) -> dict:
                 raise ToleranceError(f"{direction}.{dt}: unknown key(s) {sorted(extra)}")
             if "large_hdim" in entry:
                 _check_pair(f"{direction}.{dt}.large_hdim", entry["large_hdim"])
-    rel = data.get("relative")
-    if not isinstance(rel, dict):
-        raise ToleranceError(f"{path}: missing table 'relative'")
-    for direction in ("forward", "backward"):
-        e = rel.get(direction)
-        if not isinstance(e, dict) or not {"factor", "atol"} <= set(e):
-            raise ToleranceError(f"relative.{direction}: needs factor and atol")
+    _check_noise_floor(path, data.get("noise_floor"))
     return data
 
 
@@ -125,26 +165,52 @@ class CheckResult:
         return f"{head} {body}{tail}" + (f"; {self.message}" if self.message else "")
 
 
-def check(out, ref, rtol: float, atol: float, name: str = "out", rule: str = "allclose", base=None,
-          factor: float = 2.0, rel_atol: float = 1e-5) -> CheckResult:
-    """Compare ``out`` with ``ref`` (any float dtypes, upcast to float64)."""
-    o = np.asarray(out).astype(np.float64)
-    r = np.asarray(ref).astype(np.float64)
+def _compared(out, ref):
+    """``(o, r, both_finite, nonfinite_mismatch, |o - r| where both finite else 0)`` in float64, or None when the
+    shapes differ.  When every value of both is finite (the common case) ``both_finite`` and
+    ``nonfinite_mismatch`` are None (no mask arrays are built)."""
+    o = np.asarray(out, dtype=np.float64)  # no copy of what is float64 already (the truth)
+    r = np.asarray(ref, dtype=np.float64)
     if o.shape != r.shape:
-        return CheckResult(name, False, float("inf"), float("inf"), max(o.size, r.size), max(o.size, r.size), None,
-                           rtol, atol, f"shape {o.shape} != reference shape {r.shape}")
+        return None
     fin_o, fin_r = np.isfinite(o), np.isfinite(r)
+    if fin_o.all() and fin_r.all():
+        return o, r, None, None, np.abs(o - r)
     same_nonfinite = (~fin_o & ~fin_r) & ((o == r) | (np.isnan(o) & np.isnan(r)))
     both = fin_o & fin_r
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(both, np.abs(np.where(both, o, 0.0) - np.where(both, r, 0.0)), 0.0)
-    bad = (~both & ~same_nonfinite) | (both & (err > atol + rtol * np.abs(r)))
+    return o, r, both, ~both & ~same_nonfinite, err
+
+
+def check(out, ref, rtol: float, atol: float, name: str = "out", rule: str = "allclose", base=None,
+          factor: float = 2.0, rel_atol: float = 1e-5) -> CheckResult:
+    """Compare ``out`` with ``ref`` (any float dtypes, upcast to float64).  ``rule='allclose'``: CK's elementwise
+    rule; ``rule='relative'``: the noise-floor rule (:func:`noise_floor_check`) with ``ref`` as the truth,
+    ``base`` as the same-precision reference, ``k = factor`` and ``atol = rel_atol``; the allclose mismatches are
+    reported in both cases."""
+    if rule not in ("allclose", "relative"):
+        raise ValueError(f"rule: {rule!r} must be 'allclose' or 'relative'")
+    if rule == "relative" and base is None:
+        raise ValueError("check: rule='relative' needs base (a same-precision reference)")
+    cmp = _compared(out, ref)
+    if cmp is None:
+        o_shape, r_shape = np.shape(out), np.shape(ref)
+        n = max(int(np.prod(o_shape)), int(np.prod(r_shape)))
+        return CheckResult(name, False, float("inf"), float("inf"), n, n, None, rtol, atol,
+                           f"shape {o_shape} != reference shape {r_shape}")
+    o, r, both, nonfinite_bad, err = cmp
+    abs_r = np.abs(r)
+    bad = err > atol + rtol * abs_r
+    if both is not None:
+        bad = nonfinite_bad | (both & bad)
     n_bad = int(bad.sum())
     max_abs = float(err.max()) if err.size else 0.0
-    if np.any(~both & ~same_nonfinite):
+    if nonfinite_bad is not None and nonfinite_bad.any():
         max_abs = float("inf")
-    rel = np.where(both & (np.abs(r) > 0), err / np.where(np.abs(r) > 0, np.abs(r), 1), 0.0)
-    max_rel = float(rel.max()) if rel.size else 0.0
+    with np.errstate(invalid="ignore"):
+        rel = err / np.where(abs_r > 0, abs_r, np.inf)  # 0 where the reference is 0 (or not finite: err is 0 there)
+    max_rel = float(np.nanmax(rel)) if rel.size else 0.0
     first = tuple(int(i) for i in np.argwhere(bad)[0]) if n_bad else None
     msg = ""
     if n_bad:
@@ -152,34 +218,198 @@ def check(out, ref, rtol: float, atol: float, name: str = "out", rule: str = "al
         msg = f"first mismatch out={float(o[idx])!r} ref={float(r[idx])!r}"
     if rule == "allclose":
         passed = n_bad == 0
-    elif rule == "relative":
-        if base is None:
-            raise ValueError("check: rule='relative' needs base (a same-precision reference)")
-        b = np.asarray(base).astype(np.float64)
-        bfin = np.isfinite(b) & fin_r
-        with np.errstate(invalid="ignore", over="ignore"):
-            base_err = float(np.max(np.where(bfin, np.abs(np.where(bfin, b, 0.0) - np.where(bfin, r, 0.0)), 0.0))) \
-                if b.size else 0.0
-        limit = factor * base_err + rel_atol
-        nonfinite_bad = bool(np.any(~both & ~same_nonfinite))
-        passed = (not nonfinite_bad) and max_abs <= limit
-        msg = (f"relative rule: max_abs_err {max_abs:.3g} {'<=' if passed else '>'} {factor:g} x "
-               f"{base_err:.3g} + {rel_atol:g} = {limit:.3g}" + (f"; {msg}" if msg else ""))
     else:
-        raise ValueError(f"rule: {rule!r} must be 'allclose' or 'relative'")
+        nf = noise_floor_check(out, ref, base, factor, rel_atol, name=name)
+        passed = nf.passed
+        msg = (f"relative rule: max_abs_err {nf.err:.3g} {'<=' if passed else '>'} {factor:g} x "
+               f"{nf.ref_err:.3g} + {rel_atol:g} = {nf.limit:.3g}" + (f"; {msg}" if msg else ""))
     return CheckResult(name, bool(passed), max_abs, max_rel, n_bad, int(o.size), first, rtol, atol, msg)
 
 
 def validate(problem, outputs: dict, ref: dict, names=None, rule: str = "allclose", base: dict | None = None,
              fp8_format: str = "ocp") -> dict[str, CheckResult]:
-    """Check each named output of a kernel against the reference with CK's tolerance for the problem."""
+    """Check each named output of a kernel against the reference with CK's tolerance for the problem
+    (``rule='relative'``: the noise-floor rule against ``ref`` with ``base`` as the same-precision reference and
+    the problem's direction's ``k`` / ``atol``)."""
     tol = tolerance_for(problem.dtype, problem.is_backward, problem.hdim_q, problem.hdim_v, fp8_format)
-    rel = _default_tables()["relative"]["backward" if problem.is_backward else "forward"]
+    floor = noise_floor_for(problem.is_backward)
     if names is None:
-        names = [n for n in ("o", "lse", "dq", "dk", "dv", "dbias") if n in outputs and n in ref]
+        from ckfmha.outputs import compared_outputs
+
+        names = [n for n in compared_outputs(problem) if n in outputs and n in ref]
     res = {}
     for n in names:
         res[n] = check(outputs[n], ref[n], tol.rtol, tol.atol, name=n, rule=rule,
-                       base=None if base is None else base[n], factor=float(rel["factor"]),
-                       rel_atol=float(rel["atol"]))
+                       base=None if base is None else base[n], factor=floor.k, rel_atol=floor.atol)
+    return res
+
+
+# ------------------------------------------------------------------------------------------ the noise floor
+class Rule(TokenEnum):
+    """The rule a verdict is decided by (see the module doc)."""
+
+    ELEMENTWISE = "elementwise"
+    NOISE_FLOOR = "noise_floor"
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The noise-floor constants of one direction: ``max|out - truth| <= k * max|same_precision - truth| +
+    atol``."""
+
+    k: float
+    atol: float
+
+
+def noise_floor_for(backward: bool = False, tables: dict | None = None) -> NoiseFloor:
+    """``k`` and ``atol`` of the noise-floor rule for the forward or the backward (tolerances.yaml
+    ``noise_floor``)."""
+    e = (tables or _default_tables())["noise_floor"]["backward" if backward else "forward"]
+    return NoiseFloor(float(e["k"]), float(e["atol"]))
+
+
+#: outputs kept in float32 whatever the problem's dtype (CK: LSE, the dot_do_o term D, split-KV partials and the
+#: dQ accumulator are float32 buffers: LSEDataType / DDataType / OaccDataType / AccDataType in fmha_fwd.hpp and
+#: fmha_bwd.hpp); ``o`` is stored in the output dtype; every other output (dq, dk, dv, dbias, appended caches,
+#: rotated q) in the input storage dtype.
+FLOAT32_OUTPUTS = frozenset({"lse", "d", "o_acc", "lse_acc", "dq_acc"})
+STORAGE_OUTPUTS = frozenset({"dq", "dk", "dv", "dbias", "q", "k", "v", "k_cache", "v_cache"})
+
+
+def stored_dtype(problem, name: str, fp8_format: str = "ocp") -> np.dtype:
+    """The dtype the problem's output ``name`` is stored in (see :data:`FLOAT32_OUTPUTS`); a ValueError naming
+    the output for an unknown one."""
+    from ckfmha.inputs import output_dtype, storage_dtype
+
+    if name == "o":
+        return output_dtype(problem.dtype, fp8_format)
+    if name in FLOAT32_OUTPUTS:
+        return np.dtype(np.float32)
+    if name in STORAGE_OUTPUTS:
+        return storage_dtype(problem.dtype, fp8_format)
+    known = ", ".join(sorted({"o"} | FLOAT32_OUTPUTS | STORAGE_OUTPUTS))
+    raise ValueError(f"output: {name!r} has no stored dtype; known outputs: {known}")
+
+
+def ground_truth(problem, inputs: dict) -> dict:
+    """The float64 ground truth of ``problem`` on ``inputs``: ckfmha's reference with float64 accumulation.
+    The reference casts every operand to the accumulation dtype itself and the stored inputs are exact in
+    float64, so this is the reference of float64-upcast inputs (without turning the appended caches' storage
+    rounding of the append-KV family, which is part of that operation, into float64)."""
+    from ckfmha.reference import reference
+
+    return reference(problem, inputs, np.float64)
+
+
+def same_precision_reference(problem, ref: dict, fp8_format: str = "ocp") -> dict:
+    """The reference's normal path in the problem's own precision: each floating-point output of ``ref`` (the
+    float32-accumulation reference) rounded to the dtype the problem stores it in (:func:`stored_dtype`).
+    Outputs without a stored dtype (e.g. ``randval``) are left out."""
+    out = {}
+    for n, a in ref.items():
+        a = np.asarray(a)
+        if not np.issubdtype(a.dtype, np.floating):
+            continue
+        try:
+            dt = stored_dtype(problem, n, fp8_format)
+        except ValueError:
+            continue
+        out[n] = a.astype(dt)
+    return out
+
+
+def _finite_or_none(v: float) -> float | None:
+    return v if np.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class NoiseFloorResult:
+    """One output under the noise-floor rule.  ``err`` = max|out - truth| (inf when a non-finite value differs
+    from the truth's), ``ref_err`` = max|same_precision - truth|, ``limit`` = k * ref_err + atol,
+    ``ratio`` = err / ref_err (None when ref_err is 0 or err is not finite), ``where`` = the index of the largest
+    error (the first non-finite mismatch when there is one)."""
+
+    name: str
+    passed: bool
+    err: float
+    ref_err: float
+    k: float
+    atol: float
+    limit: float
+    ratio: float | None
+    where: tuple[int, ...] | None
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        ratio = "-" if self.ratio is None else f"{self.ratio:.3g}"
+        return (f"{self.name}: noise floor {'PASS' if self.passed else 'FAIL'} err={self.err:.3g} "
+                f"{'<=' if self.passed else '>'} {self.k:g} x ref_err {self.ref_err:.3g} + {self.atol:g} = "
+                f"{self.limit:.3g} (ratio {ratio})" + (f"; {self.message}" if self.message else ""))
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able fields (non-finite numbers become None)."""
+        return {"noise_passed": bool(self.passed), "error_ratio": self.ratio, "err_vs_truth": _finite_or_none(self.err),
+                "ref_err_vs_truth": _finite_or_none(self.ref_err), "noise_k": self.k, "noise_atol": self.atol,
+                "noise_limit": _finite_or_none(self.limit), "noise_message": str(self)}
+
+
+def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: str = "out") -> NoiseFloorResult:
+    """The noise-floor rule (module doc) for one output: ``max|out - truth| <= k * max|same_precision - truth| +
+    atol``.  Arrays of any float dtype (compared in float64); ``k`` >= 1 and ``atol`` >= 0 (a ValueError naming
+    the argument otherwise)."""
+    k = _noise_arg("k", k, 1.0)
+    atol = _noise_arg("atol", atol, 0.0)
+    cmp = _compared(out, truth)
+    ref_cmp = _compared(same_precision, truth)
+    if cmp is None or ref_cmp is None:
+        which = "out" if cmp is None else "same_precision"
+        shape = np.shape(out) if cmp is None else np.shape(same_precision)
+        return NoiseFloorResult(name, False, float("inf"), float("nan"), k, atol, float("nan"), None, None,
+                                f"{which} shape {shape} != truth shape {np.shape(truth)}")
+    _, _, _, nonfinite_bad, err = cmp
+    # same-precision elements that are non-finite where the truth is finite are left out: they never widen the limit
+    ref_err = float(ref_cmp[4].max()) if ref_cmp[4].size else 0.0
+    limit = k * ref_err + atol
+    if nonfinite_bad is not None and nonfinite_bad.any():
+        where = tuple(int(i) for i in np.argwhere(nonfinite_bad)[0])
+        o = np.asarray(out)[where]
+        t = np.asarray(truth)[where]
+        return NoiseFloorResult(name, False, float("inf"), ref_err, k, atol, limit, None, where,
+                                f"non-finite mismatch at {where}: out={float(o)!r} truth={float(t)!r}")
+    e = float(err.max()) if err.size else 0.0
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else None
+    ratio = e / ref_err if ref_err > 0 else None
+    passed = e <= limit
+    msg = ""
+    if not passed and where is not None:
+        msg = (f"worst at {where}: out={float(np.asarray(out)[where])!r} "
+               f"truth={float(np.asarray(truth)[where])!r}")
+    return NoiseFloorResult(name, bool(passed), e, ref_err, k, atol, limit, ratio, where, msg)
+
+
+def _noise_arg(what: str, v: Any, minimum: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not np.isfinite(v) \
+            or v < minimum:
+        raise ValueError(f"noise floor {what}: {v!r} must be a finite number >= {minimum:g}")
+    return float(v)
+
+
+def validate_noise_floor(problem, outputs: dict, truth: dict, same_precision: dict, names=None,
+                         tables: dict | None = None) -> dict[str, NoiseFloorResult]:
+    """:func:`noise_floor_check` of each named output with the problem's direction's ``k`` / ``atol``.  An output
+    missing from ``truth`` or ``same_precision`` is a ValueError naming it."""
+    floor = noise_floor_for(problem.is_backward, tables)
+    if names is None:
+        from ckfmha.outputs import compared_outputs
+
+        names = [n for n in compared_outputs(problem) if n in outputs and n in truth]
+    res = {}
+    for n in names:
+        for what, d in (("outputs", outputs), ("truth", truth), ("same_precision", same_precision)):
+            if n not in d:
+                raise ValueError(f"noise floor: output {n!r} is missing from {what} (has {sorted(d)})")
+        res[n] = noise_floor_check(outputs[n], truth[n], same_precision[n], floor.k, floor.atol, name=n)
     return res

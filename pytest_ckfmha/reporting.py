@@ -44,7 +44,8 @@ ROW_FIELDS = ("id", "nodeid", "kind", "matrix", "entry", "category", *PROBLEM_FI
               "backend", "device", "arch", "seed", "verdict", "reason", "max_abs_err", "max_rel_err", "mismatches",
               "elements", "unwritten", "time_ms", "timed", "tflops", "gbps", "flops", "bytes", "build_s",
               "build_cached", "ref_cached", "duration_s", "parity", "parity_status", "compared", "upstream_verdict",
-              "upstream_words", "ckfmha_verdict", "ckfmha_words")
+              "upstream_words", "ckfmha_verdict", "ckfmha_words", "parity_rule", "elementwise_passed", "noise_passed",
+              "error_ratio")
 NODE_PREFIXES = ("ckfmha::", "ckfmha-parity::")
 
 
@@ -98,18 +99,22 @@ def parity_base_props(item, settings) -> dict[str, Any]:
 
 
 def parity_props(item, settings, row) -> dict[str, Any]:
-    """Report values of a parity item: the problem, both sides' verdicts and words, what was compared."""
+    """Report values of a parity item: the problem, both sides' verdicts and words, what was compared, and the
+    output comparison under both rules (the rule that decided it, CK's elementwise verdict, the noise-floor verdict
+    and the worst error ratio; empty when no outputs were compared)."""
     props = parity_base_props(item, settings)
     right_kernels = row.right.fields.get("kernels") or ()
     props.update({"plan_kernels": " -> ".join(str(k) for k in right_kernels),
                   "reason": "" if row.passed else " ".join(row.detail.split()),
                   "parity_status": row.status.value, "compared": row.compared,
                   "upstream_verdict": row.left.verdict.value, "upstream_words": " ".join(row.left.reason.split()),
-                  "ckfmha_verdict": row.right.verdict.value, "ckfmha_words": " ".join(row.right.reason.split())})
+                  "ckfmha_verdict": row.right.verdict.value, "ckfmha_words": " ".join(row.right.reason.split()),
+                  "parity_rule": row.rule or "", "elementwise_passed": row.elementwise_passed,
+                  "noise_passed": row.noise_passed, "error_ratio": row.error_ratio})
     checks = list(row.output_checks.values()) if isinstance(row.output_checks, dict) else []
     if checks and all(isinstance(c, dict) for c in checks):
         props["max_abs_err"] = max(float(c.get("max_abs_err", 0.0)) for c in checks)
-        props["mismatches"] = sum(int(c.get("mismatch_count", 0)) for c in checks)
+        props["mismatches"] = sum(int(c.get("mismatches", 0)) for c in checks)
     return {k: plain(v) for k, v in props.items()}
 
 

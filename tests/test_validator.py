@@ -35,6 +35,43 @@ def test_bad_table_rejected(tmp_path):
         load_tolerances(f)
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("noise_floor"), r"missing table 'noise_floor' \(forward and backward, each with k and atol\)"),
+    (lambda d: d["noise_floor"].pop("backward"), r"noise_floor.backward: needs k and atol, found None"),
+    (lambda d: d["noise_floor"]["forward"].pop("k"), r"noise_floor.forward: needs k and atol"),
+    (lambda d: d["noise_floor"]["forward"].update(k=0.5), r"noise_floor.forward.k: 0.5 must be a finite number >= 1"),
+    (lambda d: d["noise_floor"]["backward"].update(k="3"), r"noise_floor.backward.k: '3' must be a finite number >= 1"),
+    (lambda d: d["noise_floor"]["backward"].update(k=True), r"noise_floor.backward.k: True must be a finite number"),
+    (lambda d: d["noise_floor"]["backward"].update(atol=-1e-5),
+     r"noise_floor.backward.atol: -1e-05 must be a finite number >= 0"),
+    (lambda d: d["noise_floor"]["forward"].update(factor=2), r"noise_floor.forward: unknown key\(s\) \['factor'\]"),
+    (lambda d: d["noise_floor"].update(split={"k": 2, "atol": 0}), r"noise_floor: unknown key\(s\) \['split'\]"),
+    (lambda d: d.update(relative={"forward": {"factor": 2, "atol": 1e-5}}),
+     r"unknown table\(s\) \['relative'\]; allowed: version, forward, backward, noise_floor"),
+])
+def test_noise_floor_table_schema(tmp_path, edit, message):
+    data = yaml.safe_load(TOLERANCES_PATH.read_text())
+    edit(data)
+    f = tmp_path / "t.yaml"
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(ToleranceError, match=message):
+        load_tolerances(f)
+
+
+def test_noise_floor_table_is_read_per_direction(tmp_path):
+    from ckfmha.validator import NoiseFloor, noise_floor_for
+
+    data = yaml.safe_load(TOLERANCES_PATH.read_text())
+    data["noise_floor"] = {"forward": {"k": 1, "atol": 0}, "backward": {"k": 4.5, "atol": 2e-4}}
+    f = tmp_path / "t.yaml"
+    f.write_text(yaml.safe_dump(data))
+    tables = load_tolerances(f)
+    assert noise_floor_for(False, tables) == NoiseFloor(1.0, 0.0)
+    assert noise_floor_for(True, tables) == NoiseFloor(4.5, 2e-4)
+    # the shipped constants: FlashAttention's k (forward 2, backward 3) and FA2's + 1e-5
+    assert noise_floor_for(False) == NoiseFloor(2.0, 1e-5) and noise_floor_for(True) == NoiseFloor(3.0, 1e-5)
+
+
 def test_allclose_rule_and_result():
     ref = np.array([[1.0, 2.0], [3.0, 4.0]])
     out = ref + np.array([[0.0, 0.0], [0.5, 0.0]])
@@ -60,6 +97,23 @@ def test_relative_rule():
     assert check(ref + 1.5e-3, ref, 0, 0, rule="relative", base=base, factor=2).passed
     r = check(ref + 3e-3, ref, 0, 0, rule="relative", base=base, factor=2)
     assert not r.passed and "relative rule" in r.message
+    with pytest.raises(ValueError, match="needs base"):
+        check(ref, ref, 0, 0, rule="relative")
+    with pytest.raises(ValueError, match="rule: 'loose' must be 'allclose' or 'relative'"):
+        check(ref, ref, 0, 0, rule="loose")
+
+
+def test_validate_relative_uses_the_noise_floor_table():
+    p = Problem(nhead_q=2, seqlen_q=16, hdim_q=16, lse=True)
+    x = make_inputs(p, 0)
+    truth = reference(p, x, np.float64)
+    base = {"o": reference(p, x)["o"].astype(output_dtype(p.dtype)), "lse": reference(p, x)["lse"]}
+    err = {n: np.abs(base[n].astype(np.float64) - truth[n]).max() for n in base}
+    ok = {n: truth[n] + 1.9 * (base[n].astype(np.float64) - truth[n]) for n in base}  # within k = 2
+    assert all(validate(p, ok, truth, rule="relative", base=base).values())
+    bad = {"o": truth["o"] + 2 * err["o"] + 1e-3, "lse": ok["lse"]}
+    res = validate(p, bad, truth, rule="relative", base=base)
+    assert res["lse"].passed and not res["o"].passed and "2 x" in res["o"].message
 
 
 def test_validate_fp16_output_of_reference_passes():

@@ -8,6 +8,7 @@
 * :mod:`~ckfmha.upstream.torch_express` -- what each torch backend can express (pure logic);
 * :mod:`~ckfmha.upstream.torch_sdpa` -- the ``torch[:backend]`` side (imports torch lazily);
 * :mod:`~ckfmha.upstream.reference_cache` -- inputs + reference shared by the sides of one row;
+* :mod:`~ckfmha.upstream.judging` -- judging a side's outputs: CK's elementwise tolerance and the noise floor;
 * :mod:`~ckfmha.upstream.enum_parity` -- ``ckfmha parity-enum`` against a CK checkout's generate.py.
 
 Parity semantics and the report live in :mod:`ckfmha.parity`.

@@ -2,7 +2,10 @@
 
 ``unsupported`` when no kernel serves the problem (:class:`~ckfmha.dispatcher.NoKernelError`) or the backend
 cannot realize the selected kernel (:class:`~ckfmha.backends.UnsupportedConfig`); ``skipped`` when the backend
-is not available here; otherwise the plan runs and its outputs are checked with the validator's tolerance.
+is not available here; otherwise the plan runs and its outputs are judged by both rules of
+:mod:`ckfmha.upstream.judging` (CK's elementwise tolerance against the float32 reference, and the noise floor
+against the float64 truth, with the error ratio); the elementwise rule decides the verdict (:data:`VERDICT_RULE`):
+ckfmha's kernels are CK kernels, checked as CK checks them (``check_err`` in tile_example_fmha_fwd / _bwd).
 
 ``backend="auto"`` resolves exactly as a normal run does (:func:`ckfmha.backends.auto_backend_name`: triton with a
 GPU, hip on ROCm with hipcc and a CK root, else cpu), lazily: constructing the side imports no backend; the first
@@ -17,17 +20,23 @@ import traceback
 
 from ckfmha.problem import Problem
 from ckfmha.upstream.reference_cache import compared_names, inputs_and_reference
-from ckfmha.upstream.result import SideResult, Verdict, check_summary
-
+from ckfmha.upstream.result import SideResult, Verdict
+from ckfmha.validator import Rule
 
 AUTO_BACKEND = "auto"
+#: the rule that decides this side's verdict (docs/parity.md)
+VERDICT_RULE = Rule.ELEMENTWISE
 
 
 class CkfmhaSide:
-    def __init__(self, backend: str = "cpu", arch: str = "gfx942", receipt: int | str = 0,
+    def __init__(self, backend: str = "cpu", arch: str | None = None, receipt: int | str = 0,
                  mask_mode: str = "simplified", registry=None, name: str | None = None) -> None:
         self.requested_backend = backend
         self._backend: str | None = None if backend == AUTO_BACKEND else backend
+        if arch is None:
+            from ckfmha.archs import default_arch
+
+            arch = default_arch()
         self.arch = arch
         self.receipt = receipt
         self.mask_mode = mask_mode
@@ -52,7 +61,7 @@ class CkfmhaSide:
         from ckfmha.dispatcher import NoKernelError
         from ckfmha.naming import ck_instance_name
         from ckfmha.runner import run
-        from ckfmha.validator import validate
+        from ckfmha.upstream.judging import judge
 
         try:
             avail = get_backend(self.backend).available()
@@ -84,11 +93,9 @@ class CkfmhaSide:
         if not names:
             return SideResult(self.name, Verdict.ERROR, f"the plan produced none of {compared_names(problem)}",
                               fields=fields)
-        checks = validate(problem, res.outputs, ref, names=names)
-        ok = all(c.passed for c in checks.values()) and not missing
-        words = "; ".join(str(c) for c in checks.values())
-        if missing:
-            words += f"; missing outputs {missing}"
+        j = judge(problem, seed, res.outputs, names, VERDICT_RULE)
+        ok = j.valid and not missing
+        words = j.words + (f"; missing outputs {missing}" if missing else "")
         return SideResult(self.name, Verdict.RAN_VALID if ok else Verdict.RAN_INVALID, words,
-                          outputs={n: res.outputs[n] for n in names},
-                          checks={n: check_summary(c) for n, c in checks.items()}, fields=fields)
+                          outputs={n: res.outputs[n] for n in names}, checks=j.checks, fields=fields,
+                          rule=VERDICT_RULE)

@@ -22,6 +22,11 @@ Two properties group the verdicts (one rule each, here):
   ``unsupported`` (CK's binary did run and said ``not supported yet``; ckfmha's dispatcher did run and found no
   kernel).  ``skipped``, ``error`` and ``unparseable`` are not answers.  A parity session in which a side
   answered for no item compared nothing on that side (:func:`ckfmha.parity.sides_that_never_ran`).
+
+A side that judges its outputs against ckfmha's references (``ckfmha``, ``torch``) judges each by both rules of
+:mod:`ckfmha.validator` -- CK's elementwise tolerance and the noise floor against the float64 truth -- and records
+in :attr:`SideResult.rule` which one decided its verdict (:mod:`ckfmha.upstream.judging`); ``None`` for a side
+whose verdict is its own (tile_example: the binary's ``valid:y``, CK's elementwise ``check_err``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ckfmha.kernel import TokenEnum
+from ckfmha.validator import Rule
 
 
 class Verdict(TokenEnum):
@@ -81,8 +87,10 @@ def _jsonable(v: Any) -> Any:
 class SideResult:
     """One side's report.  ``reason`` holds the side's own words (a CK line, an exception, a skip reason);
     ``outputs`` (name -> array in CK's shapes) are kept for the cross-side comparison; ``checks`` summarise the
-    side's own comparison with ckfmha's reference; ``fields`` hold parsed details (kernel names, timings, the
-    echoed problem, the command line); ``raw`` the raw text (stdout + stderr) where there is one."""
+    side's own comparison with ckfmha's references (both rules, :mod:`ckfmha.upstream.judging`); ``rule`` is the
+    rule that decided ``verdict`` (None: the side's own verdict, e.g. tile_example's); ``fields`` hold parsed
+    details (kernel names, timings, the echoed problem, the command line); ``raw`` the raw text (stdout + stderr)
+    where there is one."""
 
     side: str
     verdict: Verdict
@@ -92,9 +100,12 @@ class SideResult:
     fields: dict[str, Any] = field(default_factory=dict)
     raw: str = ""
     notes: list[str] = field(default_factory=list)
+    rule: Rule | None = None
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
+        if self.rule is not None:
+            self.rule = Rule.parse(self.rule, "rule")
 
     def words(self) -> str:
         """One line for reports: verdict plus reason."""
@@ -102,7 +113,8 @@ class SideResult:
         return f"{self.verdict.value}" + (f": {r}" if r else "")
 
     def to_dict(self, raw: bool = True) -> dict[str, Any]:
-        d = {"side": self.side, "verdict": self.verdict.value, "reason": self.reason,
+        d = {"side": self.side, "verdict": self.verdict.value, "rule": self.rule.value if self.rule else None,
+             "reason": self.reason,
              "checks": _jsonable(self.checks), "fields": _jsonable(self.fields), "notes": list(self.notes),
              "outputs": sorted(self.outputs) if self.outputs else []}
         if raw:

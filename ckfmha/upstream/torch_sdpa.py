@@ -4,8 +4,13 @@
 :func:`ckfmha.upstream.torch_express.express` (pure logic, documented there); this module only carries it out.
 torch is imported lazily (CI has no torch): without torch, or without a GPU (unless ``device='cpu'`` is asked
 for explicitly), the result is ``skipped`` with the reason.  Inputs are ckfmha's (``make_inputs(problem,
-seed)``); outputs are validated against ckfmha's NumPy reference with the validator's tolerance.  The backward
-is autograd through the same call with CK's ``dO``.
+seed)``); outputs are judged by both rules of :mod:`ckfmha.upstream.judging` (CK's elementwise tolerance against
+ckfmha's float32 reference, and the noise floor against the float64 truth, with the error ratio).  The noise floor
+decides the verdict (:data:`VERDICT_RULE`): torch's kernels are not CK kernels and are not bound by CK's
+elementwise tolerance -- measured on an H100, flash and cuDNN's correct bf16 GQA gradients miss it on a few
+elements -- while the noise floor asks what FlashAttention's own tests ask (error against an exact reference at
+most k times that of a same-precision reference).  The backward is autograd through the same call with CK's
+``dO``.
 """
 
 from __future__ import annotations
@@ -19,8 +24,12 @@ import numpy as np
 from ckfmha.kernel import Bias, Mode
 from ckfmha.problem import Problem
 from ckfmha.upstream.reference_cache import inputs_and_reference
-from ckfmha.upstream.result import SideResult, Verdict, check_summary
+from ckfmha.upstream.result import SideResult, Verdict
 from ckfmha.upstream.torch_express import Expression, express, parse_backend
+from ckfmha.validator import Rule
+
+#: the rule that decides this side's verdict (docs/parity.md)
+VERDICT_RULE = Rule.NOISE_FLOOR
 
 
 class TorchUnavailable(RuntimeError):
@@ -302,7 +311,7 @@ class TorchSide:
         return express(problem, self.backend)
 
     def run(self, problem: Problem, seed: int = 0) -> SideResult:
-        from ckfmha.validator import validate
+        from ckfmha.upstream.judging import judge
 
         expr = express(problem, self.backend)
         if not expr:
@@ -318,7 +327,7 @@ class TorchSide:
                 import torch  # noqa: F401
             except ImportError:
                 return SideResult(self.name, Verdict.SKIPPED, "torch is not installed")
-        inputs, ref = inputs_and_reference(problem, seed)
+        inputs, _ = inputs_and_reference(problem, seed)
         fields = {"backend": self.backend, "device": device, "mask": expr.mask, "additive": list(expr.additive),
                   "gqa": expr.gqa, "virtual_sink_key": expr.virtual_sink_key}
         t0 = time.perf_counter()
@@ -340,9 +349,6 @@ class TorchSide:
             return SideResult(self.name, Verdict.ERROR, f"{type(e).__name__}: {e}", fields=fields,
                               raw=traceback.format_exc(), notes=list(expr.notes))
         fields["seconds"] = time.perf_counter() - t0
-        checks = validate(problem, outs, ref, names=list(expr.compare))
-        ok = all(c.passed for c in checks.values())
-        return SideResult(self.name, Verdict.RAN_VALID if ok else Verdict.RAN_INVALID,
-                          "; ".join(str(c) for c in checks.values()), outputs=outs,
-                          checks={n: check_summary(c) for n, c in checks.items()}, fields=fields,
-                          notes=list(expr.notes))
+        j = judge(problem, seed, outs, expr.compare, VERDICT_RULE)
+        return SideResult(self.name, j.verdict, j.words, outputs=outs, checks=j.checks, fields=fields,
+                          notes=list(expr.notes), rule=VERDICT_RULE)
