@@ -5,7 +5,10 @@ Schema (documented in docs/arch_specs.md)::
     schema: 1
     arch: gfx942                 # must equal the file name
     description: CDNA3 (MI300)
-    vendor: amd                  # amd | nvidia
+    vendor: amd                  # amd (CK generator factories) | nvidia
+    num_cus: 304                 # compute units (NVIDIA: SMs) of one device: sizes the split-KV grids
+    fp8_format: fnuz             # fnuz | ocp: the fp8 encoding CK compiles for this arch
+    default: true                # optional, false when absent: the arch used when none is given (exactly one)
     apis:                        # one section per generator api; each section's own schema is
       fwd: {...}                 # documented with its enumerator (ckfmha/enumeration/<api>.py)
       bwd: {...}
@@ -13,11 +16,16 @@ Schema (documented in docs/arch_specs.md)::
 A section may instead read ``{inherit: <other arch>}`` to reuse that arch's section unchanged (gfx90a uses
 the same generator factory as gfx942).
 
+The arch facts are data, read from these files: :func:`default_arch` (the one file with ``default: true``),
+:data:`CK_ARCHS` / :func:`ck_archs` (the ``vendor: amd`` archs, in LLVM target order: gfx90a, gfx942, gfx950,
+gfx1100, gfx1201), :func:`fp8_format` and ``load_arch_spec(arch).num_cus``.
+
 Errors name the file, the key path, what was expected and what was found.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -28,7 +36,8 @@ import yaml
 
 from ckfmha.kernel import Api
 
-CK_ARCHS = ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201")
+VENDORS = ("amd", "nvidia")
+FP8_FORMATS = ("fnuz", "ocp")
 
 try:  # the C loader is 5-10x faster; fall back to the pure-Python one
     _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
@@ -59,11 +68,17 @@ def known_archs() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ArchSpec:
+    """One arch's data file. ``num_cus`` / ``fp8_format`` are ``None`` only in specs built by hand (tests of the
+    enumerators); :func:`load_arch_spec` requires them."""
+
     name: str
     description: str
     vendor: str
     path: Path
     sections: dict[str, Any] = field(repr=False)
+    num_cus: int | None = None
+    fp8_format: str | None = None
+    default: bool = False
 
     def section(self, api: Api | str) -> Any:
         """The api's section (after following ``inherit``); an error when the arch has none."""
@@ -108,7 +123,7 @@ def load_arch_spec(arch: str) -> ArchSpec:
     doc = load_yaml(path)
     if not isinstance(doc, dict):
         raise ArchSpecError(f"{path}: top level: expected a mapping, found {type(doc).__name__}")
-    allowed = {"schema", "arch", "description", "vendor", "apis"}
+    allowed = {"schema", "arch", "description", "vendor", "num_cus", "fp8_format", "default", "apis"}
     unknown = set(doc) - allowed
     if unknown:
         raise ArchSpecError(f"{path}: top level: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -116,9 +131,19 @@ def load_arch_spec(arch: str) -> ArchSpec:
         raise ArchSpecError(f"{path}: schema: expected 1, found {doc.get('schema')!r}")
     if doc.get("arch") != arch:
         raise ArchSpecError(f"{path}: arch: expected {arch!r} (the file name), found {doc.get('arch')!r}")
-    vendor = doc.get("vendor", "amd")
-    if vendor not in ("amd", "nvidia"):
+    vendor = doc.get("vendor")
+    if vendor not in VENDORS:
         raise ArchSpecError(f"{path}: vendor: expected 'amd' or 'nvidia', found {vendor!r}")
+    num_cus = doc.get("num_cus")
+    if isinstance(num_cus, bool) or not isinstance(num_cus, int) or num_cus < 1:
+        raise ArchSpecError(f"{path}: num_cus: expected a positive int (compute units of one device), found "
+                            f"{num_cus!r}")
+    fp8 = doc.get("fp8_format")
+    if fp8 not in FP8_FORMATS:
+        raise ArchSpecError(f"{path}: fp8_format: expected one of {', '.join(FP8_FORMATS)}, found {fp8!r}")
+    default = doc.get("default", False)
+    if not isinstance(default, bool):
+        raise ArchSpecError(f"{path}: default: expected true or false, found {default!r}")
     sections = dict(doc.get("apis") or {})
     for key in sections:
         try:
@@ -127,4 +152,41 @@ def load_arch_spec(arch: str) -> ArchSpec:
             raise ArchSpecError(
                 f"{path}: apis.{key}: unknown api; known apis: {', '.join(a.value for a in Api)}"
             ) from None
-    return ArchSpec(arch, str(doc.get("description", "")), vendor, path, sections)
+    return ArchSpec(arch, str(doc.get("description", "")), vendor, path, sections, num_cus, fp8, default)
+
+
+def default_arch() -> str:
+    """The arch whose data file says ``default: true`` (exactly one must)."""
+    marked = [a for a in known_archs() if load_arch_spec(a).default]
+    if len(marked) != 1:
+        raise ArchSpecError(f"{data_dir() / 'archs'}: default: exactly one arch file must say 'default: true', "
+                            f"found {len(marked)}{': ' + ', '.join(marked) if marked else ''}")
+    return marked[0]
+
+
+def _gfx_order(path: Path, name: str) -> tuple[int, int, int]:
+    """LLVM's AMDGPU target names are gfx<major><minor><stepping>, minor and stepping one hex digit each."""
+    m = re.fullmatch(r"gfx([0-9]+)([0-9a-f])([0-9a-f])", name)
+    if m is None:
+        raise ArchSpecError(f"{path}: arch: {name!r} is not an AMDGPU target name gfx<major><minor><stepping>")
+    return int(m.group(1)), int(m.group(2), 16), int(m.group(3), 16)
+
+
+def ck_archs() -> tuple[str, ...]:
+    """The CK archs: those whose data file says ``vendor: amd``, in LLVM target order (gfx90a < gfx942 < gfx950 <
+    gfx1100 < gfx1201)."""
+    specs = [load_arch_spec(a) for a in known_archs()]
+    return tuple(s.name for s in sorted((s for s in specs if s.vendor == "amd"),
+                                        key=lambda s: _gfx_order(s.path, s.name)))
+
+
+def fp8_format(arch: str) -> str:
+    """The fp8 encoding (``fnuz`` or ``ocp``) CK's kernels use on ``arch`` (its data file's ``fp8_format``)."""
+    return load_arch_spec(arch).fp8_format  # type: ignore[return-value] - required by the loader
+
+
+def __getattr__(name: str) -> Any:
+    """``CK_ARCHS``: :func:`ck_archs`, read from the data on first use (PEP 562)."""
+    if name == "CK_ARCHS":
+        return ck_archs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

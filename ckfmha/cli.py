@@ -19,7 +19,8 @@
 :meth:`ckfmha.problem.Problem.from_ck_args`; also as one quoted string, optionally led by the program name
 ``tile_example_fmha_fwd`` / ``tile_example_fmha_bwd``; ``--binary bwd`` selects the backward).  ``-h=8`` is CK's
 head count: these commands take ``--help`` only.  Our own options: ``--backend`` (cpu, triton, hip, auto; default
-cpu), ``--arch`` (default gfx942), ``--receipt`` / ``--profile``, ``--mask-mode``, ``--seed`` (inputs, default 0).
+cpu), ``--arch`` (default: the arch data's default arch, :func:`ckfmha.archs.default_arch`), ``--receipt`` /
+``--profile``, ``--mask-mode``, ``--seed`` (inputs, default 0).
 ``explain`` prints the dispatcher's explanation (every candidate kernel per stage and the first rule it fails).
 ``run`` prints the problem and the plan, runs it (:func:`ckfmha.run` on :func:`ckfmha.inputs.make_inputs`),
 compares each output with the NumPy reference under CK's tolerance (:func:`ckfmha.validator.validate`) and
@@ -144,7 +145,7 @@ def _problem_options(p: argparse.ArgumentParser) -> frozenset[str]:
     p.add_argument("--help", action="help", help="show this help and exit (-h=N is CK's head count)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="cpu",
                    help="backend that runs the kernels (default cpu; auto: triton with a GPU, else cpu)")
-    p.add_argument("--arch", default="gfx942", help="kernel space (default gfx942)")
+    p.add_argument("--arch", default=None, help="kernel space (default: the arch data's default arch)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
     g.add_argument("--profile", default=None, help="receipt by profile name")
@@ -211,12 +212,13 @@ def _problem(args: argparse.Namespace):
 
 def _settings(args: argparse.Namespace) -> dict:
     """Checked arch / receipt / mask mode / backend name (ValueErrors name the option)."""
-    from ckfmha.archs import load_arch_spec
+    from ckfmha.archs import default_arch, load_arch_spec
     from ckfmha.backends import BackendError, auto_backend_name, get_backend
     from ckfmha.kernel import MaskMode
     from ckfmha.receipts import resolve_receipt
 
-    load_arch_spec(args.arch)
+    arch = default_arch() if args.arch is None else args.arch
+    load_arch_spec(arch)
     receipt = resolve_receipt(args.receipt, profile=args.profile)
     mask_mode = MaskMode.parse(args.mask_mode, "mask_mode").value
     backend = auto_backend_name() if args.backend == "auto" else args.backend
@@ -224,7 +226,7 @@ def _settings(args: argparse.Namespace) -> dict:
         get_backend(backend)
     except BackendError as e:
         raise CLIError(f"--backend: {e}") from None
-    return dict(backend=backend, arch=args.arch, receipt=receipt, mask_mode=mask_mode)
+    return dict(backend=backend, arch=arch, receipt=receipt, mask_mode=mask_mode)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -267,7 +269,8 @@ def _run_and_validate(problem, settings: dict, seed: int, out) -> int:
     from ckfmha.reference import reference
     from ckfmha.runner import dispatcher_for, run
     from ckfmha.validator import validate
-    from pytest_ckfmha.execute import fp8_format, output_names  # plain functions: no pytest import
+    from ckfmha.archs import fp8_format
+    from ckfmha.outputs import compared_outputs
 
     try:
         plan = dispatcher_for(**settings).select(problem)
@@ -280,7 +283,7 @@ def _run_and_validate(problem, settings: dict, seed: int, out) -> int:
     inputs = make_inputs(problem, seed, fp8_format=fmt)
     result = run(problem, inputs, **settings)
     ref = reference(problem, inputs)
-    wanted = output_names(problem, result.plan)
+    wanted = compared_outputs(problem)
     missing = [n for n in wanted if n not in result.outputs]
     names = [n for n in wanted if n in result.outputs and n in ref]
     checks = validate(problem, {n: result.outputs[n] for n in names}, ref, names=names, fp8_format=fmt)
@@ -334,7 +337,7 @@ def _add_parity_enum(sub) -> None:
 
     p.add_argument("--arch", action="append", default=[],
                    help=f"CK target arch: {', '.join(CK_ARCHS)}, or all (every CK arch; those the checkout's "
-                   "generator rejects are reported as skipped); repeatable; default gfx942")
+                   "generator rejects are reported as skipped); repeatable; default: the arch data's default arch")
     p.add_argument("--api", action="append", default=[], help="generator api (repeatable; default: every api)")
     p.add_argument("--receipt", default="0", help="CK receipt number or profile name (default 0)")
     p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
@@ -351,7 +354,13 @@ def _add_parity_enum(sub) -> None:
 
 
 # Other modules add sub-commands here (e.g. parity-enum) without the core importing them eagerly.
-_EXTRA_COMMANDS: list = [_add_parity_enum]
+def _add_report_commands(sub) -> None:
+    from ckfmha.cli_reports import add_commands
+
+    add_commands(sub)
+
+
+_EXTRA_COMMANDS: list = [_add_parity_enum, _add_report_commands]
 
 
 def _silence_stdout() -> None:

@@ -18,6 +18,9 @@ backward      ``dot_do_o`` -> ``dq_dk_dv`` -> ``convert_dq``; the last only wher
 
 Selection rules (a candidate is rejected by the first rule it fails; :meth:`Dispatcher.explain` says which)
 --------------------------------------------------------------------------------------------------------
+Rules 1-9 are :mod:`ckfmha.rules` (:func:`ckfmha.rules.fits`), which the backends' host checks use too; head dims
+(5) are checked right after the mode, before the feature rules 4, 6 and 7.
+
 1. family of the stage; 2. dtype; 3. mode (batch/group); 4. V layout;
 5. head dims: equal, or larger with the hdim pad (pad 8 additionally needs a multiple of 8);
 6. mask, as CK serves it: no mask -> a no-mask kernel; causal top-left and bottom-right -> one causal kernel
@@ -44,82 +47,31 @@ Ranking of the candidates that pass
 4. the heuristics table ``data/heuristics.yaml`` (first matching rule's priority, lower first; benchmark
    results can rewrite it);
 5. the kernel id, so the choice is deterministic.
+
+Public API: :meth:`Dispatcher.select` (the plan), :meth:`Dispatcher.explain` (every candidate with its verdict),
+:meth:`Dispatcher.ranked_candidates` (the kernels that can serve one stage, best first; fast for many problems),
+:class:`PinnedRegistry` (a registry view that pins one kernel: the plan around it). The plan types
+(:class:`~ckfmha.plan.StageRole`, :data:`~ckfmha.plan.ROLE_FAMILY`, :class:`~ckfmha.plan.Stage`,
+:class:`~ckfmha.plan.Plan`) live in :mod:`ckfmha.plan` and are re-exported here.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ckfmha.kernel import (
-    Dropout,
-    DType,
-    Family,
-    KernelConfig,
-    KVLoad,
-    MaskImpl,
-    Mode,
-    QScale,
-    Rope,
-    TokenEnum,
-)
+from ckfmha.kernel import DType, Dropout, Family, KernelConfig, KVLoad
+from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole  # noqa: F401  (re-exported: older imports)
 from ckfmha.registry import Registry
+from ckfmha.rules import Requirement, RoleRules, sequence_lengths  # noqa: F401  (Requirement: re-exported)
 from ckfmha.workspace import bwd_workspace_upper_bound
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.backends.base import Backend
     from ckfmha.problem import Problem
-
-
-class StageRole(TokenEnum):
-    FWD = "fwd"
-    SPLITKV = "splitkv"
-    COMBINE = "combine"
-    PAGEDKV = "pagedkv"
-    APPENDKV = "appendkv"
-    BATCH_PREFILL = "batch_prefill"
-    DOT_DO_O = "dot_do_o"
-    DQ_DK_DV = "dq_dk_dv"
-    CONVERT_DQ = "convert_dq"
-
-
-ROLE_FAMILY: dict[StageRole, Family] = {
-    StageRole.FWD: Family.FWD,
-    StageRole.SPLITKV: Family.FWD_SPLITKV,
-    StageRole.COMBINE: Family.FWD_SPLITKV_COMBINE,
-    StageRole.PAGEDKV: Family.FWD_PAGEDKV,
-    StageRole.APPENDKV: Family.FWD_APPENDKV,
-    StageRole.BATCH_PREFILL: Family.BATCH_PREFILL,
-    StageRole.DOT_DO_O: Family.BWD_DOT_DO_O,
-    StageRole.DQ_DK_DV: Family.BWD_DQ_DK_DV,
-    StageRole.CONVERT_DQ: Family.BWD_CONVERT_DQ,
-}
-
-
-@dataclass(frozen=True)
-class Stage:
-    role: StageRole
-    kernel: KernelConfig
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        extra = "".join(f" {k}={v}" for k, v in self.args.items())
-        return f"{self.role.value}: {self.kernel.kernel_id}{extra}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    problem: "Problem"
-    stages: tuple[Stage, ...]
-
-    def __str__(self) -> str:
-        return "\n".join(str(s) for s in self.stages)
-
-    @property
-    def kernels(self) -> tuple[KernelConfig, ...]:
-        return tuple(s.kernel for s in self.stages)
 
 
 @dataclass(frozen=True)
@@ -177,6 +129,22 @@ class NoKernelError(LookupError):
         self.explanation = explanation
         missing = [s.role.value for s in explanation.stages if s.chosen is None]
         super().__init__(f"no kernel can serve stage(s) {', '.join(missing)}\n{explanation}")
+
+
+class PinnedRegistry:
+    """A registry view whose family of ``kernel`` holds just that kernel (the other families as in ``base``): a
+    :class:`Dispatcher` over it plans the other stages around the pinned kernel, or explains why it cannot serve
+    (the pytest plugin's kernel items)."""
+
+    def __init__(self, base, kernel: KernelConfig) -> None:
+        self.arch = base.arch
+        self.base = base
+        self.kernel = kernel
+
+    def candidates(self, family: Family, dtype: DType | None = None, mode=None) -> list[KernelConfig]:
+        if family is self.kernel.signature.family:
+            return [self.kernel]
+        return self.base.candidates(family, dtype, mode)
 
 
 # --------------------------------------------------------------------------------------------- heuristics
@@ -290,126 +258,28 @@ def decode_num_splits(batch: int, nhead_k: int, seqlen_k: int, bn0: int, num_cus
     return max(1, min(want, max_splits, key_blocks // min_blocks_per_split))
 
 
-def _mask_kernels(problem: "Problem") -> frozenset[MaskImpl]:
-    from ckfmha.masking import MaskKind
-
-    m = problem.mask
-    if m.kind is MaskKind.NONE:
-        return frozenset({MaskImpl.NONE})
-    if m.is_causal:
-        return frozenset({MaskImpl.CAUSAL, MaskImpl.ANY})
-    return frozenset({MaskImpl.GENERIC, MaskImpl.ANY})
-
-
-def _fwd_dropout(problem: "Problem") -> frozenset[Dropout]:
-    return frozenset({Dropout.ENABLED}) if problem.p_drop > 0 else frozenset({Dropout.NONE})
-
-
-def _bwd_dropout(problem: "Problem") -> frozenset[Dropout]:
-    if problem.p_drop <= 0:
-        return frozenset({Dropout.NONE})
-    return frozenset({Dropout.WG16, Dropout.WG16_STORE_RANDVAL, Dropout.WG32, Dropout.WG32_STORE_RANDVAL})
-
-
-def _squant(problem: "Problem") -> bool:
-    return problem.dtype.is_fp8_family and problem.qscale is QScale.PERTENSOR
-
-
-def _seq_lists(problem: "Problem") -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if problem.mode is Mode.GROUP:
-        return problem.seqlens_q, problem.seqlens_k
-    return (problem.seqlen_q,), (problem.seqlen_k,)
-
-
-# The requirement a stage puts on one field: (field, allowed values, how to say it).
-Requirement = tuple[str, frozenset, str]
-
-
-def _requirements(problem: "Problem", role: StageRole) -> list[Requirement]:
-    p = problem
-    req: list[Requirement] = []
-
-    def need(fname: str, allowed: Iterable[Any], what: str) -> None:
-        req.append((fname, frozenset(allowed), what))
-
-    softcap = p.logits_soft_cap > 0
-    paged = p.page_block_size > 0
-    if role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV, StageRole.BATCH_PREFILL):
-        need("vlayout", {p.vlayout}, f"V layout {p.vlayout.value}")
-        need("mask", _mask_kernels(p), f"mask {p.mask.to_ck()}")
-        need("bias", {p.bias}, f"bias {p.bias.value}")
-        need("logits_soft_cap", {softcap}, "logits soft-cap" if softcap else "no logits soft-cap")
-        need("sink", {p.sink}, "sink" if p.sink else "no sink")
-    if role is StageRole.FWD:
-        skip = p.min_seqlen_q > 0
-        need("skip_min_seqlen_q", {skip}, f"skip_min_seqlen_q (min_seqlen_q={p.min_seqlen_q})" if skip
-             else "no skip_min_seqlen_q")
-    if role is StageRole.PAGEDKV:
-        need("skip_min_seqlen_q", {False}, "no skip_min_seqlen_q")
-    if role is StageRole.FWD:
-        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
-        need("dropout", _fwd_dropout(p), "dropout" if p.p_drop > 0 else "no dropout")
-        need("qscale", {p.qscale}, f"qscale {p.qscale.value}")
-    elif role is StageRole.SPLITKV:
-        need("lse", {True}, "split-KV partial LSE")
-        need("fp8_static_quant", {_squant(p)}, "fp8 static quant" if _squant(p) else "no fp8 static quant")
-        need("paged_kv", {paged}, "paged KV" if paged else "contiguous KV")
-    elif role is StageRole.COMBINE:
-        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
-        need("fp8_static_quant", {_squant(p)}, "fp8 static quant" if _squant(p) else "no fp8 static quant")
-    elif role is StageRole.PAGEDKV:
-        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
-        need("fp8_static_quant", {_squant(p)}, "fp8 static quant" if _squant(p) else "no fp8 static quant")
-        need("paged_kv", {True}, "paged KV")
-    elif role is StageRole.APPENDKV:
-        rope = p.rope if p.rotary_dim > 0 else Rope.NONE
-        need("vlayout", {p.vlayout}, f"V layout {p.vlayout.value}")
-        need("rope", {rope}, f"RoPE {rope.value}")
-        need("paged_kv", {paged}, "paged KV cache" if paged else "contiguous KV cache")
-    elif role is StageRole.BATCH_PREFILL:
-        need("lse", {p.lse}, "LSE output" if p.lse else "no LSE output")
-        need("dropout", _fwd_dropout(p), "dropout" if p.p_drop > 0 else "no dropout")
-        need("qscale", {p.qscale}, f"qscale {p.qscale.value}")
-        need("kv_memory_layout", {p.kv_layout}, f"KV memory layout {p.kv_layout.value}")
-        need("kv_lookup_table", {p.kv_lookup}, f"KV lookup table {p.kv_lookup.value}")
-        need("page_size", {p.page_block_size}, f"page size {p.page_block_size}")
-    elif role is StageRole.DQ_DK_DV:
-        need("mask", _mask_kernels(p), f"mask {p.mask.to_ck()}")
-        need("bias", {p.bias}, f"bias {p.bias.value}")
-        need("dbias", {p.dbias}, "dbias output" if p.dbias else "no dbias output")
-        need("dropout", _bwd_dropout(p), "dropout" if p.p_drop > 0 else "no dropout")
-        need("deterministic", {p.deterministic}, "deterministic" if p.deterministic else "non-deterministic")
-    elif role is StageRole.CONVERT_DQ:
-        need("deterministic", {p.deterministic}, "deterministic" if p.deterministic else "non-deterministic")
-    return req
-
-
-def _describe(v: Any) -> str:
-    return v.value if hasattr(v, "value") else str(v)
-
-
-def _dims_for(role: StageRole, c: KernelConfig) -> dict[str, tuple[int, str]]:
-    """For the pad rules: which problem length each seqlen pad guards and the tile size it must divide.
-
-    dq_dk_dv handles any sequence length; the split-KV combine kernel reuses the pads of the main kernel it is
-    paired with (CK static_asserts that), so it has no rule of its own here."""
-    t = c.algorithm.tile
-    if role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV, StageRole.BATCH_PREFILL):
-        return {"pad_s": (t[0], "seqlen_q"), "pad_sk": (t[1], "seqlen_k")}
-    if role is StageRole.APPENDKV:
-        return {"pad_s": (t[0], "seqlen_q"), "pad_sk": (t[1], "seqlen_knew")}
-    if role in (StageRole.DOT_DO_O, StageRole.CONVERT_DQ):
-        return {"pad_s": (t[0], "seqlen_q")}
-    return {}
-
-
 class Dispatcher:
-    """Selects kernels from a registry for problems; optionally restricted to what a backend can realize."""
+    """Selects kernels from a registry for problems; optionally restricted to what a backend can realize.
 
-    def __init__(self, registry: Registry, backend: "Backend | None" = None, *, num_cus: int = 304) -> None:
+    ``num_cus``: the compute units (SMs) the split-KV heuristics size grids for; by default the ``num_cus`` of the
+    registry's arch data file (:class:`ckfmha.archs.ArchSpec`), read when a plan first needs it."""
+
+    def __init__(self, registry: Registry, backend: "Backend | None" = None, *, num_cus: int | None = None) -> None:
+        if num_cus is not None and (isinstance(num_cus, bool) or not isinstance(num_cus, int) or num_cus < 1):
+            raise ValueError(f"num_cus: expected a positive int (compute units), found {num_cus!r}")
         self.registry = registry
         self.backend = backend
-        self.num_cus = num_cus
+        self._num_cus = num_cus
+        self._buckets: dict[tuple, tuple[int, dict]] = {}
+
+    @property
+    def num_cus(self) -> int:
+        """The compute units (SMs) of the registry's arch (its arch data's ``num_cus``) unless given."""
+        if self._num_cus is None:
+            from ckfmha.archs import load_arch_spec
+
+            self._num_cus = load_arch_spec(self.registry.arch).num_cus
+        return self._num_cus
 
     # ------------------------------------------------------------------ public API
     def select(self, problem: "Problem") -> Plan:
@@ -437,6 +307,19 @@ class Dispatcher:
             first = first or explanation
         assert first is not None
         return first
+
+    def ranked_candidates(self, problem: "Problem", role: StageRole, *,
+                          paired: KernelConfig | None = None) -> list[KernelConfig]:
+        """The kernels that can serve ``role`` of ``problem``'s plan (every selection rule, the backend's
+        included), best first -- the OK verdicts of :meth:`explain`'s stage, without judging the candidates
+        that cannot match. ``paired``: for ``combine``, the split kernel it runs after.
+
+        Fast for many problems on one registry: the registry's kernels of the stage's family, dtype and mode are
+        bucketed once per set of exact-match requirement fields (a dict lookup per allowed combination replaces a
+        rule check per kernel); the buckets are rebuilt when the registry's size changes."""
+        rules = RoleRules(problem, role, paired=paired)
+        ok = [c for c in self._prefiltered(rules) if self._reason(rules, c) is None]
+        return sorted(ok, key=lambda c: self._rank(problem, role, c))
 
     # ------------------------------------------------------------------ plan structure
     def structures(self, problem: "Problem") -> list[list[StageRole]]:
@@ -497,71 +380,51 @@ class Dispatcher:
     # ------------------------------------------------------------------ matching
     def _explain_stage(self, problem: "Problem", role: StageRole,
                        chosen: Mapping[StageRole, KernelConfig | None]) -> StageExplanation:
-        family = ROLE_FAMILY[role]
-        candidates = self.registry.candidates(family)
-        reqs = _requirements(problem, role)
-        main = chosen.get(StageRole.SPLITKV)
-        if role is StageRole.COMBINE and main is not None:
-            # The combine kernel must reuse the paired split kernel's seqlen_q and hdim_v pads.
-            reqs = reqs + [("pad_s", frozenset({main.pad_s}), f"pad_s={main.pad_s} like the split kernel"),
-                           ("pad_dv", frozenset({main.pad_dv}), f"pad_dv={main.pad_dv} like the split kernel")]
+        # The combine kernel must reuse the paired split kernel's seqlen_q and hdim_v pads.
+        paired = chosen.get(StageRole.SPLITKV) if role is StageRole.COMBINE else None
+        rules = RoleRules(problem, role, paired=paired)
         verdicts = []
-        for c in candidates:
-            reason = self._first_failed_rule(problem, role, c, reqs)
+        for c in self.registry.candidates(ROLE_FAMILY[role]):
+            reason = self._reason(rules, c)
             verdicts.append(Verdict(c, reason, self._rank(problem, role, c) if reason is None else ()))
         ok = sorted((v for v in verdicts if v.ok), key=lambda v: v.rank)
         bad = sorted((v for v in verdicts if not v.ok), key=lambda v: v.config.kernel_id)
         return StageExplanation(role, tuple(ok + bad))
 
-    def _first_failed_rule(self, problem: "Problem", role: StageRole, c: KernelConfig,
-                           reqs: Sequence[Requirement]) -> str | None:
-        s, a = c.signature, c.algorithm
-        p = problem
-        if s.dtype is not p.dtype:
-            return f"dtype: kernel is {s.dtype.value}, problem is {p.dtype.value}"
-        want_mode = Mode.BATCH if role is StageRole.APPENDKV else p.mode
-        if s.mode is not want_mode:
-            return f"mode: kernel is {s.mode.value}, problem needs {want_mode.value}"
-        # head dims
-        for fname, pname, pad in (("hdim_q", "hdim_q", a.pad_d), ("hdim_v", "hdim_v", a.pad_dv)):
-            if role in (StageRole.DOT_DO_O, StageRole.COMBINE) and fname == "hdim_q":
-                continue  # these kernels see only hdim_v
-            if role is StageRole.CONVERT_DQ and fname == "hdim_v":
-                continue  # this kernel sees only hdim_q
-            kd, pd = getattr(s, fname), getattr(p, pname)
-            if pd > kd:
-                return f"{fname}: problem {pd} exceeds the kernel's {kd}"
-            if pd != kd and not pad:
-                return f"{fname}: problem {pd} != kernel {kd} and the kernel has no {fname} padding"
-            if pad == 8 and pd % 8:
-                return f"{fname}: problem {pd} is not a multiple of 8 (the kernel pads with 8-element alignment)"
-        for fname, allowed, what in reqs:
-            v = getattr(c, fname)
-            if v not in allowed:
-                return f"{fname}: problem needs {what}, kernel has {fname}={_describe(v)}"
-        # padding of sequence lengths
-        qs, ks = _seq_lists(p)
-        dims = _dims_for(role, c)
-        if p.mode is Mode.GROUP and any(getattr(a, f) == 0 for f in dims):
-            return "padding: group mode needs a kernel with seqlen padding"
-        lengths = {"seqlen_q": qs, "seqlen_k": ks, "seqlen_knew": (p.seqlen_knew,)}
-        if (p.family is Family.FWD_APPENDKV and "pad_sk" in dims and role is not StageRole.APPENDKV
-                and a.pad_sk == 0):
-            return ("padding: after append-KV the attention reads seqlen_k per batch (the post-append cache "
-                    "lengths, CK's seqlen_k_ptr), which needs a kernel with seqlen_k padding")
-        for pad_field, (tile, length_name) in dims.items():
-            if getattr(a, pad_field) == 0:
-                bad = [n for n in lengths[length_name] if n == 0 or n % tile]
-                if bad:
-                    return (f"padding: {length_name}={bad[0]} is not a multiple of the kernel's tile {tile} "
-                            f"and the kernel has no {pad_field[4:]} padding")
-        if role is StageRole.DQ_DK_DV and a.max_seq_len_q and p.seqlen_q > a.max_seq_len_q:
-            return f"max_seq_len_q: problem seqlen_q {p.seqlen_q} > the kernel's limit {a.max_seq_len_q}"
-        if self.backend is not None:
+    def _reason(self, rules: RoleRules, c: KernelConfig) -> str | None:
+        """Rules 1-9 (:mod:`ckfmha.rules`), then rule 10: the backend can realize the kernel."""
+        reason = rules.reason(c)
+        if reason is None and self.backend is not None:
             why = self.backend.supports(c)
             if why is not None:
                 return f"backend {self.backend.name}: {why}"
-        return None
+        return reason
+
+    def _prefiltered(self, rules: RoleRules) -> list[KernelConfig]:
+        """The candidates whose exact-match requirement fields hold allowed values (a necessary condition of
+        rules 1-7), from the buckets of :meth:`_bucketed`."""
+        reqs = rules.requirements
+        buckets = self._bucketed(rules.family, rules.problem.dtype, rules.mode, tuple(r.field for r in reqs))
+        pool: list[KernelConfig] = []
+        for key in itertools.product(*(sorted(r.allowed, key=str) for r in reqs)):
+            pool.extend(buckets.get(key, ()))
+        return pool
+
+    def _bucketed(self, family: Family, dtype: DType, mode, names: tuple[str, ...]) -> dict:
+        """The registry's (family, dtype, mode) kernels by their values of ``names``; cached while the registry
+        keeps its size (registries only grow), not cached for registry views without a size."""
+        size = len(self.registry) if hasattr(self.registry, "__len__") else None
+        key = (family, dtype, mode, names)
+        hit = self._buckets.get(key)
+        if hit is not None and hit[0] == size:
+            return hit[1]
+        buckets: dict[tuple, list[KernelConfig]] = {}
+        for c in self.registry.candidates(family, dtype, mode):
+            if c.signature.dtype is dtype and c.signature.mode is mode:
+                buckets.setdefault(tuple(getattr(c, n) for n in names), []).append(c)
+        if size is not None:
+            self._buckets[key] = (size, buckets)
+        return buckets
 
     def _rank(self, problem: "Problem", role: StageRole, c: KernelConfig) -> tuple:
         s, a = c.signature, c.algorithm
@@ -571,7 +434,7 @@ class Dispatcher:
         size_pref = 0
         if len(a.tile) >= 2 and role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV,
                                          StageRole.BATCH_PREFILL):
-            qs, ks = _seq_lists(problem)
+            qs, ks = sequence_lengths(problem)
             bm0, bn0 = a.tile[0], a.tile[1]
             sq, sk = max(qs), max(ks) if ks else 0
             fit = _waste(sq, bm0) + _waste(sk, bn0)

@@ -1,39 +1,52 @@
-"""``ckfmha.run(problem, inputs)``: select a plan, build its kernels, run its stages, return the outputs.
+"""``ckfmha.run(problem, inputs)``: select a plan, build its kernels, run its stages, return the outputs -- and
+the one execution loop (:func:`execute`) that the pytest plugin's items run too.
 
 1. The registry (``Registry.from_enumeration(arch, receipt, mask_mode)``, built once per process and
-   arguments) and a :class:`~ckfmha.dispatcher.Dispatcher` bound to the backend select the plan; when no kernel
-   serves a stage, the :class:`~ckfmha.dispatcher.NoKernelError` carries the dispatcher's explanation.
-2. Every output of the plan is allocated and poisoned with NaN (:func:`output_specs`); inputs are never modified
-   (append-KV's in-place cache update and rotated ``q`` work on copies, returned as outputs).
-3. The stages run in order through ``backend.build`` (cached on disk) and ``backend.run_stage``.
-   The backward's dq_dk_dv kernel writes CK's raw layouts (``dk_raw`` / ``dv_raw`` per q-head, ``dbias_raw``
-   per q-head and batch); then the host step :func:`reduce_gradients` -- what CK's callers do after the kernel
-   (FlashAttention's mha_bwd.cpp sums ``dk_expanded`` over each K/V head's q-heads) -- writes the user-facing
-   ``dk`` / ``dv`` (K/V's shapes) and ``dbias`` (the bias's shape).  Both forms are returned.
-4. No output element may be left unwritten: a NaN left in a float output, while every float input is finite (so
-   the reference is finite there), raises :class:`UnwrittenOutputError` naming the output and the count.
+   arguments; ``arch`` defaults to the arch data's default, :func:`ckfmha.archs.default_arch`) and a
+   :class:`~ckfmha.dispatcher.Dispatcher` bound to the backend select the plan; when no kernel serves a stage,
+   the :class:`~ckfmha.dispatcher.NoKernelError` carries the dispatcher's explanation.
+2. Every output of the plan is allocated and poisoned with NaN (:func:`output_specs`, :func:`prepare_tensors`);
+   inputs are never modified (append-KV's in-place cache update and rotated ``q`` work on copies, returned as
+   outputs).
+3. :func:`execute` runs the stages in order through ``backend.build`` (cached on disk, and per call in
+   ``built``) and ``backend.run_stage`` on any :class:`~ckfmha.backends.base.Backend` object, recording per
+   stage the cold build time, the wall time and the device time the backend reports (:class:`Execution`);
+   with ``contain=True`` an exception of a build or a stage becomes a :class:`StageCrash` that names the build
+   or stage, the exception and where it was raised. The backward's dq_dk_dv kernel writes CK's raw layouts
+   (``dk_raw`` / ``dv_raw`` per q-head, ``dbias_raw`` per q-head and batch); then (``reduce=True``) the host
+   step :func:`reduce_gradients` -- what CK's callers do after the kernel (FlashAttention's mha_bwd.cpp sums
+   ``dk_expanded`` over each K/V head's q-heads) -- writes the user-facing ``dk`` / ``dv`` (K/V's shapes) and
+   ``dbias`` (the bias's shape).  Both forms are returned.
+4. No output element may be left unwritten (:func:`unwritten_census`, :mod:`ckfmha.poison`): a NaN left in a
+   float output, while every float input is finite (so the reference is finite there), raises
+   :class:`UnwrittenOutputError` naming the output and the count.
 
 The backward needs the forward's ``o`` and ``lse``; when ``inputs`` lacks them they are computed with the NumPy
 reference forward (as CK's tile_example_fmha_bwd does on the host), ``o`` rounded to the storage dtype.
+Which outputs are compared with the reference is :func:`ckfmha.outputs.compared_outputs`.
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from ckfmha.backends import BackendError, get_backend
-from ckfmha.dispatcher import Dispatcher, Explanation, Plan, StageRole
+from ckfmha.backends.base import Backend, BuiltKernel
+from ckfmha.dispatcher import Dispatcher, Explanation
 from ckfmha.inputs import (bias_shape, dbias_raw_shape, dk_raw_shape, dv_raw_shape, kv_shapes, lse_shape,
                            o_shape, output_dtype, q_shape, storage_dtype)
 from ckfmha.kernel import Family, Mode
-from ckfmha.poison import census, is_float, poisoned
+from ckfmha.plan import Plan, StageRole
+from ckfmha.poison import Census, census, is_float, poisoned
 from ckfmha.problem import Layout, Problem
 from ckfmha.registry import Registry
+from ckfmha.workspace import dq_acc_shape
 
 
 class UnwrittenOutputError(BackendError):
@@ -53,21 +66,26 @@ def _registry(arch: str, receipt: int | str, mask_mode: str) -> Registry:
     return Registry.from_enumeration(arch, receipt=receipt, mask_mode=mask_mode)
 
 
-def dispatcher_for(backend: str = "cpu", arch: str = "gfx942", registry: Registry | None = None,
+def dispatcher_for(backend: str = "cpu", arch: str | None = None, registry: Registry | None = None,
                    receipt: int | str = 0, mask_mode: str = "simplified") -> Dispatcher:
-    reg = registry if registry is not None else _registry(arch, receipt, mask_mode)
-    return Dispatcher(reg, get_backend(backend))
+    """A dispatcher over ``registry`` or the enumeration of ``arch`` (None: :func:`ckfmha.archs.default_arch`)
+    under ``receipt`` and ``mask_mode``, bound to the backend called ``backend``."""
+    if registry is None:
+        from ckfmha.archs import default_arch
+
+        registry = _registry(default_arch() if arch is None else arch, receipt, mask_mode)
+    return Dispatcher(registry, get_backend(backend))
 
 
-def explain(problem: Problem, *, backend: str = "cpu", arch: str = "gfx942", registry: Registry | None = None,
+def explain(problem: Problem, *, backend: str = "cpu", arch: str | None = None, registry: Registry | None = None,
             receipt: int | str = 0, mask_mode: str = "simplified") -> Explanation:
     """Explain how the dispatcher would serve ``problem``, without building or running anything.
 
     Parameters: ``problem`` (a :class:`~ckfmha.problem.Problem`); ``backend`` (``cpu``, ``triton``, ``hip``: a
     candidate the backend cannot realize is rejected with its reason); ``arch`` (the kernel space, e.g.
-    ``gfx942``); ``registry`` (a :class:`~ckfmha.registry.Registry` to select from instead of the arch's
-    enumeration under ``receipt`` -- a number or profile name -- and ``mask_mode``, ``simplified`` or
-    ``generic``).
+    ``gfx942``; None: the arch data's default arch); ``registry`` (a :class:`~ckfmha.registry.Registry` to select
+    from instead of the arch's enumeration under ``receipt`` -- a number or profile name -- and ``mask_mode``,
+    ``simplified`` or ``generic``).
 
     Returns an :class:`~ckfmha.dispatcher.Explanation`: per stage of the plan structure (the first one whose
     every stage has a kernel, else the preferred one), every candidate kernel in rank order with the first
@@ -98,8 +116,6 @@ def output_specs(problem: Problem, plan: Plan) -> dict[str, tuple[tuple[int, ...
         elif st.role is StageRole.DOT_DO_O:
             out["d"] = (lse_shape(p), f32)
         elif st.role is StageRole.DQ_DK_DV:
-            from ckfmha.backends.cpu.stages import dq_acc_shape
-
             sdt = storage_dtype(p.dtype)
             k_shape, v_shape = kv_shapes(p)
             out["dq_acc"] = (dq_acc_shape(p, c.tile[1]), f32)
@@ -193,22 +209,145 @@ def _written_rows(p: Problem, name: str) -> np.ndarray:
     return rows[None, :, None, None]  # (1, total_q, h, d)
 
 
-def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gfx942",
+# --------------------------------------------------------------------------------------------- the loop
+class StageCrash(BackendError):
+    """A build or a stage raised (:func:`execute` with ``contain=True``); the message names the build or stage,
+    the exception and the line that raised it; ``error`` is the exception."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        tb = traceback.extract_tb(error.__traceback__)
+        where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+        super().__init__(f"{what} crashed: {type(error).__name__}: {error}{where}")
+        self.what = what
+        self.error = error
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One stage of an :class:`Execution`: ``cold`` -- its kernel was built from scratch in this call (neither the
+    on-disk build cache nor ``built`` had it), ``build_seconds`` that build's time (0.0 otherwise); ``wall_ms``
+    the wall time of ``run_stage``; ``device_ms`` the device time the backend reported (None: not reported)."""
+
+    role: StageRole
+    kernel_id: str
+    cold: bool
+    build_seconds: float
+    wall_ms: float
+    device_ms: float | None
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What :func:`execute` did: the stages in order and whether device time was asked for (``timing``)."""
+
+    stages: tuple[StageRun, ...]
+    timing: bool
+
+    @property
+    def stage_ms(self) -> list[float]:
+        """Each stage's time: the device time the backend reported when ``timing``, else the wall time."""
+        return [s.device_ms if self.timing and s.device_ms is not None else s.wall_ms for s in self.stages]
+
+    @property
+    def total_ms(self) -> float:
+        return float(sum(self.stage_ms))
+
+    @property
+    def cold(self) -> bool:
+        """Whether any kernel was built from scratch."""
+        return any(s.cold for s in self.stages)
+
+    @property
+    def build_seconds(self) -> float:
+        """The summed time of the cold builds."""
+        return float(sum(s.build_seconds for s in self.stages))
+
+
+def _call(what: str, contain: bool, passthrough: tuple[type[BaseException], ...], fn: Callable, *args, **kwargs):
+    if not contain:
+        return fn(*args, **kwargs)
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - a crashing build or stage is reported, not propagated raw
+        if isinstance(e, passthrough):
+            raise
+        raise StageCrash(what, e) from None
+
+
+def execute(backend: Backend, plan: Plan, tensors: dict[str, Any], *, timing: bool = False, reduce: bool = True,
+            built: dict[str, BuiltKernel] | None = None, contain: bool = False,
+            passthrough: tuple[type[BaseException], ...] = ()) -> Execution:
+    """Build and run ``plan``'s stages on ``backend`` (any :class:`~ckfmha.backends.base.Backend` object) over
+    ``tensors`` (:func:`prepare_tensors`'s dict: stages read their inputs and write their outputs there; arrays a
+    stage returns instead of writing in place are stored there), then, for the backward with ``reduce``, the host
+    reduction :func:`reduce_gradients`.
+
+    ``timing``: ask the backend for device time. ``built``: kernel id -> built kernel, reused and filled (repeated
+    runs of one plan build once). ``contain``: an exception of a build or a stage -- anything but
+    KeyboardInterrupt and the ``passthrough`` types -- becomes a :class:`StageCrash`; without it the exception
+    propagates as raised. The reduction's errors (:class:`~ckfmha.reference.backward.RawLayoutError`) always
+    propagate as raised."""
+    problem = plan.problem
+    built = {} if built is None else built
+    runs = []
+    for st in plan.stages:
+        kid = st.kernel.kernel_id
+        cold, build_s = False, 0.0
+        if kid not in built:
+            bk = built[kid] = _call(f"build of {kid}", contain, passthrough, backend.build, st.kernel)
+            cold = not bk.cached
+            build_s = float(bk.build_seconds or 0.0) if cold else 0.0
+        t0 = time.perf_counter()
+        res = _call(f"stage {st.role.value} ({kid})", contain, passthrough, backend.run_stage, built[kid], st,
+                    problem, tensors, timing=timing)
+        wall = (time.perf_counter() - t0) * 1e3
+        for name, a in (res.outputs if res is not None else {}).items():
+            if isinstance(a, np.ndarray) and tensors.get(name) is not a:
+                tensors[name] = a
+        runs.append(StageRun(st.role, kid, cold, build_s, wall, res.device_ms if res is not None else None))
+    if reduce and problem.is_backward:
+        reduce_gradients(problem, tensors)
+    return Execution(tuple(runs), timing)
+
+
+def unwritten_census(problem: Problem, outputs: Mapping[str, Any], names: Iterable[str],
+                     ref: Mapping[str, Any] | None = None) -> list[Census]:
+    """:func:`ckfmha.poison.census` of each float output in ``names``, over the elements the plan must write
+    (:func:`written_elements`); with ``ref``, only where the reference has a value (an output whose shape differs
+    from the reference's is left to the validator)."""
+    out = []
+    for name in names:
+        a = outputs[name]
+        if not is_float(a):
+            continue
+        r = None
+        if ref is not None:
+            r = np.asarray(ref[name])
+            if a.shape != r.shape:
+                continue
+        out.append(census(name, a, r, where=written_elements(problem, name)))
+    return out
+
+
+def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str | None = None,
         registry: Registry | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
         timing: bool = False) -> RunResult:
     """Select, build and run the plan for ``problem`` on ``backend`` and return its outputs.
 
     Parameters: ``problem`` (a :class:`~ckfmha.problem.Problem`); ``inputs`` (the dict name -> NumPy array of
     :func:`ckfmha.inputs.make_inputs`, never modified; the backward may omit ``o`` / ``lse``, which are then
-    computed with the reference forward); ``backend`` (``cpu``, ``triton`` or ``hip``); ``arch``, ``receipt``
-    (number or profile name) and ``mask_mode`` choose the kernel space, or ``registry`` gives it directly;
-    ``timing`` measures each stage.
+    computed with the reference forward); ``backend`` (``cpu``, ``triton`` or ``hip``); ``arch`` (None: the arch
+    data's default arch), ``receipt`` (number or profile name) and ``mask_mode`` choose the kernel space, or
+    ``registry`` gives it directly; ``timing`` measures each stage.
 
     Returns a :class:`RunResult`: ``outputs`` (name -> array: ``o`` and ``lse`` for the forward family, the
     split-KV partials ``o_acc`` / ``lse_acc``; for the backward the user-facing ``dq`` / ``dk`` / ``dv``
     (/ ``dbias``), CK's raw ``dk_raw`` / ``dv_raw`` (/ ``dbias_raw``) they were reduced from, and ``d`` /
     ``dq_acc``; the updated caches for append-KV), ``plan`` (the stages and kernels that ran),
-    ``device_ms`` and ``stage_ms`` (with ``timing``).  Compare the outputs with
+    ``device_ms`` (with ``timing``: the stages' summed time, each the device time its backend reported, else
+    its wall time) and ``stage_ms`` (each stage's reported device time).  Compare the outputs with
     :func:`ckfmha.reference.reference` through :func:`ckfmha.validator.validate`.
 
     Raises :class:`~ckfmha.dispatcher.NoKernelError` (its ``explanation`` says why) when no kernel serves a
@@ -216,7 +355,6 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
     :class:`UnwrittenOutputError` when a stage leaves output elements unwritten (NaN) although every float
     input is finite, and ValueError subclasses for a bad arch, receipt or mask mode."""
     disp = dispatcher_for(backend, arch, registry, receipt, mask_mode)
-    be = disp.backend
     plan = disp.select(problem)
     p = problem
     forward = None
@@ -224,26 +362,12 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str = "gf
         forward = _forward_for_backward(p, inputs)
     tensors, written = prepare_tensors(p, plan, inputs, forward)
     specs = output_specs(p, plan)
-    stage_ms: list[float | None] = []
-    t_all = 0.0
-    for st in plan.stages:
-        kernel = be.build(st.kernel)
-        t0 = time.perf_counter()
-        res = be.run_stage(kernel, st, p, tensors, timing=timing)
-        t_all += (time.perf_counter() - t0) * 1e3
-        stage_ms.append(res.device_ms)
-    if p.is_backward:
-        reduce_gradients(p, tensors)
+    ex = execute(disp.backend, plan, tensors, timing=timing)
     outputs = {n: tensors[n] for n in written}
     inputs_finite = all(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
                         for a in inputs.values() if isinstance(a, np.ndarray) and is_float(a))
     if inputs_finite:  # then the reference is finite wherever the plan must write
-        msgs = [m for n in specs if is_float(outputs[n])
-                for m in census(n, outputs[n], where=written_elements(p, n)).messages()]
+        msgs = [m for c in unwritten_census(p, outputs, specs) for m in c.messages()]
         if msgs:
             raise UnwrittenOutputError("\n".join(msgs) + f"\n{plan}")
-    device_ms = None
-    if timing:
-        device_ms = float(sum(x for x in stage_ms if x is not None)) if all(x is not None for x in stage_ms) \
-            else t_all
-    return RunResult(outputs, plan, device_ms, stage_ms)
+    return RunResult(outputs, plan, ex.total_ms if timing else None, [s.device_ms for s in ex.stages])

@@ -5,9 +5,10 @@ batch*seqlen_q in batch mode, the total query tokens in group mode; ``nsplits`` 
 for the deterministic variant, which gives every key block its own slice, else 1) and keeps the dot_do_o term
 ``D[nhead_q, rows]`` in fp32. Every buffer is rounded up to 256 bytes.
 
-:func:`bwd_workspace_bytes` is the exact size for a problem. :func:`bwd_workspace_upper_bound` needs only five
-numbers the host always knows — max_batch, hdim_q, nhead_q, max_seqlen_q, max_seqlen_k — and never reads
-per-sequence lengths (seqstart arrays), so a training loop can allocate once and keep the stream asynchronous
+:func:`dq_acc_shape` is the accumulator's array shape, :func:`bwd_workspace_bytes` the exact size for a problem.
+:func:`bwd_workspace_upper_bound` needs only five numbers the host always knows — max_batch, hdim_q, nhead_q,
+max_seqlen_q, max_seqlen_k — and never reads per-sequence lengths (seqstart arrays), so a training loop can
+allocate once and keep the stream asynchronous
 (upstream CK PR #7331 made the same change after its group-mode launcher synchronously copied seqstart_q/k back
 to the host). The bound equals the exact size whenever every sequence has the maximal lengths.
 """
@@ -38,6 +39,15 @@ def _sizes(rows: int, nhead_q: int, hdim_q: int, nsplits: int) -> int:
 
 def dq_acc_splits(max_seqlen_k: int, bn0: int, deterministic: bool) -> int:
     return max(1, -(-max_seqlen_k // bn0)) if deterministic else 1
+
+
+def dq_acc_shape(problem: "Problem", bn0: int) -> tuple[int, int, int, int, int]:
+    """The dq accumulator array of a dq_dk_dv kernel with key tile ``bn0``: ``(nsplits, batch, nhead_q, seqlen_q,
+    hdim_q)`` in batch mode, ``(nsplits, 1, nhead_q, total_q, hdim_q)`` in group mode (the rows of the module
+    doc's ``dq_acc[nsplits, nhead_q, rows, hdim_q]`` split by batch)."""
+    p = problem
+    nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+    return (dq_acc_splits(max(p.seqlens_k_list), bn0, p.deterministic), nb, p.nhead_q, rows, p.hdim_q)
 
 
 def bwd_workspace_bytes(problem: "Problem", bn0: int = MIN_BN0) -> int:

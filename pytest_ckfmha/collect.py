@@ -5,8 +5,10 @@ Kernel choice per shape (deterministic, documented in docs/plugin.md):
 1. the kernel set of the arch: the ``pytest_ckfmha_kernels`` hook's answer if a plugin/conftest gives one, else
    the enumeration under the receipt/profile and mask mode; then the sweep, the filter expression and the filter
    file (all AND-ed, applied to every stage's kernels);
-2. the candidates of the shape's *main* stage (fwd, splitkv, pagedkv, appendkv, batch_prefill, dq_dk_dv) that pass
-   every dispatcher rule (mask, bias, features, padding, ... -- not just hdim/dtype), in dispatcher rank order;
+2. the candidates of the shape's *main* stage (fwd, splitkv, pagedkv, appendkv, batch_prefill, dq_dk_dv:
+   :func:`ckfmha.plan.main_role`) that pass every dispatcher rule (mask, bias, features, padding, ... -- not just
+   hdim/dtype), in dispatcher rank order (:meth:`ckfmha.dispatcher.Dispatcher.ranked_candidates`, one dispatcher
+   per dtype view so its buckets serve every shape of that dtype);
 3. capped at ``--ckfmha-max-kernels-per-shape``: the best-ranked kernel first, then the best-ranked kernel of each
    (pipeline, tile) not chosen yet, then the rest in rank order; 0 = no cap.
 
@@ -16,9 +18,10 @@ dispatcher at run time with the item's kernel pinned.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
+
+from ckfmha.plan import main_role  # noqa: F401  (public here too)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.kernel import KernelConfig
@@ -34,15 +37,6 @@ class ShapeSpec:
     n_candidates: int  # kernels of the main stage that can serve the shape (before the cap)
 
 
-def main_role(problem):
-    from ckfmha.dispatcher import StageRole
-    from ckfmha.kernel import Family
-
-    return {Family.FWD: StageRole.FWD, Family.FWD_SPLITKV: StageRole.SPLITKV, Family.FWD_PAGEDKV: StageRole.PAGEDKV,
-            Family.FWD_APPENDKV: StageRole.APPENDKV, Family.BATCH_PREFILL: StageRole.BATCH_PREFILL,
-            Family.BWD_DQ_DK_DV: StageRole.DQ_DK_DV}[problem.family]
-
-
 class DtypeView:
     """A read-only registry view holding only one dtype's kernels: the dispatcher's first rule rejects every
     other dtype anyway, so the view changes no answer and saves most of the work."""
@@ -50,9 +44,11 @@ class DtypeView:
     def __init__(self, registry, dtype) -> None:
         self.arch = registry.arch
         self._by_family: dict = {}
+        self._size = 0
         for c in registry:
             if c.signature.dtype is dtype:
                 self._by_family.setdefault(c.signature.family, []).append(c)
+                self._size += 1
 
     def candidates(self, family, dtype=None, mode=None):
         return [c for c in self._by_family.get(family, ()) if mode is None or c.signature.mode is mode]
@@ -61,19 +57,8 @@ class DtypeView:
         for cs in self._by_family.values():
             yield from cs
 
-
-class PinnedView:
-    """A registry view whose main-stage family holds just one kernel (a kernel item's plan)."""
-
-    def __init__(self, base, kernel) -> None:
-        self.arch = base.arch
-        self._base = base
-        self._kernel = kernel
-
-    def candidates(self, family, dtype=None, mode=None):
-        if family is self._kernel.signature.family:
-            return [self._kernel]
-        return self._base.candidates(family, dtype, mode)
+    def __len__(self) -> int:
+        return self._size
 
 
 def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
@@ -112,21 +97,12 @@ def choose(ranked: Sequence["KernelConfig"], cap: int) -> list["KernelConfig"]:
 
 
 class Views:
-    """Per-dtype registry views of one kernel set (built lazily)."""
+    """Per-dtype registry views of one kernel set and a dispatcher over each (built lazily)."""
 
     def __init__(self, registry) -> None:
         self.registry = registry
         self._views: dict = {}
-        self._buckets: dict = {}
-
-    def buckets(self, dtype, family, mode, names: tuple[str, ...]) -> dict:
-        key = (dtype, family, mode, names)
-        b = self._buckets.get(key)
-        if b is None:
-            b = self._buckets[key] = {}
-            for c in self.for_dtype(dtype).candidates(family, mode=mode):
-                b.setdefault(tuple(getattr(c, n) for n in names), []).append(c)
-        return b
+        self._dispatchers: dict = {}
 
     def for_dtype(self, dtype) -> DtypeView:
         v = self._views.get(dtype)
@@ -134,40 +110,19 @@ class Views:
             v = self._views[dtype] = DtypeView(self.registry, dtype)
         return v
 
+    def dispatcher(self, dtype):
+        """A backend-free dispatcher over the dtype's view (kept: its candidate buckets serve every shape)."""
+        from ckfmha.dispatcher import Dispatcher
+
+        d = self._dispatchers.get(dtype)
+        if d is None:
+            d = self._dispatchers[dtype] = Dispatcher(self.for_dtype(dtype))
+        return d
+
 
 def ranked_candidates(views: Views, problem) -> list["KernelConfig"]:
-    """The main stage's candidates that pass every dispatcher rule, in dispatcher rank order.
-
-    Uses the dispatcher's own rule and rank functions for the main stage only (``Dispatcher.explain`` would also
-    sort every rejected candidate by its rendered kernel id, which costs ~80% of collection time); falls back to
-    ``explain`` if those internals change."""
-    from ckfmha.dispatcher import Dispatcher, StageRole, _requirements
-    from ckfmha.kernel import Mode
-
-    view = views.for_dtype(problem.dtype)
-    d = Dispatcher(view)
-    role = main_role(problem)
-    rule = getattr(d, "_first_failed_rule", None)
-    rank = getattr(d, "_rank", None)
-    if rule is None or rank is None:  # pragma: no cover - dispatcher internals changed
-        for st in d.explain(problem).stages:
-            if st.role is role:
-                return [v.config for v in st.verdicts if v.ok]
-        return []
-    from ckfmha.dispatcher import ROLE_FAMILY
-
-    mode = Mode.BATCH if role is StageRole.APPENDKV else problem.mode
-    reqs = _requirements(problem, role)
-    # Pre-select by the exact-match requirement fields (a necessary condition of the dispatcher's rule 6/7), then
-    # let the dispatcher's own rule function decide on the few that remain.
-    names = tuple(f for f, _, _ in reqs)
-    buckets = views.buckets(problem.dtype, ROLE_FAMILY[role], mode, names)
-    pool: list = []
-    for key in itertools.product(*(sorted(a, key=str) for _, a, _ in reqs)):
-        pool.extend(buckets.get(key, ()))
-    pool = [c for c in pool if c.signature.hdim_q >= problem.hdim_q and c.signature.hdim_v >= problem.hdim_v]
-    ok = [c for c in pool if rule(problem, role, c, reqs) is None]
-    return sorted(ok, key=lambda c: rank(problem, role, c))
+    """The main stage's candidates that pass every dispatcher rule, in dispatcher rank order."""
+    return views.dispatcher(problem.dtype).ranked_candidates(problem, main_role(problem))
 
 
 def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:

@@ -1,31 +1,32 @@
 """Running one item: skip checks -> plan -> inputs (seed) -> reference (cached) -> NaN-poisoned outputs -> build
-and run every stage -> (backward plan items: the host reduction of the raw gradients) -> unwritten-element check
+and run every stage (backward plan items: then the host reduction of the raw gradients) -> unwritten-element check
 -> validator.
 
-What is compared (:func:`output_names`): a kernel item judges its kernel's own output -- for the backward CK's
-raw layouts ``dk_raw`` / ``dv_raw`` (per q-head) and ``dbias_raw`` (per q-head and batch) against the
-reference's raw ones; a plan item judges the plan's user-facing result -- ``dk`` / ``dv`` / ``dbias`` after
-:func:`ckfmha.runner.reduce_gradients` -- against the reference's reduced ones.
+What is compared is :func:`ckfmha.outputs.compared_outputs` (:func:`output_names` here): a kernel item judges its
+kernel's own output -- for the backward CK's raw layouts ``dk_raw`` / ``dv_raw`` (per q-head) and ``dbias_raw``
+(per q-head and batch) against the reference's raw ones; a plan item judges the plan's user-facing result --
+``dk`` / ``dv`` / ``dbias`` after :func:`ckfmha.runner.reduce_gradients` -- against the reference's reduced ones.
 
-The tensor contract is :mod:`ckfmha.runner`'s (``output_specs``: every output of the plan allocated and poisoned
-with NaN; append-KV works on copies of q/k/v/caches; the backward gets the reference forward's ``o``/``lse``), but
-the loop is the plugin's own so that a kernel item can pin its kernel, any Backend object (a test backend from
-the ``pytest_ckfmha_backend`` hook) can run it, and build time and crashes are recorded per stage.
+The tensor contract and the execution loop are :mod:`ckfmha.runner`'s (``prepare_tensors``: every output of the
+plan allocated and poisoned with NaN, append-KV on copies of q/k/v/caches, the backward gets the cached reference
+forward's ``o``/``lse``; ``execute``: builds and stages, per-stage cold build time, the host reduction;
+``unwritten_census``); a kernel item pins its kernel in the plan's main stage through
+:class:`ckfmha.dispatcher.PinnedRegistry`, and any Backend object (a test backend from the
+``pytest_ckfmha_backend`` hook) can run it. The fp8 encoding of the inputs is the arch data's ``fp8_format``.
 
 Crash isolation: every exception of a build or a stage (anything but KeyboardInterrupt and pytest's own
-outcomes) becomes the item's failure with the crash reason.  A crash that kills the process (a GPU fault, a
-segfault in a compiled extension) or a hang is contained one level up: this runs in the kernel child process
-(isolation.py), whose death or timeout fails the item alone.
+outcomes) becomes the item's failure with the crash reason (:class:`ckfmha.runner.StageCrash`).  A crash that
+kills the process (a GPU fault, a segfault in a compiled extension) or a hang is contained one level up: this
+runs in the kernel child process (isolation.py), whose death or timeout fails the item alone.
 """
 
 from __future__ import annotations
 
-import time
-import traceback
 from dataclasses import dataclass, field
 
-
 import numpy as np
+
+from ckfmha.archs import fp8_format  # noqa: F401  (public here too: ckfmha.cli imports it from this module)
 
 
 class ItemSkip(Exception):
@@ -39,13 +40,6 @@ class ItemFailure(Exception):
     def __init__(self, message: str, raised: bool = False) -> None:
         super().__init__(message)
         self.raised = raised
-
-
-FP8_FNUZ_ARCHS = ("gfx90a", "gfx942")
-
-
-def fp8_format(arch: str) -> str:
-    return "fnuz" if arch in FP8_FNUZ_ARCHS else "ocp"
 
 
 class Runtime:
@@ -98,31 +92,20 @@ class Outcome:
     backend: str = ""
 
 
-def output_names(problem, plan, kernel_item: bool = False) -> list[str]:
-    """The outputs an item is judged on.  Backward: a kernel item (a pinned dq_dk_dv kernel) judges what the
-    kernel writes, CK's raw layouts -- ``dk_raw`` / ``dv_raw`` per q-head and ``dbias_raw`` per q-head and
-    batch -- so a fault in one q-head's slice cannot hide behind another head's in the group sum; a plan item
-    (and torch parity) judges the user-facing ``dk`` / ``dv`` / ``dbias`` of the runner's host reduction.
-    ``dq`` is the same in both."""
-    from ckfmha.kernel import Family
+def output_names(problem, plan=None, kernel_item: bool = False) -> list[str]:
+    """The outputs an item is judged on: :func:`ckfmha.outputs.compared_outputs` (``plan`` is not needed; the
+    parameter stays for callers that pass it)."""
+    from ckfmha.outputs import compared_outputs
 
-    if problem.is_backward:
-        if kernel_item:
-            return ["dq", "dk_raw", "dv_raw"] + (["dbias_raw"] if problem.dbias else [])
-        return ["dq", "dk", "dv"] + (["dbias"] if problem.dbias else [])
-    names = ["o"] + (["lse"] if problem.lse else [])
-    if problem.family is Family.FWD_APPENDKV:
-        names += ["k_cache", "v_cache"] if problem.page_block_size else ["k", "v"]
-    return names
+    return list(compared_outputs(problem, kernel_item=kernel_item))
 
 
 def make_plan(rt: Runtime, problem, kernel, backend):
     """The dispatcher's plan (kernel None) or the plan with ``kernel`` pinned in the main stage."""
-    from ckfmha.dispatcher import Dispatcher, NoKernelError
-    from pytest_ckfmha.collect import PinnedView
+    from ckfmha.dispatcher import Dispatcher, NoKernelError, PinnedRegistry
 
     view = rt.views.for_dtype(problem.dtype)
-    reg = view if kernel is None else PinnedView(view, kernel)
+    reg = view if kernel is None else PinnedRegistry(view, kernel)
     try:
         return Dispatcher(reg, backend).select(problem)
     except NoKernelError as e:
@@ -157,70 +140,31 @@ def prepare_tensors(problem, plan, inputs: dict, ref: dict) -> tuple[dict, list[
     return _prepare(problem, plan, inputs, forward)
 
 
-def _crash(what: str, e: BaseException) -> ItemFailure:
-    tb = traceback.extract_tb(e.__traceback__)
-    where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-    return ItemFailure(f"{what} crashed: {type(e).__name__}: {e}{where}", raised=True)
-
-
-def run_plan(backend, plan, problem, tensors: dict, timing: bool, outcome: Outcome | None,
-             built: dict | None = None) -> float:
-    """Build and run every stage; returns the summed stage time in ms (device time when reported)."""
-    built = {} if built is None else built
-    total = 0.0
-    for st in plan.stages:
-        kid = st.kernel.kernel_id
-        if kid not in built:
-            try:
-                bk = backend.build(st.kernel)
-            except (KeyboardInterrupt, ItemSkip):
-                raise
-            except BaseException as e:  # noqa: BLE001 - a crashing build fails the item, not the run
-                if _is_outcome(e):
-                    raise
-                raise _crash(f"build of {kid}", e) from None
-            built[kid] = bk
-            if outcome is not None and not getattr(bk, "cached", False):
-                outcome.build_s += float(getattr(bk, "build_seconds", 0.0) or 0.0)
-                outcome.build_cached = False
-        t0 = time.perf_counter()
-        try:
-            res = backend.run_stage(built[kid], st, problem, tensors, timing=timing)
-        except (KeyboardInterrupt, ItemSkip):
-            raise
-        except BaseException as e:  # noqa: BLE001
-            if _is_outcome(e):
-                raise
-            raise _crash(f"stage {st.role.value} ({kid})", e) from None
-        wall = (time.perf_counter() - t0) * 1e3
-        if res is not None and getattr(res, "outputs", None):
-            for n, a in res.outputs.items():
-                if isinstance(a, np.ndarray) and tensors.get(n) is not a:
-                    tensors[n] = a
-        dev = getattr(res, "device_ms", None) if res is not None else None
-        total += dev if (timing and dev is not None) else wall
-    return total
-
-
-def _is_outcome(e: BaseException) -> bool:
+def execute_plan(backend, plan, tensors: dict, timing: bool, reduce: bool, built: dict):
+    """:func:`ckfmha.runner.execute` with crashes of builds and stages as the item's failure (``raised``: the
+    process's device state may be broken) and a failed host reduction as a plain failure."""
     from _pytest.outcomes import OutcomeException
 
-    return isinstance(e, OutcomeException)
+    from ckfmha.reference.backward import RawLayoutError
+    from ckfmha.runner import StageCrash, execute
+
+    try:
+        return execute(backend, plan, tensors, timing=timing, reduce=reduce, built=built, contain=True,
+                       passthrough=(ItemSkip, OutcomeException))
+    except StageCrash as e:
+        raise ItemFailure(str(e), raised=True) from None
+    except RawLayoutError as e:
+        raise ItemFailure(f"the host reduction of the raw gradients failed: {e}") from None
 
 
-def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
-    """Run one item; raises ItemSkip / ItemFailure; fills ``props`` (report values) as it goes."""
-    from ckfmha.inputs import make_inputs
-    from ckfmha.poison import census, is_float
-    from ckfmha.validator import validate
+def _start(rt: Runtime, p, kernel, props: dict):
+    """The backend (or the skip: unavailable, shape too large for the cpu, kernel not realizable) and the plan."""
+    from ckfmha.plan import main_role
     from ckfmha.work import flops
-    from pytest_ckfmha.refcache import get_reference
 
     s = rt.settings
-    p = shape.problem
-    out = Outcome(kernel_id=kernel.kernel_id if kernel is not None else "")
     backend = rt.backend()
-    out.backend = props["backend"] = getattr(backend, "name", "?")
+    props["backend"] = getattr(backend, "name", "?")
     avail = backend.available()
     if not avail:
         raise ItemSkip(f"backend {backend.name} is not available: {getattr(avail, 'reason', '') or 'no GPU'}")
@@ -233,49 +177,50 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
         if why is not None:
             raise ItemSkip(f"backend {backend.name} cannot realize this kernel: {why}")
     plan = make_plan(rt, p, kernel, backend)
-    out.plan_kernels = [st.kernel.kernel_id for st in plan.stages]
-    if kernel is None:
-        from pytest_ckfmha.collect import main_role
+    role = main_role(p)
+    kernel_id = kernel.kernel_id if kernel is not None else \
+        next((st.kernel.kernel_id for st in plan.stages if st.role is role), plan.stages[0].kernel.kernel_id)
+    props["kernel_id"] = kernel_id
+    props["plan_kernels"] = ";".join(st.kernel.kernel_id for st in plan.stages)
+    return backend, plan, kernel_id
 
-        role = main_role(p)
-        out.kernel_id = next((st.kernel.kernel_id for st in plan.stages if st.role is role), out.plan_kernels[0])
-    props["kernel_id"] = out.kernel_id
-    props["plan_kernels"] = ";".join(out.plan_kernels)
+
+def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
+    """Run one item; raises ItemSkip / ItemFailure; fills ``props`` (report values) as it goes."""
+    from ckfmha.inputs import make_inputs
+    from ckfmha.runner import unwritten_census
+    from ckfmha.validator import validate
+    from pytest_ckfmha.refcache import get_reference
+
+    s = rt.settings
+    p = shape.problem
+    out = Outcome(kernel_id=kernel.kernel_id if kernel is not None else "")
+    backend, plan, out.kernel_id = _start(rt, p, kernel, props)
+    out.backend = props["backend"]
+    out.plan_kernels = [st.kernel.kernel_id for st in plan.stages]
     fmt = fp8_format(s.arch)
     inputs = make_inputs(p, s.seed, fp8_format=fmt)
     ref, out.ref_cached = get_reference(p, inputs, s.seed, s.cache_dir, fmt)
     tensors, written = prepare_tensors(p, plan, inputs, ref)
     built: dict = {}
-    ms = run_plan(backend, plan, p, tensors, s.bench, out, built)
-    out.time_ms, out.timed = ms, False
-    wanted = output_names(p, plan, kernel_item=kernel is not None)
-    if p.is_backward and kernel is None:  # a plan item: the host reduction of CK's raw gradients is part of it
-        from ckfmha.runner import reduce_gradients
-
-        try:
-            reduce_gradients(p, tensors)
-        except ValueError as e:
-            raise ItemFailure(f"the host reduction of the raw gradients failed: {e}") from None
-    names = [n for n in wanted if n in tensors and n in ref]
+    plan_item = kernel is None  # a plan item: the host reduction of CK's raw gradients is part of it
+    ex = execute_plan(backend, plan, tensors, s.bench, plan_item, built)
+    out.build_s, out.build_cached = ex.build_seconds, not ex.cold
+    out.time_ms, out.timed = ex.total_ms, False
+    wanted = output_names(p, plan, kernel_item=not plan_item)
     missing = [n for n in wanted if n not in tensors]
     if missing:
         raise ItemFailure(f"the plan wrote no {', '.join(missing)} (outputs: {', '.join(written)})")
-    nan_msgs = []
-    for n in names:
-        a, r = tensors[n], np.asarray(ref[n])
-        if not is_float(a) or a.shape != r.shape:
-            continue
-        c = census(n, a, r)
-        out.unwritten += c.unwritten
-        nan_msgs += c.messages()
-    props["unwritten"] = out.unwritten
+    names = [n for n in wanted if n in ref]
+    counts = unwritten_census(p, tensors, names, ref)
+    out.unwritten = props["unwritten"] = sum(c.unwritten for c in counts)
+    nan_msgs = [m for c in counts for m in c.messages()]
     if nan_msgs:
         raise ItemFailure("NaN in the outputs where the reference has values:\n  " + "\n  ".join(nan_msgs))
     out.checks = validate(p, {n: tensors[n] for n in names}, ref, names=names, fp8_format=fmt)
-    if s.bench:
-        times = []
-        run_plan(backend, plan, p, prepare_tensors(p, plan, inputs, ref)[0], True, None, built)  # warm-up
-        for _ in range(5):
-            times.append(run_plan(backend, plan, p, prepare_tensors(p, plan, inputs, ref)[0], True, None, built))
+    if s.bench:  # the stages' time: warm-up, then the median of 5 runs (built kernels reused, no reduction)
+        execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built)
+        times = [execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built).total_ms
+                 for _ in range(5)]
         out.time_ms, out.timed = float(np.median(times)), True
     return out

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ckfmha.kernel import KernelConfig
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.dispatcher import Stage
+    from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
 

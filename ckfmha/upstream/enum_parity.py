@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ckfmha.archs import CK_ARCHS
+from ckfmha.archs import CK_ARCHS, default_arch
 from ckfmha.kernel import Api, Family, MaskMode
 
 GENERATOR_REL = Path("example") / "ck_tile" / "01_fmha" / "generate.py"
@@ -124,12 +124,12 @@ def check_generator(generator: Path, python: str = sys.executable) -> tuple[str,
 
 
 def resolve_archs(archs: Sequence[str]) -> tuple[tuple[str, ...], bool]:
-    """The archs to compare and whether they came from ``all``. Only CK archs are accepted: the checkout's
-    generator has no other targets."""
+    """The archs to compare (none given: the arch data's default arch) and whether they came from ``all``. Only CK
+    archs are accepted: the checkout's generator has no other targets."""
     allowed = ", ".join(CK_ARCHS + (ALL_ARCHS,))
     out: list[str] = []
     from_all = False
-    for a in archs or ("gfx942",):
+    for a in archs or (default_arch(),):
         if a == ALL_ARCHS:
             from_all = True
             out.extend(CK_ARCHS)
@@ -408,7 +408,7 @@ class EnumParityReport:
         return "\n".join(lines)
 
 
-def enum_parity(ck_root: str | Path, archs: Sequence[str] = ("gfx942",), receipt: int | str = 0,
+def enum_parity(ck_root: str | Path, archs: Sequence[str] = (), receipt: int | str = 0,
                 mask_mode: str = "simplified", apis: Sequence[str] | None = None, python: str = sys.executable,
                 timeout_s: float = 900.0) -> EnumParityReport:
     """Compare (see the module doc). Arguments are checked before the checkout is touched

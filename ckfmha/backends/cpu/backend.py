@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
 from ckfmha.backends.cache import BuildCache
 from ckfmha.backends.cpu.blas import blas_threads
-from ckfmha.kernel import Family, KernelConfig, Mode, Pipeline, QScale
+from ckfmha.kernel import Family, KernelConfig, Pipeline, QScale
+from ckfmha.plan import StageRole
+from ckfmha.rules import misfit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.problem import Problem
 
 CPU_BACKEND_VERSION = "1"
 PLAN_SCHEMA = "ckfmha.cpu.plan"
@@ -38,13 +44,6 @@ STAGE_KIND: dict[Family, str] = {
     Family.BWD_CONVERT_DQ: "convert",
 }
 
-ROLE_OF_FAMILY = {
-    Family.FWD: "fwd", Family.FWD_SPLITKV: "splitkv", Family.FWD_PAGEDKV: "pagedkv",
-    Family.BATCH_PREFILL: "batch_prefill", Family.FWD_SPLITKV_COMBINE: "combine", Family.FWD_APPENDKV: "appendkv",
-    Family.BWD_DOT_DO_O: "dot_do_o", Family.BWD_DQ_DK_DV: "dq_dk_dv", Family.BWD_CONVERT_DQ: "convert_dq",
-}
-
-
 class PreconditionError(BackendError):
     """A launch a real kernel's host check would refuse (unaligned length on a kernel without padding, a head dim
     the kernel cannot serve, a query length over a bwd kernel's max_seq_len_q)."""
@@ -71,66 +70,17 @@ def make_plan(c: KernelConfig) -> dict:
     }
 
 
-def _fail(kid: str, arg: str, value, rule: str) -> PreconditionError:
-    return PreconditionError(f"{kid}: {arg}={value}: {rule}")
-
-
-def check_preconditions(c: KernelConfig, role: str, p) -> None:
-    """The host-side argument checks of a real kernel launch (raise :class:`PreconditionError`)."""
-    kid = c.kernel_id
-    for fname, pad_field in (("hdim_q", "pad_d"), ("hdim_v", "pad_dv")):
-        if role in ("dot_do_o", "combine") and fname == "hdim_q":
-            continue  # these kernels see only hdim_v
-        if role == "convert_dq" and fname == "hdim_v":
-            continue
-        kd, pd, pad = getattr(c, fname), getattr(p, fname), getattr(c, pad_field)
-        if pd > kd:
-            raise _fail(kid, fname, pd, f"exceeds the kernel's head dim {kd} (rule: {fname} <= {kd})")
-        if pd != kd and not pad:
-            raise _fail(kid, fname, pd, f"differs from the kernel's head dim {kd} and the kernel has no {fname} "
-                        f"padding ({pad_field}=0; rule: {fname} == {kd})")
-        if pad == 8 and pd % 8:
-            raise _fail(kid, fname, pd, f"is not a multiple of 8 ({pad_field}=8 pads with 8-element alignment)")
-    t = dict(zip(TILE_NAMES[c.family], c.tile))
-    qs, ks = p.seqlens_q_list, p.seqlens_k_list
-    checks: list[tuple[str, str, int, str, tuple[int, ...]]] = []
-    if role in ("fwd", "splitkv", "pagedkv", "batch_prefill"):
-        checks = [("pad_s", "bm0", t["bm0"], "seqlen_q", qs), ("pad_sk", "bn0", t["bn0"], "seqlen_k", ks)]
-    elif role == "appendkv":
-        checks = [("pad_s", "bs", t["bs"], "seqlen_q", (p.seqlen_q,)),
-                  ("pad_sk", "bsk", t["bsk"], "seqlen_knew", (p.seqlen_knew,))]
-    elif role in ("dot_do_o", "convert_dq"):
-        checks = [("pad_s", "bm0", t["bm0"], "seqlen_q", qs)]
-    for pad_field, tname, tile, length_name, lengths in checks:
-        if getattr(c, pad_field):
-            continue
-        if p.mode is Mode.GROUP:
-            raise _fail(kid, "mode", "group", f"variable-length sequences need {length_name} padding and the kernel "
-                        f"has {pad_field}=0")
-        for n in lengths:
-            if n == 0 or n % tile:
-                raise _fail(kid, length_name, n, f"is not a multiple of the kernel's {tname}={tile} and the kernel "
-                            f"has no {length_name} padding ({pad_field}=0; rule: {length_name} % {tile} == 0, "
-                            f"{length_name} > 0)")
-    if role == "dq_dk_dv" and c.max_seq_len_q and p.seqlen_q > c.max_seq_len_q:
-        raise _fail(kid, "seqlen_q", p.seqlen_q, f"exceeds the kernel's max_seq_len_q={c.max_seq_len_q}")
-
-
-def check_features(c: KernelConfig, role: str, p) -> None:
-    """The kernel must compute what the problem asks (the dispatcher's feature rules); a misuse is an error, not a
-    silently different result."""
-    from ckfmha.dispatcher import StageRole, _requirements
-
-    if c.dtype is not p.dtype:
-        raise BackendError(f"{c.kernel_id}: dtype {c.dtype.value} cannot run a {p.dtype.value} problem")
-    want_mode = Mode.BATCH if role == "appendkv" else p.mode
-    if c.mode is not want_mode:
-        raise BackendError(f"{c.kernel_id}: mode {c.mode.value} cannot run a {want_mode.value}-mode problem")
-    for fname, allowed, what in _requirements(p, StageRole(role)):
-        v = getattr(c, fname)
-        if v not in allowed:
-            raise BackendError(f"{c.kernel_id}: the problem needs {what}, the kernel has "
-                               f"{fname}={getattr(v, 'value', v)}")
+def check_preconditions(c: KernelConfig, role: StageRole | str, p: "Problem") -> None:
+    """A real kernel launch's checks, by the dispatcher's rules (:mod:`ckfmha.rules`): a kernel of another family
+    than the role's, or that computes something else than the problem asks (dtype, mode, mask, bias, LSE, ...),
+    raises :class:`~ckfmha.backends.base.BackendError` -- a misuse, not a silently different result; an
+    argument the kernel's host check refuses (head dims, unaligned lengths on a kernel without that padding,
+    group mode without the seqlen pads, a query over a bwd kernel's max_seq_len_q) raises
+    :class:`PreconditionError` naming the argument, its value and the rule."""
+    m = misfit(p, StageRole.parse(role, "role"), c)
+    if m is None:
+        return
+    raise (PreconditionError if m.launch_check else BackendError)(m.message(c.kernel_id))
 
 
 class CpuBackend(Backend):
@@ -192,15 +142,11 @@ class CpuBackend(Backend):
         if stage.kernel != c:
             raise BackendError(f"stage {stage.role.value} names {stage.kernel.kernel_id}, the built kernel is "
                                f"{c.kernel_id}")
-        role = stage.role.value
-        if ROLE_OF_FAMILY.get(c.family) != role:
-            raise BackendError(f"{c.kernel_id}: a {c.family.value} kernel cannot run stage {role}")
         self.check_supported(c)
-        check_features(c, role, problem)
-        check_preconditions(c, role, problem)
+        check_preconditions(c, stage.role, problem)
         plan = kernel.artifact if isinstance(kernel.artifact, dict) else make_plan(c)
         with blas_threads():
             t0 = time.perf_counter()
-            written = STAGE_FUNCTIONS[role](plan, c, stage, problem, tensors)
+            written = STAGE_FUNCTIONS[stage.role.value](plan, c, stage, problem, tensors)
             ms = (time.perf_counter() - t0) * 1e3
         return StageResult({n: tensors[n] for n in written}, ms if timing else None)

@@ -11,7 +11,7 @@ from ckfmha.backends.cache import BuildCache, cache_root
 from ckfmha.kernel import DType, Family, KernelConfig, QScale, VLayout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.dispatcher import Stage
+    from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
 FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)

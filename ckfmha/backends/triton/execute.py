@@ -21,7 +21,7 @@ from ckfmha.inputs import lse_shape, o_shape
 from ckfmha.kernel import Family, KernelConfig, Mode
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.dispatcher import Stage
+    from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
 _INPUT_KEYS = ("q", "k", "v", "k_cache", "v_cache", "block_table", "cache_seqlens", "seqstart_q", "seqstart_k",

@@ -15,7 +15,9 @@ import triton
 import triton.language as tl
 
 from ckfmha.kernel import Bias, DType, KernelConfig, MaskImpl, Mode, Pipeline, QScale
+from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
+from ckfmha.rules import misfit
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
 from ckfmha.backends.triton import kernels
 
@@ -128,22 +130,14 @@ def _dummy(device: str) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------ checks
-def check_preconditions(c: KernelConfig, p: Problem) -> None:
-    """The host-side checks a real kernel would make (no-pad kernels on unaligned lengths, head dims)."""
-    a, s = c.algorithm, c.signature
-    bm0, bn0 = a.tile[0], a.tile[1]
-    qs = p.seqlens_q_list
-    ks = p.seqlens_k_list
-    if not a.pad_s and any(n % bm0 for n in qs):
-        raise PreconditionError(f"{c.kernel_id}: seqlen_q {qs} is not a multiple of bm0={bm0} and the kernel has "
-                                "no seqlen_q padding")
-    if not a.pad_sk and any(n % bn0 or n == 0 for n in ks):
-        raise PreconditionError(f"{c.kernel_id}: seqlen_k {ks} is not a multiple of bn0={bn0} and the kernel has "
-                                "no seqlen_k padding")
-    for name, kd, pd, pad in (("hdim_q", s.hdim_q, p.hdim_q, a.pad_d), ("hdim_v", s.hdim_v, p.hdim_v, a.pad_dv)):
-        if pd > kd or (pd != kd and not pad):
-            raise PreconditionError(f"{c.kernel_id}: {name}={pd} does not fit the kernel's {kd} "
-                                    f"({'padded' if pad else 'no padding'})")
+def check_preconditions(c: KernelConfig, p: Problem, role: StageRole | None = None) -> None:
+    """The checks of a real kernel launch, by the dispatcher's rules (:func:`ckfmha.rules.misfit`: family, dtype,
+    mode, head dims, features, sequence padding incl. group mode and pad 8): a :class:`PreconditionError` with the
+    rule's words. ``role``: the stage the kernel runs in; a kernel's family plays exactly one role
+    (:data:`ckfmha.plan.FAMILY_ROLE`), which is the one checked when no role is given."""
+    m = misfit(p, FAMILY_ROLE[c.family] if role is None else role, c)
+    if m is not None:
+        raise PreconditionError(m.message(c.kernel_id))
 
 
 # ------------------------------------------------------------------------------------------ forward

@@ -46,7 +46,7 @@ def synthetic_problem(c: KernelConfig):
 def compile_config(c: KernelConfig) -> dict[str, Any]:
     """Launch the config once on a synthetic problem (compiles through Triton's JIT and cache)."""
     from ckfmha.backends.triton.execute import run_stage
-    from ckfmha.dispatcher import Stage, StageRole
+    from ckfmha.plan import Stage, StageRole
     from ckfmha.inputs import make_inputs
 
     p = synthetic_problem(c)

@@ -1,0 +1,91 @@
+"""Plan types: the stage roles, which kernel family serves each, a stage (role + kernel + arguments) and a plan.
+
+These types are shared by the dispatcher (which makes plans), the rules (:mod:`ckfmha.rules`, which say whether
+a kernel fits a role), the backends (which run stages) and the runner (which runs plans); they live here so none
+of those modules has to import another for them (``ckfmha.dispatcher`` re-exports them for older imports).
+
+* :class:`StageRole` -- the part a kernel plays in a plan (``fwd``, ``splitkv`` -> ``combine``, ``pagedkv``,
+  ``appendkv``, ``batch_prefill``, ``dot_do_o`` -> ``dq_dk_dv`` -> ``convert_dq``);
+* :data:`ROLE_FAMILY` -- the kernel family that serves each role, and :data:`FAMILY_ROLE` its inverse (a kernel's
+  family determines the one role it can play);
+* :func:`main_role` -- the role whose kernel a problem family is named after (a kernel item of the pytest plugin
+  pins a kernel in this role; the other stages are chosen around it);
+* :class:`Stage`, :class:`Plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ckfmha.kernel import Family, KernelConfig, TokenEnum
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.problem import Problem
+
+
+class StageRole(TokenEnum):
+    FWD = "fwd"
+    SPLITKV = "splitkv"
+    COMBINE = "combine"
+    PAGEDKV = "pagedkv"
+    APPENDKV = "appendkv"
+    BATCH_PREFILL = "batch_prefill"
+    DOT_DO_O = "dot_do_o"
+    DQ_DK_DV = "dq_dk_dv"
+    CONVERT_DQ = "convert_dq"
+
+
+ROLE_FAMILY: dict[StageRole, Family] = {
+    StageRole.FWD: Family.FWD,
+    StageRole.SPLITKV: Family.FWD_SPLITKV,
+    StageRole.COMBINE: Family.FWD_SPLITKV_COMBINE,
+    StageRole.PAGEDKV: Family.FWD_PAGEDKV,
+    StageRole.APPENDKV: Family.FWD_APPENDKV,
+    StageRole.BATCH_PREFILL: Family.BATCH_PREFILL,
+    StageRole.DOT_DO_O: Family.BWD_DOT_DO_O,
+    StageRole.DQ_DK_DV: Family.BWD_DQ_DK_DV,
+    StageRole.CONVERT_DQ: Family.BWD_CONVERT_DQ,
+}
+
+#: the role a kernel of each family plays (ROLE_FAMILY is one-to-one)
+FAMILY_ROLE: dict[Family, StageRole] = {family: role for role, family in ROLE_FAMILY.items()}
+
+#: problem family -> the role of the kernel the family is named after
+MAIN_ROLE: dict[Family, StageRole] = {
+    Family.FWD: StageRole.FWD,
+    Family.FWD_SPLITKV: StageRole.SPLITKV,
+    Family.FWD_PAGEDKV: StageRole.PAGEDKV,
+    Family.FWD_APPENDKV: StageRole.APPENDKV,
+    Family.BATCH_PREFILL: StageRole.BATCH_PREFILL,
+    Family.BWD_DQ_DK_DV: StageRole.DQ_DK_DV,
+}
+
+
+def main_role(problem: "Problem") -> StageRole:
+    """The main stage's role of ``problem``'s plan (see :data:`MAIN_ROLE`)."""
+    return MAIN_ROLE[problem.family]
+
+
+@dataclass(frozen=True)
+class Stage:
+    role: StageRole
+    kernel: KernelConfig
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in self.args.items())
+        return f"{self.role.value}: {self.kernel.kernel_id}{extra}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    problem: "Problem"
+    stages: tuple[Stage, ...]
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self.stages)
+
+    @property
+    def kernels(self) -> tuple[KernelConfig, ...]:
+        return tuple(s.kernel for s in self.stages)
