@@ -4,6 +4,13 @@ Every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category``
 never turns into a matrix run by accident), ``--ckfmha-filter``/``--ckfmha-filter-file``/``--ckfmha-sweep`` and
 ``--ckfmha-report``.  The command line wins over the ini file.  A bad value raises ``pytest.UsageError`` naming
 the option, the value and the rule.
+
+Validation is one place: :data:`_CONVERTERS` maps each option to its converter (a given value -> its setting, or
+the ``UsageError`` ``--ckfmha-<option>: '<value>' <rule>``) and its default; :func:`parse` runs them in the table's
+order and each rule between options (:data:`_CROSS_CHECKS`) right after the later of its options, so the first
+bad value is the error.  The choices of ``category``, ``backend``, ``mask-mode`` and ``isolation`` are shown in
+their metavars but checked by the converters, not by argparse: ini values bypass argparse, and the message is
+ckfmha's own.
 """
 
 from __future__ import annotations
@@ -12,80 +19,91 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, NamedTuple
 
 import pytest
 
-from pytest_ckfmha.reporting import CHECKPOINT_SECONDS
+from pytest_ckfmha.reporting import CHECKPOINT_SECONDS, check_writable
 
 CATEGORIES = ("smoke", "full", "nightly")
 BACKENDS = ("auto", "cpu", "triton", "hip")
-DEFAULT_ARCH = "gfx942"
 DEFAULT_MAX_KERNELS = 2
 DEFAULT_CPU_MAX_FLOPS = 5e9
 DEFAULT_BENCH_REPEAT = 5
 DEFAULT_TIMEOUT_S = 600.0
 ISOLATIONS = ("process", "inline")
+MASK_MODES = ("simplified", "generic")
+PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 
-# name -> (help, ini?)
-_OPTIONS: list[tuple[str, dict[str, Any], bool]] = [
-    ("category", dict(metavar="{smoke,full,nightly}",
+
+def _choices(allowed: tuple[str, ...]) -> str:
+    """A metavar listing an option's choices as argparse writes them: ``{a,b,c}``."""
+    return "{" + ",".join(allowed) + "}"
+
+
+# (name, argparse keywords, ini type -- None: no ini key)
+_OPTIONS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("category", dict(metavar=_choices(CATEGORIES),
                       help="run the testing matrix of this category (smoke < full < nightly); without it the "
-                           "plugin creates no items"), False),
+                           "plugin creates no items"), None),
     ("arch", dict(metavar="ARCH", help="kernel space to test (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...); "
-                  "default: detected from the GPU through torch when importable, else gfx942"), True),
-    ("backend", dict(metavar="{auto,cpu,triton,hip}", help="backend running the kernels; auto: triton with a GPU, "
-                     "hip on ROCm with hipcc and a CK root, else cpu (default auto)"), True),
+                  "default: detected from the GPU through torch when importable, else the arch data's default "
+                  "arch"), "string"),
+    ("backend", dict(metavar=_choices(BACKENDS), help="backend running the kernels; auto: triton with a GPU, "
+                     "hip on ROCm with hipcc and a CK root, else cpu (default auto)"), "string"),
     ("family", dict(action="append", metavar="FAMILY",
                     help="only these problem families (fwd, fwd_splitkv, fwd_pagedkv, fwd_appendkv, batch_prefill, "
-                         "bwd); repeatable or comma-separated"), True),
-    ("receipt", dict(metavar="N", help="CK receipt selecting the kernel set (default 0)"), True),
-    ("profile", dict(metavar="NAME", help="receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)"), True),
-    ("mask-mode", dict(metavar="{simplified,generic}", help="CK generator mask mode (default simplified)"), True),
-    ("sweep", dict(metavar="FILE", help="tile-engine sweep JSON narrowing the kernel set"), False),
-    ("filter", dict(metavar="EXPR", help="filter expression over c.<field> narrowing the kernel set"), False),
-    ("filter-file", dict(metavar="FILE", help="Python file defining filter_config(c) -> bool"), False),
+                         "bwd); repeatable or comma-separated"), "linelist"),
+    ("receipt", dict(metavar="N", help="CK receipt selecting the kernel set (default 0)"), "string"),
+    ("profile", dict(metavar="NAME", help="receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)"),
+     "string"),
+    ("mask-mode", dict(metavar=_choices(MASK_MODES), help="CK generator mask mode (default simplified)"), "string"),
+    ("sweep", dict(metavar="FILE", help="tile-engine sweep JSON narrowing the kernel set"), None),
+    ("filter", dict(metavar="EXPR", help="filter expression over c.<field> narrowing the kernel set"), None),
+    ("filter-file", dict(metavar="FILE", help="Python file defining filter_config(c) -> bool"), None),
     ("max-kernels-per-shape", dict(metavar="N", help="kernel items per shape (best-ranked first, then spread over "
-                                   "distinct pipeline/tile); 0 = all (default 2)"), True),
-    ("seed", dict(metavar="N", help="seed of the inputs (default 0)"), True),
+                                   "distinct pipeline/tile); 0 = all (default 2)"), "string"),
+    ("seed", dict(metavar="N", help="seed of the inputs (default 0)"), "string"),
     ("report", dict(action="append", metavar="PATH", help="write the report to PATH (.json or .csv); repeatable"),
-     False),
-    ("bench", dict(action="store_true", default=None, help="time each item (warm-up + repeats, median)"), True),
+     None),
+    ("bench", dict(action="store_true", default=None, help="time each item (warm-up + repeats, median)"), "bool"),
     ("cpu-max-flops", dict(metavar="F", help="skip shapes above this many FLOPs on the cpu backend "
-                           f"(default {DEFAULT_CPU_MAX_FLOPS:g})"), True),
+                           f"(default {DEFAULT_CPU_MAX_FLOPS:g})"), "string"),
     ("matrix", dict(action="append", metavar="PATH", help="matrix YAML files or directories to use instead of the "
-                    "packaged ones; repeatable"), True),
+                    "packaged ones; repeatable"), "linelist"),
     ("cache-dir", dict(metavar="DIR", help="build + reference cache root (default $CKFMHA_CACHE_DIR, else "
-                       "~/.cache/ckfmha)"), True),
+                       "~/.cache/ckfmha)"), "string"),
     ("parity", dict(metavar="UPSTREAM", help="parity against an upstream: tile_example or "
-                    "torch[:math|efficient|flash|cudnn|flex]; items: upstream's 14 parity configurations plus the "
-                    "category's shapes"), False),
+                    f"torch[:{'|'.join(PARITY_TORCH_BACKENDS)}]; items: upstream's 14 parity configurations plus "
+                    "the category's shapes"), None),
     ("upstream-bin", dict(metavar="DIR", help="directory of tile_example_fmha_fwd/_bwd (default "
-                          "$CK_TILE_EXAMPLE_DIR)"), True),
+                          "$CK_TILE_EXAMPLE_DIR)"), "string"),
     ("timeout", dict(metavar="SECONDS", help="fail an item whose kernel work runs longer than this and kill its "
-                     f"process (default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)"), True),
-    ("isolation", dict(metavar="{process,inline}", help="process (default): every item's kernel work runs in a "
+                     f"process (default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)"), "string"),
+    ("isolation", dict(metavar=_choices(ISOLATIONS), help="process (default): every item's kernel work runs in a "
                        "child process, so a crash or hang fails that item alone; inline: in the pytest process "
-                       "(for --pdb and profilers; no containment, no timeout)"), True),
+                       "(for --pdb and profilers; no containment, no timeout)"), "string"),
     ("report-every", dict(metavar="SECONDS", help="while the run goes on, rewrite the report files (atomically) "
-                          f"at most this often, so a killed run leaves a report (default {CHECKPOINT_SECONDS:g})"), True),
+                          f"at most this often, so a killed run leaves a report (default {CHECKPOINT_SECONDS:g})"),
+     "string"),
     ("allow-empty", dict(action="store_true", default=None, help="let a run whose selection matches no kernel, or "
-                         "whose every item is skipped, pass (default: that is an error)"), True),
+                         "whose every item is skipped, pass (default: that is an error)"), "bool"),
 ]
-PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
+
+
+def _dest(name: str) -> str:
+    """The option's dest and ini key: ``ckfmha_<name>`` with ``_`` for ``-``."""
+    return f"ckfmha_{name.replace('-', '_')}"
 
 
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ckfmha", "ckfmha FMHA testing matrix")
-    for name, kw, ini in _OPTIONS:
+    for name, kw, ini_type in _OPTIONS:
         kw = dict(kw)
         kw.setdefault("default", None)
-        group.addoption(f"--ckfmha-{name}", dest=f"ckfmha_{name.replace('-', '_')}", **kw)
-        if ini:
-            itype = "linelist" if name in ("family", "matrix") else \
-                ("bool" if name in ("bench", "allow-empty") else "string")
-            parser.addini(f"ckfmha_{name.replace('-', '_')}", help=f"default of --ckfmha-{name}", type=itype,
-                          default=None)
+        group.addoption(f"--ckfmha-{name}", dest=_dest(name), **kw)
+        if ini_type is not None:
+            parser.addini(_dest(name), help=f"default of --ckfmha-{name}", type=ini_type, default=None)
 
 
 @dataclass(frozen=True)
@@ -126,7 +144,7 @@ def _bad(option: str, value: Any, rule: str) -> pytest.UsageError:
 
 
 def _raw(config: pytest.Config, name: str) -> tuple[Any, str]:
-    dest = f"ckfmha_{name.replace('-', '_')}"
+    dest = _dest(name)
     v = config.getoption(dest, None)
     if v is not None:
         return v, "option"
@@ -153,49 +171,265 @@ def any_given(config: pytest.Config) -> bool:
     return any(_raw(config, name)[1] == "option" for name, _, _ in _OPTIONS)
 
 
-def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
-    """Validate every option (UsageError on the first bad one) and return the settings."""
+# ---------------------------------------------------------------------- converters: a given value -> its setting
+@dataclass(frozen=True)
+class _Given:
+    """One option's value as given (``None``: not given) and where: ``option`` (command line), ``ini`` or
+    ``default``."""
+
+    option: str
+    value: Any
+    source: str
+    config: pytest.Config
+
+    def path(self, text: str) -> Path:
+        """``text`` as a path; a relative one from the rootdir for an ini value, else from the invocation
+        directory."""
+        p = Path(text)
+        return p if p.is_absolute() else (self.config.rootpath if self.source == "ini"
+                                          else self.config.invocation_params.dir) / p
+
+
+_Converter = Callable[[_Given], Any]
+
+
+def _one_of(allowed: tuple[str, ...], noun: str, empty: str | None = None) -> _Converter:
+    """A converter to one of ``allowed`` (``... is not <noun>; allowed: ...``).  With ``empty`` (the ini-able
+    backend, mask-mode, isolation) surrounding blanks are stripped; an empty value given on the command line is an
+    error like any other (an ini key left empty counts as not given, see :func:`_raw`); without it (category, a
+    command-line-only option) the value is taken exactly as given."""
+
+    def convert(given: _Given) -> str:
+        value = given.value if empty is None else str(given.value).strip()
+        if value not in allowed:
+            raise _bad(given.option, value, f"is not {noun}; allowed: {', '.join(allowed)}")
+        return value
+
+    return convert
+
+
+def _number(what: str, in_range: Callable[[float], bool], rule: str) -> _Converter:
+    """A converter to a finite float: ``is not <what>`` when the value is no number, ``rule`` when it is not
+    finite or not ``in_range``."""
+
+    def convert(given: _Given) -> float:
+        try:
+            x = float(str(given.value).strip())
+        except ValueError:
+            raise _bad(given.option, given.value, f"is not {what}") from None
+        if not (in_range(x) and math.isfinite(x)):
+            raise _bad(given.option, given.value, rule)
+        return x
+
+    return convert
+
+
+def _items(values: Iterable[Any]) -> list[str]:
+    """The items of a repeatable option's values, each also split at commas; blanks stripped, empty items
+    dropped."""
+    return [part.strip() for value in values for part in str(value).split(",") if part.strip()]
+
+
+def _as_given(given: _Given) -> Any:
+    return given.value
+
+
+def _as_text(given: _Given) -> str:
+    return str(given.value)
+
+
+def _to_known_arch(given: _Given) -> str:
     from ckfmha.archs import known_archs
 
-    cat, _ = _raw(config, "category")
-    if cat is not None and cat not in CATEGORIES:
-        raise _bad("category", cat, f"is not a category; allowed: {', '.join(CATEGORIES)}")
-
-    arch, src = _raw(config, "arch")
     archs = known_archs()
-    if arch is not None:
-        arch = str(arch).strip()
-        if arch not in archs:
-            raise _bad("arch", arch, f"is not a known arch; known: {', '.join(archs)}")
-    else:
-        arch, src = (detected_arch, "detected") if detected_arch in archs else (DEFAULT_ARCH, "default")
+    arch = str(given.value).strip()
+    if arch not in archs:
+        raise _bad("arch", arch, f"is not a known arch; known: {', '.join(archs)}")
+    return arch
 
-    backend, _ = _raw(config, "backend")
-    backend = str(backend or "auto").strip()
-    if backend not in BACKENDS:
-        raise _bad("backend", backend, f"is not a backend; allowed: {', '.join(BACKENDS)}")
 
-    fams_raw, _ = _raw(config, "family")
-    families = None
-    if fams_raw:
-        from ckfmha.families import FamilyError, problem_family
+def _to_families(given: _Given) -> tuple[str, ...]:
+    from ckfmha.families import FamilyError, problem_family
 
-        out: list[str] = []
-        for item in fams_raw:
-            for f in str(item).split(","):
-                f = f.strip()
-                if not f:
-                    continue
-                try:
-                    f = problem_family(f)
-                except FamilyError as e:
-                    raise _bad("family", f, f"is not a problem family ({e})") from None
-                if f not in out:
-                    out.append(f)
-        families = tuple(out)
+    out: list[str] = []
+    for item in _items(given.value):
+        try:
+            family = problem_family(item)
+        except FamilyError as e:
+            raise _bad("family", item, f"is not a problem family ({e})") from None
+        if family not in out:
+            out.append(family)
+    return tuple(out)
 
-    receipt, rsrc = _raw(config, "receipt")
-    profile, psrc = _raw(config, "profile")
+
+def _to_sweep(given: _Given) -> str:
+    from ckfmha.sweep import load_sweep
+
+    try:
+        load_sweep(given.value)
+    except (OSError, ValueError) as e:
+        raise _bad("sweep", given.value, f"is not a valid sweep file: {e}") from None
+    return given.value
+
+
+def _to_filter(given: _Given) -> str:
+    from ckfmha.filters import FilterError, compile_filter
+
+    try:
+        compile_filter(given.value)
+    except FilterError as e:
+        raise _bad("filter", given.value, f"is not a valid filter expression: {e}") from None
+    return given.value
+
+
+def _to_filter_file(given: _Given) -> str:
+    from ckfmha.filters import load_filter_file
+
+    if not Path(given.value).is_file():
+        raise _bad("filter-file", given.value, "does not exist")
+    try:
+        load_filter_file(given.value)
+    except Exception as e:  # noqa: BLE001 - the user's file: any error is a usage error
+        raise _bad("filter-file", given.value, f"cannot be loaded: {e}") from None
+    return given.value
+
+
+def _to_count(given: _Given) -> int:
+    return _int(given.option, given.value, 0)
+
+
+def _to_seed(given: _Given) -> int:
+    seed = _int("seed", given.value, 0)
+    if seed >= 2 ** 32:
+        raise _bad("seed", given.value, "must be < 2**32")
+    return seed
+
+
+def _to_reports(given: _Given) -> tuple[Path, ...]:
+    reports: list[Path] = []
+    for part in _items(given.value):
+        p = Path(part)
+        if p.suffix.lower() not in (".json", ".csv"):
+            raise _bad("report", part, "must end in .json or .csv")
+        why = check_writable(p)
+        if why is not None:
+            raise _bad("report", part, f"{why}: the report could not be written there (checked before "
+                       "anything runs)")
+        reports.append(p)
+    return tuple(reports)
+
+
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def _to_flag(given: _Given) -> bool:
+    """``store_true`` options and ``bool`` ini keys (a string: 1/true/yes/on or 0/false/no/off; anything else is an
+    error, never a silent false)."""
+    v = given.value
+    if not isinstance(v, str):
+        return bool(v)
+    word = v.strip().lower()
+    if word not in _TRUE_WORDS + _FALSE_WORDS:
+        raise _bad(given.option, v, f"is not a flag value; allowed: {', '.join(_TRUE_WORDS + _FALSE_WORDS)}")
+    return word in _TRUE_WORDS
+
+
+def _to_matrices(given: _Given) -> tuple[str, ...]:
+    matrices: list[str] = []
+    for part in _items(given.value):
+        p = given.path(part)
+        if not p.exists():
+            raise _bad("matrix", part, "does not exist (a matrix YAML file or a directory of them)")
+        matrices.append(str(p))
+    return tuple(matrices)
+
+
+_DEFAULT_CACHE_DIR = "the cache directory ($CKFMHA_CACHE_DIR, else $XDG_CACHE_HOME/ckfmha or ~/.cache/ckfmha)"
+
+
+def _usable_cache_dir(path: Path, where: str) -> Path:
+    from ckfmha.backends.cache import check_cache_dir
+
+    why = check_cache_dir(path)
+    if why is not None:
+        raise pytest.UsageError(f"{where}: {str(path)!r} {why}; name a writable one with --ckfmha-cache-dir")
+    return path
+
+
+def _to_cache_dir(given: _Given) -> Path:
+    return _usable_cache_dir(Path(given.value), "--ckfmha-cache-dir")
+
+
+def _default_cache_dir() -> Path:
+    from ckfmha.backends.cache import cache_root
+
+    return _usable_cache_dir(cache_root(), _DEFAULT_CACHE_DIR)
+
+
+def _to_parity(given: _Given) -> str:
+    parity = str(given.value).strip()
+    kind, _, torch_backend = parity.partition(":")
+    if not (parity == "tile_example"
+            or (kind == "torch" and (not torch_backend or torch_backend in PARITY_TORCH_BACKENDS))):
+        raise _bad("parity", parity, "is not an upstream; allowed: tile_example, torch, "
+                   + ", ".join(f"torch:{b}" for b in PARITY_TORCH_BACKENDS))
+    return parity
+
+
+def _to_upstream_bin(given: _Given) -> str:
+    ub = given.path(str(given.value))
+    if not ub.is_dir():
+        raise _bad("upstream-bin", str(given.value), "is not a directory (it should hold tile_example_fmha_fwd "
+                   "and tile_example_fmha_bwd)")
+    return str(ub)
+
+
+class _Option(NamedTuple):
+    convert: _Converter  # a given value -> its setting, or the UsageError
+    default: Any = None  # the setting when not given
+    default_from: Callable[[], Any] | None = None  # or: computes (and checks) the setting when not given
+
+
+def _choice(allowed: tuple[str, ...], noun: str, default: str) -> _Option:
+    """An ini-able choice: not given or empty, it is ``default``."""
+    return _Option(_one_of(allowed, noun, empty=default), default)
+
+
+_CONVERTERS: dict[str, _Option] = {  # in the order parse checks them
+    "category": _Option(_one_of(CATEGORIES, "a category")),
+    "arch": _Option(_to_known_arch),  # not given: the detected arch or the arch data's default (parse)
+    "backend": _choice(BACKENDS, "a backend", "auto"),
+    "family": _Option(_to_families),
+    "receipt": _Option(_as_text),
+    "profile": _Option(_as_given),
+    "mask-mode": _choice(MASK_MODES, "a mask mode", "simplified"),
+    "sweep": _Option(_to_sweep),
+    "filter": _Option(_to_filter),
+    "filter-file": _Option(_to_filter_file),
+    "max-kernels-per-shape": _Option(_to_count, DEFAULT_MAX_KERNELS),
+    "seed": _Option(_to_seed, 0),
+    "report": _Option(_to_reports, ()),
+    "bench": _Option(_to_flag, False),
+    "allow-empty": _Option(_to_flag, False),
+    "timeout": _Option(_number("a number of seconds", lambda s: s >= 0,
+                               "must be a finite number of seconds >= 0 (0 = no limit)"), DEFAULT_TIMEOUT_S),
+    "report-every": _Option(_number("a number of seconds", lambda s: s > 0, "must be a finite number of seconds > 0"),
+                            CHECKPOINT_SECONDS),
+    "isolation": _choice(ISOLATIONS, "an isolation", "process"),
+    "cpu-max-flops": _Option(_number("a number", lambda f: f > 0, "must be a finite number > 0"),
+                             DEFAULT_CPU_MAX_FLOPS),
+    "matrix": _Option(_to_matrices),
+    "cache-dir": _Option(_to_cache_dir, default_from=_default_cache_dir),
+    "parity": _Option(_to_parity),
+    "upstream-bin": _Option(_to_upstream_bin),
+}
+
+
+# ---------------------------------------------------------------------- rules between options
+def _check_receipt_or_profile(given: dict[str, _Given], values: dict[str, Any]) -> None:
+    """One of --ckfmha-receipt and --ckfmha-profile, naming a known receipt."""
+    receipt, profile = given["receipt"].value, given["profile"].value
     if receipt is not None and profile is not None:
         raise _bad("profile", profile, f"cannot be combined with --ckfmha-receipt={receipt!r}; give one of them")
     from ckfmha.receipts import resolve_receipt
@@ -206,155 +440,48 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
         which = "profile" if profile is not None else "receipt"
         raise _bad(which, profile if profile is not None else receipt, f"is not valid: {e}") from None
 
-    mask_mode, _ = _raw(config, "mask-mode")
-    mask_mode = str(mask_mode or "simplified").strip()
-    if mask_mode not in ("simplified", "generic"):
-        raise _bad("mask-mode", mask_mode, "is not a mask mode; allowed: simplified, generic")
 
-    sweep, _ = _raw(config, "sweep")
-    if sweep is not None:
-        from ckfmha.sweep import load_sweep
+def _check_timeout_is_enforceable(given: dict[str, _Given], values: dict[str, Any]) -> None:
+    """A --ckfmha-timeout on the command line needs the process isolation."""
+    if values["isolation"] == "inline" and given["timeout"].source == "option" and values["timeout"]:
+        raise _bad("timeout", given["timeout"].value, "cannot be enforced with --ckfmha-isolation inline (nothing "
+                   "can stop a hung kernel in the pytest process); use --ckfmha-isolation process")
 
-        try:
-            load_sweep(sweep)
-        except (OSError, ValueError) as e:
-            raise _bad("sweep", sweep, f"is not a valid sweep file: {e}") from None
-    flt, _ = _raw(config, "filter")
-    if flt is not None:
-        from ckfmha.filters import FilterError, compile_filter
 
-        try:
-            compile_filter(flt)
-        except FilterError as e:
-            raise _bad("filter", flt, f"is not a valid filter expression: {e}") from None
-    ff, _ = _raw(config, "filter-file")
-    if ff is not None:
-        from ckfmha.filters import load_filter_file
+_CROSS_CHECKS: dict[str, Callable[[dict[str, _Given], dict[str, Any]], None]] = {
+    "profile": _check_receipt_or_profile,
+    "isolation": _check_timeout_is_enforceable,
+}
+"""Rules between options, each run right after the option it is keyed by (the later of its options)."""
 
-        if not Path(ff).is_file():
-            raise _bad("filter-file", ff, "does not exist")
-        try:
-            load_filter_file(ff)
-        except Exception as e:  # noqa: BLE001 - the user's file: any error is a usage error
-            raise _bad("filter-file", ff, f"cannot be loaded: {e}") from None
 
-    mk, _ = _raw(config, "max-kernels-per-shape")
-    max_kernels = DEFAULT_MAX_KERNELS if mk is None else _int("max-kernels-per-shape", mk, 0)
-    sd, _ = _raw(config, "seed")
-    seed = 0 if sd is None else _int("seed", sd, 0)
-    if seed >= 2 ** 32:
-        raise _bad("seed", sd, "must be < 2**32")
+def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
+    """Validate every option (UsageError on the first bad one, in :data:`_CONVERTERS`' order) and return the
+    settings."""
+    given: dict[str, _Given] = {}
+    v: dict[str, Any] = {}
+    for name, option in _CONVERTERS.items():
+        g = given[name] = _Given(name, *_raw(config, name), config)
+        if g.value is not None:
+            v[name] = option.convert(g)
+        else:
+            v[name] = option.default_from() if option.default_from is not None else option.default
+        if name in _CROSS_CHECKS:
+            _CROSS_CHECKS[name](given, v)
+    arch, src = v["arch"], given["arch"].source
+    if arch is None:
+        from ckfmha.archs import default_arch, known_archs
 
-    reports: list[Path] = []
-    for r in _raw(config, "report")[0] or ():
-        for part in str(r).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            p = Path(part)
-            if p.suffix.lower() not in (".json", ".csv"):
-                raise _bad("report", part, "must end in .json or .csv")
-            from pytest_ckfmha.reporting import check_writable
-
-            why = check_writable(p)
-            if why is not None:
-                raise _bad("report", part, f"{why}: the report could not be written there (checked before "
-                           "anything runs)")
-            reports.append(p)
-
-    bench, _ = _raw(config, "bench")
-    bench = bool(bench) if not isinstance(bench, str) else bench.strip().lower() in ("1", "true", "yes", "on")
-    allow_empty, _ = _raw(config, "allow-empty")
-    allow_empty = bool(allow_empty) if not isinstance(allow_empty, str) else \
-        allow_empty.strip().lower() in ("1", "true", "yes", "on")
-
-    to, to_src = _raw(config, "timeout")
-    timeout = DEFAULT_TIMEOUT_S
-    if to is not None:
-        try:
-            timeout = float(str(to).strip())
-        except ValueError:
-            raise _bad("timeout", to, "is not a number of seconds") from None
-        if not (timeout >= 0 and math.isfinite(timeout)):
-            raise _bad("timeout", to, "must be a finite number of seconds >= 0 (0 = no limit)")
-    re_, _ = _raw(config, "report-every")
-    report_every = CHECKPOINT_SECONDS
-    if re_ is not None:
-        try:
-            report_every = float(str(re_).strip())
-        except ValueError:
-            raise _bad("report-every", re_, "is not a number of seconds") from None
-        if not (report_every > 0 and math.isfinite(report_every)):
-            raise _bad("report-every", re_, "must be a finite number of seconds > 0")
-    iso, _ = _raw(config, "isolation")
-    isolation = str(iso or "process").strip()
-    if isolation not in ISOLATIONS:
-        raise _bad("isolation", isolation, f"is not an isolation; allowed: {', '.join(ISOLATIONS)}")
-    if isolation == "inline" and to_src == "option" and timeout:
-        raise _bad("timeout", to, "cannot be enforced with --ckfmha-isolation inline (nothing can stop a hung "
-                   "kernel in the pytest process); use --ckfmha-isolation process")
-
-    cmf, _ = _raw(config, "cpu-max-flops")
-    if cmf is None:
-        cpu_max_flops = DEFAULT_CPU_MAX_FLOPS
-    else:
-        try:
-            cpu_max_flops = float(str(cmf).strip())
-        except ValueError:
-            raise _bad("cpu-max-flops", cmf, "is not a number") from None
-        if not cpu_max_flops > 0 or cpu_max_flops != cpu_max_flops or cpu_max_flops == float("inf"):
-            raise _bad("cpu-max-flops", cmf, "must be a finite number > 0")
-
-    mats, msrc = _raw(config, "matrix")
-    matrices = None
-    if mats:
-        base = config.rootpath if msrc == "ini" else config.invocation_params.dir
-        matrices = []
-        for m in mats:
-            for part in str(m).split(","):
-                part = part.strip()
-                if part:
-                    p = Path(part)
-                    p = p if p.is_absolute() else base / p
-                    if not p.exists():
-                        raise _bad("matrix", part, "does not exist (a matrix YAML file or a directory of them)")
-                    matrices.append(str(p))
-        matrices = tuple(matrices)
-
-    cd, _ = _raw(config, "cache-dir")
-    from ckfmha.backends.cache import cache_root, check_cache_dir
-
-    cache_dir = Path(cd) if cd is not None else cache_root()
-    why = check_cache_dir(cache_dir)
-    if why is not None:
-        where = "--ckfmha-cache-dir" if cd is not None else "the cache directory ($CKFMHA_CACHE_DIR, else " \
-            "$XDG_CACHE_HOME/ckfmha or ~/.cache/ckfmha)"
-        raise pytest.UsageError(f"{where}: {str(cache_dir)!r} {why}; name a writable one with --ckfmha-cache-dir")
-
-    parity, _ = _raw(config, "parity")
-    if parity is not None:
-        parity = str(parity).strip()
-        kind, _, tb = parity.partition(":")
-        ok = (parity == "tile_example") or (kind == "torch" and (not tb or tb in PARITY_TORCH_BACKENDS))
-        if not ok:
-            raise _bad("parity", parity, "is not an upstream; allowed: tile_example, torch, "
-                       + ", ".join(f"torch:{b}" for b in PARITY_TORCH_BACKENDS))
-    upstream_bin, ubsrc = _raw(config, "upstream-bin")
-    if upstream_bin is not None:
-        ub = Path(str(upstream_bin))
-        ub = ub if ub.is_absolute() else (config.rootpath if ubsrc == "ini" else config.invocation_params.dir) / ub
-        if not ub.is_dir():
-            raise _bad("upstream-bin", str(upstream_bin), "is not a directory (it should hold tile_example_fmha_fwd "
-                       "and tile_example_fmha_bwd)")
-        upstream_bin = str(ub)
-
-    return Settings(category=cat, arch=arch, arch_source=src, backend=backend, families=families,
-                    receipt=None if receipt is None else str(receipt), profile=profile, mask_mode=mask_mode,
-                    sweep=sweep, filter=flt, filter_file=ff, max_kernels_per_shape=max_kernels, seed=seed,
-                    reports=tuple(reports), bench=bench, cpu_max_flops=cpu_max_flops, matrices=matrices,
-                    cache_dir=cache_dir, gpu_marker=backend in ("triton", "hip"), parity=parity,
-                    upstream_bin=upstream_bin, timeout=timeout, isolation=isolation, allow_empty=allow_empty,
-                    report_every=report_every)
+        archs = known_archs()
+        arch, src = (detected_arch, "detected") if detected_arch in archs else (default_arch(), "default")
+    return Settings(category=v["category"], arch=arch, arch_source=src, backend=v["backend"], families=v["family"],
+                    receipt=v["receipt"], profile=v["profile"], mask_mode=v["mask-mode"], sweep=v["sweep"],
+                    filter=v["filter"], filter_file=v["filter-file"],
+                    max_kernels_per_shape=v["max-kernels-per-shape"], seed=v["seed"], reports=v["report"],
+                    bench=v["bench"], cpu_max_flops=v["cpu-max-flops"], matrices=v["matrix"],
+                    cache_dir=v["cache-dir"], gpu_marker=v["backend"] in ("triton", "hip"), parity=v["parity"],
+                    upstream_bin=v["upstream-bin"], timeout=v["timeout"], isolation=v["isolation"],
+                    allow_empty=v["allow-empty"], report_every=v["report-every"])
 
 
 _DETECT_SCRIPT = """

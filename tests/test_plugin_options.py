@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.test_plugin_fixtures import make_project
@@ -84,3 +86,110 @@ def test_unusable_cache_dir_is_one_clear_error(pytester, monkeypatch, tmp_path):
     err = res.stderr.str()
     assert err.count("is not usable as a cache directory") == 1 and "Traceback" not in err
     assert "the cache directory ($CKFMHA_CACHE_DIR" in err and "--ckfmha-cache-dir" in err
+
+
+# ---------------------------------------------------------------------- the converter table (options.parse)
+class _FakeConfig:
+    """What options.parse reads of a pytest.Config: command-line options, ini values, the two base directories."""
+
+    def __init__(self, tmp_path, opts=(), ini=()):
+        from pytest_ckfmha.options import _OPTIONS
+
+        self.opts = {f"ckfmha_{k.replace('-', '_')}": v for k, v in dict(opts).items()}
+        self.ini = {f"ckfmha_{k.replace('-', '_')}": v for k, v in dict(ini).items()}
+        self.ini_keys = {f"ckfmha_{n.replace('-', '_')}" for n, _, ini_type in _OPTIONS if ini_type}
+        self.rootpath = tmp_path
+        self.invocation_params = type("InvocationParams", (), {"dir": tmp_path})()
+
+    def getoption(self, dest, default=None):
+        return self.opts.get(dest, default)
+
+    def getini(self, dest):
+        if dest not in self.ini_keys:
+            raise ValueError(f"unknown ini key {dest}")
+        return self.ini.get(dest)
+
+
+def _parse(tmp_path, monkeypatch, opts=(), ini=(), detected=None):
+    from pytest_ckfmha.options import parse
+
+    monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path / "cache"))
+    return parse(_FakeConfig(tmp_path, opts, ini), detected)
+
+
+def test_every_option_has_one_converter_and_choices_show_in_the_metavar():
+    from pytest_ckfmha.options import _CONVERTERS, _CROSS_CHECKS, _OPTIONS
+
+    assert sorted(_CONVERTERS) == sorted(name for name, _, _ in _OPTIONS)
+    assert set(_CROSS_CHECKS) <= set(_CONVERTERS)
+    metavars = {name: kw.get("metavar") for name, kw, _ in _OPTIONS}
+    assert (metavars["category"], metavars["backend"], metavars["mask-mode"], metavars["isolation"]) == (
+        "{smoke,full,nightly}", "{auto,cpu,triton,hip}", "{simplified,generic}", "{process,inline}")
+
+
+def test_defaults_and_converted_values(tmp_path, monkeypatch):
+    s = _parse(tmp_path, monkeypatch)
+    assert (s.category, s.arch, s.arch_source, s.backend, s.families, s.mask_mode, s.max_kernels_per_shape, s.seed,
+            s.reports, s.bench, s.timeout, s.isolation, s.allow_empty) == (
+        None, "gfx942", "default", "auto", None, "simplified", 2, 0, (), False, 600.0, "process", False)
+    assert s.cache_dir == tmp_path / "cache" and not s.active
+    s = _parse(tmp_path, monkeypatch, opts={"category": "smoke", "family": ["fwd, splitkv", "fwd"], "seed": "0x10",
+                                           "backend": " cpu ", "timeout": "2.5", "report": ["a.json,b.csv"]},
+               ini={"arch": "gfx950", "bench": "yes", "max-kernels-per-shape": "0"})
+    assert (s.category, s.arch, s.arch_source, s.families, s.seed, s.backend, s.timeout, s.bench,
+            s.max_kernels_per_shape) == ("smoke", "gfx950", "ini", ("fwd", "fwd_splitkv"), 16, "cpu", 2.5, True, 0)
+    assert s.reports == (Path("a.json"), Path("b.csv"))
+
+
+def test_an_empty_choice_on_the_command_line_is_an_error_not_the_default(tmp_path, monkeypatch):
+    for option, noun, allowed in (("backend", "a backend", "auto, cpu, triton, hip"),
+                                  ("isolation", "an isolation", "process, inline"),
+                                  ("category", "a category", "smoke, full, nightly")):
+        with pytest.raises(pytest.UsageError) as e:
+            _parse(tmp_path, monkeypatch, opts={option: ""})
+        assert str(e.value) == f"--ckfmha-{option}: '' is not {noun}; allowed: {allowed}"
+
+
+def test_flag_words_are_checked(tmp_path, monkeypatch):
+    assert _parse(tmp_path, monkeypatch, ini={"bench": "yes"}).bench is True
+    assert _parse(tmp_path, monkeypatch, ini={"bench": "off"}).bench is False
+
+
+def test_ini_values_go_through_the_same_converters(tmp_path, monkeypatch):
+    with pytest.raises(pytest.UsageError) as e:
+        _parse(tmp_path, monkeypatch, ini={"isolation": "thread"})
+    assert str(e.value) == "--ckfmha-isolation: 'thread' is not an isolation; allowed: process, inline"
+    with pytest.raises(pytest.UsageError) as e:
+        _parse(tmp_path, monkeypatch, ini={"report-every": "0"})
+    assert str(e.value) == "--ckfmha-report-every: '0' must be a finite number of seconds > 0"
+
+
+@pytest.mark.parametrize("opts,msg", [
+    # the first bad option in the table's order; a rule between options right after the later of them
+    ({"receipt": "999", "profile": "flash", "mask-mode": "fancy"},
+     "--ckfmha-profile: 'flash' cannot be combined with --ckfmha-receipt='999'; give one of them"),
+    ({"mask-mode": "fancy", "seed": "x"}, "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
+    ({"timeout": "5", "isolation": "inline", "cpu-max-flops": "0"},
+     "--ckfmha-timeout: '5' cannot be enforced with --ckfmha-isolation inline"),
+    ({"timeout": "x", "report-every": "0"}, "--ckfmha-timeout: 'x' is not a number of seconds"),
+    ({"cpu-max-flops": "inf", "parity": "x"}, "--ckfmha-cpu-max-flops: 'inf' must be a finite number > 0"),
+    ({"seed": str(2 ** 32)}, "--ckfmha-seed: '4294967296' must be < 2**32"),
+    ({"upstream-bin": "nope"}, "--ckfmha-upstream-bin: 'nope' is not a directory"),
+])
+def test_the_first_bad_option_is_the_error(tmp_path, monkeypatch, opts, msg):
+    with pytest.raises(pytest.UsageError) as e:
+        _parse(tmp_path, monkeypatch, opts=opts)
+    assert str(e.value).startswith(msg)
+
+
+def test_a_timeout_from_the_ini_file_is_not_enforced_inline(tmp_path, monkeypatch):
+    s = _parse(tmp_path, monkeypatch, opts={"isolation": "inline"}, ini={"timeout": "5"})
+    assert (s.isolation, s.timeout) == ("inline", 5.0)
+
+
+def test_an_ini_choice_is_checked_by_pytest_too(pytester, monkeypatch, tmp_path):
+    base = make_project(pytester, monkeypatch, tmp_path)
+    pytester.makeini("[pytest]\nckfmha_backend = cuda\n")
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--ckfmha-backend: 'cuda' is not a backend; allowed: auto, cpu, triton, hip" in res.stderr.str()

@@ -292,3 +292,53 @@ def test_ck_res_sink_log_commands():
 def test_ck_smoke_script_forms_parse(cmd):
     p = Problem.from_ck_args(cmd)
     assert Problem.from_ck_args(p.to_ck_command()) == p
+
+
+# ------------------------------------------------------------------ validate: rule groups and their tables
+from ckfmha.problem import BWD_UNDEFINED_FIELDS, NUMERIC_RANGES  # noqa: E402
+
+
+@pytest.mark.parametrize("kw,msg", [
+    # within a group, and across groups, the first violated rule is the error
+    (dict(nhead_q=8, nhead_k=3, hdim_q=512), "nhead_k: 3 does not divide nhead_q=8"),
+    (dict(hdim_q=0, seqlen_q=0), "hdim_q: 0 must be >= 1"),
+    (dict(seqlen_q=0, p_drop=1.0), "seqlen_q: 0 must be >= 1 in batch mode"),
+    (dict(p_drop=1.0, bias_rank=1), "p_drop: 1.0 must be in [0, 1)"),
+    (dict(bias_rank=1, dtype="fp8", lse=True), "bias_rank: 1 must be 0 without a bias"),
+    (dict(dtype="fp8", lse=True, deterministic=True), "lse: True is not defined for dtype fp8"),
+    (dict(deterministic=True, page_block_size=-1), "deterministic: True is a backward-only option"),
+    (dict(family="fwd_pagedkv", page_block_size=100, kv_lookup="vllm"), "page_block_size: 100 must be a multiple"),
+    (dict(kv_lookup="vllm", cache_batch_idx=True), "kv_lookup: 'vllm' is only defined for batch_prefill"),
+    (dict(family="fwd_appendkv", seqlen_q=4, seqlen_k=4, seqlen_knew=2, rotary_dim=24, rope="interleaved",
+          vlayout="col"), "rotary_dim: 24 must be a multiple of 16"),
+])
+def test_validate_reports_the_first_violated_rule_in_group_order(kw, msg):
+    with pytest.raises(ProblemError) as e:
+        Problem(**kw)
+    assert str(e.value).startswith(msg)
+
+
+@pytest.mark.parametrize("name,bad", [("scale", -1.0), ("p_drop", -0.5), ("drop_seed", -1), ("drop_offset", 2**64),
+                                      ("logits_soft_cap", -2.0)])
+def test_numeric_ranges_table(name, bad):
+    (rule,) = [r for n, _, r in NUMERIC_RANGES if n == name]
+    with pytest.raises(ProblemError) as e:
+        Problem(**{name: bad})
+    assert str(e.value) == f"{name}: {bad!r} {rule}"
+    assert [n for n, _, _ in NUMERIC_RANGES] == ["scale", "p_drop", "drop_seed", "drop_offset", "logits_soft_cap"]
+
+
+@pytest.mark.parametrize("name,on", [("lse", True), ("sink", True), ("logits_soft_cap", 5.0), ("page_block_size", 128),
+                                     ("seqlen_knew", 1), ("rotary_dim", 16), ("cache_batch_idx", True)])
+def test_forward_only_features_are_rejected_for_the_backward(name, on):
+    assert name in BWD_UNDEFINED_FIELDS
+    with pytest.raises(ProblemError) as e:
+        Problem(family="bwd", **{name: on})
+    assert str(e.value) == f"{name}: {on!r} is not defined for the backward (the bwd reference always computes LSE)"
+
+
+def test_rule_groups_cover_validate_in_a_fixed_order():
+    names = [f.__name__ for f in Problem._RULE_GROUPS]
+    assert names[:2] == ["_check_int32", "_check_family_and_dtype"] and names[-1] == "_check_v_layout"
+    assert len(set(names)) == len(names)
+    assert sorted(n for n in vars(Problem) if n.startswith("_check_")) == sorted(names)
