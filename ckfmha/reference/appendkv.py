@@ -30,11 +30,15 @@ from ckfmha.reference.pagedkv import cache_row, check_kv_lookup, kv_sources, pag
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray, rope: Rope,
                rotary_dim: int) -> np.ndarray:
-    """Rotate ``x`` (..., s, d) at positions ``pos`` (s,) in float64; returns float64."""
+    """Rotate ``x`` (..., s, d) at positions ``pos`` (s,); returns float32.
+
+    In float32, as CK's kernel does (``BlockRotaryEmbedding`` in ck_tile's fmha append-KV pipeline converts each
+    value, cos and sin to float32, rotates, and stores the result back in the storage type): the rotated q / k
+    are stored values, so a wider rotation would round differently from the kernel's in the last bit."""
     rope = Rope(rope)
-    y = x.astype(np.float64).copy()
-    c = cos.astype(np.float64)[pos]  # (s, rd/2)
-    s_ = sin.astype(np.float64)[pos]
+    y = x.astype(np.float32).copy()
+    c = cos.astype(np.float32)[pos]  # (s, rd/2)
+    s_ = sin.astype(np.float32)[pos]
     if rope is Rope.INTERLEAVED:
         a, b = y[..., 0:rotary_dim:2].copy(), y[..., 1:rotary_dim:2].copy()
         y[..., 0:rotary_dim:2] = a * c - b * s_

@@ -16,6 +16,7 @@ from ckfmha.backends.cpu.backend import (  # noqa: F401  (public API)
     make_plan,
 )
 from ckfmha.backends.cpu.engine import split_key_ranges  # noqa: F401
+from ckfmha.backends.cpu.errors import KernelInputError  # noqa: F401
 
 
 def make_backend() -> CpuBackend:

@@ -3,8 +3,9 @@
 Both work on one sequence with every head at once, in float32 (the kernels' accumulator type):
 ``q`` (hq, sq, dq), ``k`` (hk, sk, dq), ``v`` (hk, sk, dv); GQA is a reshape of the q heads into
 (hk, group * rows) -- K/V are never copied per q-head. Bias rows, ALiBi slopes, sink and stored random values come
-in an :class:`ckfmha.reference._core.Extras` (built by the reference's ``sequence_extras``), so both sides read
-the same inputs the same way.
+in a :class:`ckfmha.backends.cpu.sequences.SequenceExtras` (built by the backend's own ``sequence_extras``); the
+ALiBi term of each score tile is CK's ``Alibi`` (:class:`ckfmha.backends.cpu.bias.Alibi`). Nothing here comes from
+the references (:mod:`ckfmha.reference`): a bug there cannot pass both sides.
 
 Forward (:func:`attend_tiled`), as CK's ``qr``/``qr_async`` pipelines: for each query tile of ``bm0`` rows the key
 tiles of ``bn0`` keys the mask leaves (CK's ``GetTileRangeAlongX``, tile-aligned), intersected with the split's key
@@ -31,9 +32,10 @@ from __future__ import annotations
 import numpy as np
 
 from ckfmha import rng as _rng
+from ckfmha.backends.cpu.bias import Alibi, alibi_mode
+from ckfmha.backends.cpu.sequences import SequenceExtras
 from ckfmha.masking import MaskKind
 from ckfmha.problem import Problem
-from ckfmha.reference._core import Extras, alibi_bias
 
 F32 = np.float32
 NEG_INF = F32(-np.inf)
@@ -82,23 +84,30 @@ def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:
     return np.matmul(a.reshape(hk, g * r, x), b).reshape(hq, r, b.shape[-1])
 
 
-def _randval(p: Problem, ex: Extras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+def _randval(p: Problem, ex: SequenceExtras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
     if ex.randval is not None:
         return ex.randval[:, rows[0]:rows[-1] + 1, c0:c1]
     return _rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows,
                                 np.arange(c0, c1))
 
 
-def _logits(p: Problem, s: np.ndarray, ex: Extras, alibi_rows, r0: int, r1: int, c0: int, c1: int,
-            start, end) -> np.ndarray:
-    """Soft-cap, bias, ALiBi and mask of one (hq, R, n) score tile (already scaled), in the reference's order."""
+def _alibi(p: Problem, ex: SequenceExtras, sq: int, sk: int) -> Alibi | None:
+    """CK's Alibi of this sequence, or None without ALiBi slopes."""
+    if ex.alibi is None:
+        return None
+    return Alibi(np.asarray(ex.alibi, dtype=F32), alibi_mode(p.mask), sq, sk)
+
+
+def _logits(p: Problem, s: np.ndarray, ex: SequenceExtras, alibi: Alibi | None, r0: int, r1: int, c0: int,
+            c1: int, start, end) -> np.ndarray:
+    """Soft-cap, bias, ALiBi and mask of one (hq, R, n) score tile (already scaled), in CK's order."""
     cap = p.logits_soft_cap
     if cap > 0:
         s = F32(cap) * np.tanh(s / F32(cap))
     if ex.bias is not None:
         s = s + ex.bias[:, r0:r1, c0:c1].astype(F32)
-    if alibi_rows is not None:
-        s = s + alibi_rows[:, :, c0:c1]
+    if alibi is not None:
+        s = s + alibi.tile(np.arange(r0, r1), np.arange(c0, c1))
     if start is not None:
         cols = np.arange(c0, c1)[None, :]
         allowed = (cols >= start[:, None]) & (cols < end[:, None])
@@ -106,8 +115,8 @@ def _logits(p: Problem, s: np.ndarray, ex: Extras, alibi_rows, r0: int, r1: int,
     return s
 
 
-def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, *, bm0: int, bn0: int,
-                 p_dtype, key_lo: int = 0, key_hi: int | None = None, use_sink: bool = True,
+def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: SequenceExtras, *, bm0: int,
+                 bn0: int, p_dtype, key_lo: int = 0, key_hi: int | None = None, use_sink: bool = True,
                  stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Tiled forward of one sequence over keys ``[key_lo, key_hi)``; returns normalised ``o`` (hq, sq, dv) and
     ``lse`` (hq, sq), float32. ``stats`` (optional dict) counts visited tiles."""
@@ -119,7 +128,7 @@ def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Ex
     o = np.zeros((hq, sq, dv), dtype=F32)
     lse = np.full((hq, sq), NEG_INF, dtype=F32)
     has_mask = p.mask.kind is not MaskKind.NONE
-    alibi_mode = p.mask.alibi_mode() if ex.alibi is not None else None
+    alibi = _alibi(p, ex, sq, sk)
     sink = ex.sink.astype(F32) if (ex.sink is not None and use_sink) else None
     dropout = p.p_drop > 0
     kT = k.transpose(0, 2, 1)  # (hk, dq, sk)
@@ -139,14 +148,13 @@ def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Ex
         start = end = None
         if has_mask:
             start, end = p.mask.key_range(sq, sk, rows)
-        alibi_rows = alibi_bias(ex.alibi, alibi_mode, rows, sq, sk, F32) if alibi_mode and hi > lo else None
         qt = q[:, r0:r1]
         for c0 in range(lo, hi, bn0):
             c1 = min(c0 + bn0, hi)
             if stats is not None:
                 stats["tiles"] = stats.get("tiles", 0) + 1
             s = _gqa_matmul(qt, kT[:, :, c0:c1], hk) * scale
-            s = _logits(p, s, ex, alibi_rows, r0, r1, c0, c1, start, end)
+            s = _logits(p, s, ex, alibi, r0, r1, c0, c1, start, end)
             m_new = np.maximum(m, s.max(axis=-1))
             m_safe = np.where(np.isfinite(m_new), m_new, F32(0))
             alpha = np.exp(m - m_safe)
@@ -170,7 +178,7 @@ def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Ex
 
 
 def backward_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, lse: np.ndarray,
-                   d: np.ndarray, ex: Extras, *, bm0: int, bn0: int, p_dtype, deterministic: bool,
+                   d: np.ndarray, ex: SequenceExtras, *, bm0: int, bn0: int, p_dtype, deterministic: bool,
                    dq_acc: np.ndarray, want_dbias: bool = False):
     """Tiled dq_dk_dv of one sequence. ``q``/``do`` (hq, sq, *), ``k``/``v`` (hk, sk, *), ``lse``/``d`` (hq, sq),
     all float32. ``dq_acc`` (nsplits, hq, sq, dq) float32 is accumulated into (slice = key tile index when
@@ -184,7 +192,7 @@ def backward_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: 
     dv_out = np.zeros((hq, sk, dv), dtype=F32)
     dbias = np.zeros((hq, sq, sk), dtype=F32) if want_dbias else None
     has_mask = p.mask.kind is not MaskKind.NONE
-    alibi_mode = p.mask.alibi_mode() if ex.alibi is not None else None
+    alibi = _alibi(p, ex, sq, sk)
     dropout = p.p_drop > 0
     rp = F32(1.0 / (1.0 - p.p_drop)) if dropout else F32(1)
     g = hq // hk
@@ -210,8 +218,7 @@ def backward_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: 
                     continue  # CK's GetTileRangeAlongY: this query tile sees none of the key tile
             qt, dot = q[:, r0:r1], do[:, r0:r1]
             s = _gqa_matmul(qt, ktT, hk) * scale
-            alibi_rows = alibi_bias(ex.alibi, alibi_mode, rows, sq, sk, F32) if alibi_mode else None
-            s = _logits(p, s, ex, alibi_rows, r0, r1, c0, c1, start, end)
+            s = _logits(p, s, ex, alibi, r0, r1, c0, c1, start, end)
             pt = np.exp(s - lse_safe[:, r0:r1, None])
             dp = _gqa_matmul(dot, vtT, hk)
             if dropout:

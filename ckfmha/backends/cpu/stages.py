@@ -8,6 +8,7 @@ stage         writes
 fwd           ``o`` (output layout, output dtype); ``lse`` (fp32, (b, hq, sq) / (1, hq, total_q)) when the
               kernel has LSE
 pagedkv       same as fwd; K/V gathered through ``block_table`` from ``k_cache``/``v_cache``
+              (:mod:`ckfmha.backends.cpu.kv`: CK's page block navigator)
 batch_prefill same as fwd; K/V gathered from the vectorized/linear pools through a vLLM or SGLang table
 splitkv       ``o_acc`` (fp32, (num_splits, B, hq, S, dv)) and ``lse_acc`` (fp32, (num_splits, B, hq, S)) with
               (B, S) = (batch, seqlen_q) or (1, total_q) in group mode; split i covers keys
@@ -15,7 +16,8 @@ splitkv       ``o_acc`` (fp32, (num_splits, B, hq, S, dv)) and ``lse_acc`` (fp32
               (:func:`ckfmha.backends.cpu.engine.split_key_ranges`); the sink counts in split 0 only
 combine       ``o`` and (kernel LSE) ``lse`` from ``o_acc``/``lse_acc``
 appendkv      ``q`` (rotated, storage dtype, a new array) and, in place, the caches ``k``/``v`` or
-              ``k_cache``/``v_cache`` (knew/vnew written at ``cache_seqlens``, knew rotated)
+              ``k_cache``/``v_cache`` (knew/vnew written at ``cache_seqlens``, knew rotated;
+              :mod:`ckfmha.backends.cpu.rope`); every cache row / page is checked before anything is written
 dot_do_o      ``d`` (fp32, LSE shape) = rowsum(dO * O)
 dq_dk_dv      ``dq_acc`` (fp32, (nsplits, B, hq, S, hdim_q); nsplits = ceil(max seqlen_k / bn0) when
               deterministic, else 1); CK's raw layouts, as the kernel writes them: ``dk_raw``/``dv_raw`` (input
@@ -29,24 +31,31 @@ convert_dq    ``dq`` (input layout, storage dtype) = the dq_acc slices summed in
 ============  ===============================================================================================
 
 The backward stages read ``o`` (output layout, storage dtype) and ``lse`` (fp32) of the forward from ``tensors``.
+
+The stages compute everything themselves -- layouts (:mod:`~ckfmha.backends.cpu.layout`), K/V gathers and cache
+writes (:mod:`~ckfmha.backends.cpu.kv`), RoPE (:mod:`~ckfmha.backends.cpu.rope`), ALiBi
+(:mod:`~ckfmha.backends.cpu.bias`), per-sequence operands (:mod:`~ckfmha.backends.cpu.sequences`) -- and import
+nothing from the references (:mod:`ckfmha.reference`), so that comparing the two catches a bug in either.
+Bad index / table / bias tensors are a :class:`~ckfmha.backends.cpu.errors.KernelInputError` before any work.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ckfmha.workspace import dq_acc_shape
 from ckfmha.backends.base import BackendError
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
+from ckfmha.backends.cpu.kv import KVAddressing, sequence_kv
+from ckfmha.backends.cpu.layout import as_bhsd, from_bhsd
+from ckfmha.backends.cpu.rope import rotary_tables, rotate, table_rows
+from ckfmha.backends.cpu.sequences import backward_sequences, forward_sequences, sequence_extras
 from ckfmha.inputs import (dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, o_shape, output_dtype,
                            storage_dtype)
-from ckfmha.kernel import DType, KernelConfig, Mode
+from ckfmha.kernel import DType, KernelConfig, KVLookupTable, KVMemoryLayout, Mode
+from ckfmha.masking import MaskKind
 from ckfmha.poison import poisoned
 from ckfmha.problem import Problem
-from ckfmha.reference._core import (backward_sequences, from_hsd, put_dbias_raw, q_rows, sequence_extras,
-                                    to_hsd)
-from ckfmha.reference.appendkv import apply_rope, write_cache
-from ckfmha.reference.forward import sequences
-from ckfmha.reference.pagedkv import kv_sources
 
 
 def _out(tensors: dict, name: str, shape, dtype) -> np.ndarray:
@@ -70,6 +79,12 @@ def p_dtype(cfg: KernelConfig):
     return None if cfg.dtype is DType.FP32 else storage_dtype(cfg.dtype)
 
 
+def kv_addressing(cfg: KernelConfig, p: Problem) -> KVAddressing:
+    """How the kernel ``cfg`` finds K/V for ``p``: its page-table and pool-layout traits (batch prefill), else the
+    fwd paged kernels' vLLM block table / contiguous K/V (:class:`ckfmha.backends.cpu.kv.KVAddressing`)."""
+    return KVAddressing.of(p, lookup=cfg.kv_lookup_table, kv_layout=cfg.kv_memory_layout)
+
+
 def _rows_shape(p: Problem) -> tuple[int, int]:
     return (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
 
@@ -84,7 +99,7 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
     if role == "splitkv" and not num_splits:
         raise BackendError("stage splitkv: the stage arguments carry no num_splits")
     _need(tensors, "q", role)
-    k_src, v_src = kv_sources(p, tensors)
+    kv = sequence_kv(p, tensors, kv_addressing(cfg, p))  # every index checked before any work
     nb, ns = _rows_shape(p)
     hq, dv = p.nhead_q, p.hdim_v
     skip = not num_splits and cfg.skip_min_seqlen_q and p.min_seqlen_q > 0  # CK's kSkipMinSeqlenQ
@@ -96,16 +111,14 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
         lse = np.full((nb, hq, ns), -np.inf, dtype=F32)
         if skip:  # skipped sequences keep whatever the output buffers hold: start from them
             if "o" in tensors:
-                o_hsd = to_hsd(np.asarray(tensors["o"]), p.output_layout).astype(F32)
+                o_hsd = as_bhsd(np.asarray(tensors["o"]), p.output_layout).astype(F32)
             if cfg.lse and "lse" in tensors:
                 lse = np.asarray(tensors["lse"]).astype(F32)
-    for b, qb, kb, vb in sequences(p, tensors, F32, k_src, v_src):
+    for b, bi, rows, qb, kb, vb in forward_sequences(p, tensors, kv):
         sq, sk = qb.shape[1], kb.shape[1]
         if skip and sq <= p.min_seqlen_q:
             continue  # the kernel returns before this sequence
-        ex = sequence_extras(p, tensors, b, sq, sk, F32)
-        bi = 0 if p.mode is Mode.GROUP else b
-        rows = q_rows(p, b)
+        ex = sequence_extras(p, tensors, b, sq, sk)
         if num_splits:
             for i, (lo, hi) in enumerate(split_key_ranges(sk, num_splits)):
                 oi, li = attend_tiled(p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt, key_lo=lo, key_hi=hi,
@@ -124,7 +137,7 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
 def _write_o_lse(cfg: KernelConfig, p: Problem, tensors: dict, o_hsd: np.ndarray, lse: np.ndarray) -> list[str]:
     """Store O (output layout and dtype) and, for kernels with LSE, the LSE; return the names written."""
     o = _out(tensors, "o", o_shape(p), output_dtype(cfg.dtype))
-    o[...] = from_hsd(o_hsd, p.output_layout).astype(o.dtype)
+    o[...] = from_bhsd(o_hsd, p.output_layout).astype(o.dtype)
     if not cfg.lse:
         return ["o"]
     _out(tensors, "lse", lse_shape(p), F32)[...] = lse
@@ -150,33 +163,40 @@ def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict)
 
 
 def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
+    """CK's append-KV kernel (fmha_fwd_appendkv_kernel.hpp): RoPE on q and knew (:mod:`ckfmha.backends.cpu.rope`),
+    knew / vnew stored at keys ``cache_seqlens[b] ..`` of the sequence's cache (:mod:`ckfmha.backends.cpu.kv`:
+    contiguous row, ``cache_batch_idx`` row or block table). Every cache row / page and the rotary tables are
+    checked before anything is written."""
     q = _need(tensors, "q", "appendkv")
-    sdt = q.dtype
-    paged = "k_cache" in tensors
-    kname, vname = ("k_cache", "v_cache") if paged else ("k", "v")
-    kc, vc = _need(tensors, kname, "appendkv"), _need(tensors, vname, "appendkv")
+    addressing = kv_addressing(cfg, p)
+    kname, vname = ("k_cache", "v_cache") if addressing.page_block_size else ("k", "v")
+    kv = sequence_kv(p, tensors, addressing)
     cache = p.cache_seqlens
-    has_mask = p.mask.kind.value != "none"
+    per_row = p.mask.kind is not MaskKind.NONE  # CK: q's table row stride is has_mask * rotary_dim / 2
+    q_rows = [table_rows(cache[b], p.seqlen_q, per_row) for b in range(p.batch)]
+    knew_rows = [table_rows(cache[b], p.seqlen_knew, True) for b in range(p.batch)]
+    cos = sin = None
+    if p.rotary_dim:
+        last = max([int(r.max()) for r in q_rows + knew_rows if r.size], default=-1)
+        cos, sin = rotary_tables(tensors, p.rotary_dim, last)
+    kn = vn = None
+    if p.seqlen_knew:
+        kn = as_bhsd(_need(tensors, "knew", "appendkv"), p.input_layout)
+        vn = as_bhsd(_need(tensors, "vnew", "appendkv"), p.input_layout)
     written = []
     if p.rotary_dim:
-        cos, sin = _need(tensors, "rotary_cos", "appendkv"), _need(tensors, "rotary_sin", "appendkv")
-        q_hsd = to_hsd(q, p.input_layout).copy()
+        q_bhsd = as_bhsd(q, p.input_layout).copy()
         for b in range(p.batch):
-            pos = cache[b] + np.arange(p.seqlen_q) if has_mask else np.full(p.seqlen_q, cache[b])
-            q_hsd[b] = apply_rope(q_hsd[b], cos, sin, pos, cfg.rope, p.rotary_dim).astype(sdt)
-        tensors["q"] = from_hsd(q_hsd, p.input_layout)
+            q_bhsd[b] = rotate(q_bhsd[b], cos[q_rows[b]], sin[q_rows[b]], cfg.rope, p.rotary_dim)
+        tensors["q"] = from_bhsd(q_bhsd, p.input_layout)
         written.append("q")
     if p.seqlen_knew:
-        kn = to_hsd(_need(tensors, "knew", "appendkv"), p.input_layout)
-        vn = to_hsd(_need(tensors, "vnew", "appendkv"), p.input_layout)
-        for b in range(p.batch):
-            pos = cache[b] + np.arange(p.seqlen_knew)
+        for b, (k_dst, v_dst) in enumerate(kv):
             knb = kn[b]
             if p.rotary_dim:
-                knb = apply_rope(knb, tensors["rotary_cos"], tensors["rotary_sin"], pos, cfg.rope,
-                                 p.rotary_dim).astype(sdt)
-            write_cache(p, tensors, kc, knb, b, pos, paged)
-            write_cache(p, tensors, vc, vn[b], b, pos, paged)
+                knb = rotate(knb, cos[knew_rows[b]], sin[knew_rows[b]], cfg.rope, p.rotary_dim)
+            k_dst.write(cache[b], knb)
+            v_dst.write(cache[b], vn[b])
         written += [kname, vname]
     return written
 
@@ -188,27 +208,20 @@ def needs_convert(p: Problem) -> bool:
 
 
 def run_dot_do_o(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
-    o = to_hsd(_need(tensors, "o", "dot_do_o"), p.output_layout).astype(F32)
-    do = to_hsd(_need(tensors, "do", "dot_do_o"), p.output_layout).astype(F32)
+    o = as_bhsd(_need(tensors, "o", "dot_do_o"), p.output_layout).astype(F32)
+    do = as_bhsd(_need(tensors, "do", "dot_do_o"), p.output_layout).astype(F32)
     d = _out(tensors, "d", lse_shape(p), F32)
     d[...] = np.einsum("bhsd,bhsd->bhs", do, o, dtype=F32)
     return ["d"]
-
-
-def dq_acc_shape(p: Problem, bn0: int) -> tuple[int, ...]:
-    nb, ns = _rows_shape(p)
-    nsplits = max(1, -(-max(p.seqlens_k_list) // bn0)) if p.deterministic else 1
-    return (nsplits, nb, p.nhead_q, ns, p.hdim_q)
 
 
 def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
     t = plan["tile"]
     bm0, bn0 = t["bm0"], t["bn0"]
     pdt = p_dtype(cfg)
-    q_hsd = to_hsd(_need(tensors, "q", "dq_dk_dv"), p.input_layout)
-    k_hsd = to_hsd(_need(tensors, "k", "dq_dk_dv"), p.input_layout)
-    v_hsd = to_hsd(_need(tensors, "v", "dq_dk_dv"), p.input_layout)
-    do_hsd = to_hsd(_need(tensors, "do", "dq_dk_dv"), p.output_layout)
+    q_bhsd = as_bhsd(_need(tensors, "q", "dq_dk_dv"), p.input_layout)
+    do_bhsd = as_bhsd(_need(tensors, "do", "dq_dk_dv"), p.output_layout)
+    kv = sequence_kv(p, tensors, KVAddressing.of(p, lookup=KVLookupTable.NONE, kv_layout=KVMemoryLayout.NONE))
     lse = np.asarray(_need(tensors, "lse", "dq_dk_dv"), dtype=F32)
     d = np.asarray(_need(tensors, "d", "dq_dk_dv"), dtype=F32)
     dq_acc = _out(tensors, "dq_acc", dq_acc_shape(p, bn0), F32)
@@ -216,30 +229,30 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     # CK's raw dK/dV: one slice per q-head (the kernel writes head i_nhead at i_nhead * nhead_stride_dk), in the
     # storage dtype; padded key rows (group-mode s_kpad) are 0
     sdt = storage_dtype(cfg.dtype)
-    dk = to_hsd(_out(tensors, "dk_raw", dk_raw_shape(p), sdt), p.input_layout)
-    dv = to_hsd(_out(tensors, "dv_raw", dv_raw_shape(p), sdt), p.input_layout)
+    dk = as_bhsd(_out(tensors, "dk_raw", dk_raw_shape(p), sdt), p.input_layout)
+    dv = as_bhsd(_out(tensors, "dv_raw", dv_raw_shape(p), sdt), p.input_layout)
     dk[...] = 0
     dv[...] = 0
     want_dbias = bool(cfg.dbias)
     dbias = None
     if want_dbias:
         bdt = _need(tensors, "bias", "dq_dk_dv").dtype
-        dbias = to_hsd(_out(tensors, "dbias_raw", dbias_raw_shape(p), bdt), p.input_layout)
+        dbias = as_bhsd(_out(tensors, "dbias_raw", dbias_raw_shape(p), bdt), p.input_layout)
         dbias[...] = 0  # CK's host clears dBias before the launch (fmha_bwd_runner.hpp: dbias_buf.SetZero())
-    for seq in backward_sequences(p, tensors, q_hsd, k_hsd, v_hsd, do_hsd, F32):
+    for seq in backward_sequences(p, tensors, kv, q_bhsd, do_bhsd):
         bi, rows = seq.bi, seq.rows
         dkh, dvh, dsb = backward_tiled(p, seq.q, seq.k, seq.v, seq.do, lse[bi, :, rows], d[bi, :, rows], seq.extras,
                                        bm0=bm0, bn0=bn0, p_dtype=pdt, deterministic=cfg.deterministic,
                                        dq_acc=dq_acc[:, bi, :, rows], want_dbias=want_dbias)
         dk[bi, :, seq.keys] = dkh.astype(sdt)
         dv[bi, :, seq.keys] = dvh.astype(sdt)
-        if dbias is not None:
-            put_dbias_raw(dbias, dsb.astype(dbias.dtype), seq)
+        if dbias is not None:  # fmha_bwd_kernel.hpp's dbias window: seqlen_q x seqlen_k at the sequence's rows;
+            dbias[seq.bi, :, seq.rows, :dsb.shape[2]] = dsb.astype(dbias.dtype)  # columns past seqlen_k untouched
     written = ["dq_acc", "dk_raw", "dv_raw"]
     if dbias is not None:
         written.append("dbias_raw")
     if not needs_convert(p):  # fp32, non-deterministic: the accumulator is dQ
-        _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_hsd(dq_acc[0], p.input_layout).astype(sdt)
+        _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_bhsd(dq_acc[0], p.input_layout).astype(sdt)
         written.append("dq")
     return written
 
@@ -250,7 +263,7 @@ def run_convert_dq(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: di
     for i in range(1, dq_acc.shape[0]):  # deterministic: the per-key-tile slices, summed in order
         acc += dq_acc[i]
     sdt = storage_dtype(cfg.dtype)
-    _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_hsd(acc, p.input_layout).astype(sdt)
+    _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_bhsd(acc, p.input_layout).astype(sdt)
     return ["dq"]
 
 
