@@ -1,0 +1,82 @@
+"""The report sub-commands of ``ckfmha`` (registered by :mod:`ckfmha.cli`; implementations load on use).
+
+    ckfmha compare BASELINE.json NEW.json [--threshold 0.10] [--format text|json]
+    ckfmha report RUN.json [--baseline OLD.json] -o report.html
+    ckfmha merge SHARD1.json SHARD2.json ... -o ALL.json
+
+| command | exit status |
+|---|---|
+| compare | 0 no regression, 1 regressed (new failures, missing items, timing regressions), 2 bad input |
+| report | 0 written, 2 bad input (or matplotlib missing: ``pip install 'ckfmha[report]'``) |
+| merge | 0 written, 2 bad input (a duplicate item, a missing or incomplete shard, shards of different sweeps) |
+
+The rules live in :mod:`ckfmha.runreport` (compare, merge) and :mod:`ckfmha.htmlreport` (the page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _threshold(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (a fraction: 0.1 = 10% slower)") from None
+    if not 0 <= v < 10:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 10) (a fraction: 0.1 = 10% slower)")
+    return v
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ckfmha.runreport import compare_reports, dumps, load_report
+
+    cmp = compare_reports(load_report(args.baseline), load_report(args.new), args.threshold)
+    sys.stdout.write((dumps(cmp.to_dict()) if args.format == "json" else cmp.text()) + "\n")
+    return 1 if cmp.regressed else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ckfmha.htmlreport import ReportDependencyError, render
+    from ckfmha.runreport import atomic_write_text, compare_reports, load_report
+
+    rep = load_report(args.run)
+    cmp = compare_reports(load_report(args.baseline), rep, args.threshold) if args.baseline else None
+    try:
+        page = render(rep, cmp)
+    except ReportDependencyError as e:
+        raise ValueError(str(e)) from None
+    path = atomic_write_text(args.output, page)
+    sys.stdout.write(f"ckfmha report: {path} ({len(page) // 1024} KiB)\n")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from ckfmha.runreport import load_report, merge_reports, write_report_doc
+
+    doc = merge_reports([load_report(p) for p in args.reports])
+    path = write_report_doc(doc, args.output)
+    sys.stdout.write(f"ckfmha merge: {len(args.reports)} shard(s), {len(doc['rows'])} items -> {path}\n")
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("compare", help="compare two run reports: new failures, fixed, added/missing, slower "
+                       "(exit 1 when anything regressed)")
+    p.add_argument("baseline", help="the earlier run's report (JSON)")
+    p.add_argument("new", help="the new run's report (JSON)")
+    p.add_argument("--threshold", type=_threshold, default=0.10, help="how much slower counts as a regression, "
+                   "as a fraction (default 0.10); the slowdown must also lie outside both runs' spread")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=_compare)
+    p = sub.add_parser("report", help="one self-contained HTML page of a run report (plots need matplotlib)")
+    p.add_argument("run", help="the run's report (JSON)")
+    p.add_argument("--baseline", help="an earlier report: regressions are highlighted")
+    p.add_argument("--threshold", type=_threshold, default=0.10, help="as for compare (default 0.10)")
+    p.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    p.set_defaults(func=_report)
+    p = sub.add_parser("merge", help="merge the shard reports of one sweep (--ckfmha-shard K/N) into one")
+    p.add_argument("reports", nargs="+", help="shard reports (JSON)")
+    p.add_argument("-o", "--output", required=True, help="the merged report (JSON)")
+    p.set_defaults(func=_merge)

@@ -1,0 +1,293 @@
+"""Run reports (the plugin's ``--ckfmha-report r.json``, docs/report_schema.md) as data: load, compare, merge.
+
+| function | what |
+|---|---|
+| :func:`load_report` | a report JSON file -> :class:`RunReport` (strict loading: ckfmha.datafile; schema and version checked) |
+| :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions |
+| :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates and gaps are errors |
+
+Comparison rules (:func:`compare_reports`):
+
+* an item *fails* when its verdict is ``failed``, ``error``, ``crashed`` or ``timeout``; a new failure fails in
+  the new run and did not in the baseline (or is new and fails); a fixed failure failed in the baseline and passes
+  now;
+* an item is *missing* when the baseline has it and the new run does not (or did not run it: ``not_run``);
+  *added* the other way round;
+* a timing regression: both runs passed it with timed figures (``--ckfmha-bench``), the new median is more than
+  ``threshold`` (default :data:`DEFAULT_THRESHOLD`, 10%) slower, *and* the new run's fastest repetition is slower
+  than the baseline's slowest (outside both runs' spread: ``time_min_ms`` / ``time_max_ms``; a report without
+  them counts its median as its spread);
+* the comparison *regressed* when it has new failures, missing items or timing regressions (``ckfmha compare``
+  exits 1 then).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+REPORT_SCHEMA = "ckfmha.report"
+READABLE_VERSIONS = (1, 2)
+FAILING = ("failed", "error", "crashed", "timeout")
+DEFAULT_THRESHOLD = 0.10
+#: run fields that must agree between shard reports of one sweep
+SWEEP_KEYS = ("category", "arch", "seed", "receipt", "profile", "max_kernels_per_shape", "backend_option")
+
+
+class ReportError(ValueError):
+    """A report that cannot be used; the message names the file and the rule."""
+
+
+@dataclass
+class RunReport:
+    path: str
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    @property
+    def by_id(self) -> dict[str, dict[str, Any]]:
+        return {r["id"]: r for r in self.rows}
+
+
+def load_report(path: str | Path) -> RunReport:
+    """A report JSON file, checked: the ckfmha report schema and a readable version, rows with unique ids."""
+    from ckfmha.datafile import DataFileError, load_json
+
+    try:
+        doc = load_json(path)
+    except DataFileError as e:
+        raise ReportError(str(e)) from None
+    return report_from_doc(doc, str(path))
+
+
+def report_from_doc(doc: Any, source: str) -> RunReport:
+    if not isinstance(doc, dict) or doc.get("schema") != REPORT_SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ReportError(f"{source}: schema: expected {REPORT_SCHEMA!r}, found {found!r} (not a ckfmha report)")
+    if doc.get("version") not in READABLE_VERSIONS:
+        raise ReportError(f"{source}: version: {doc.get('version')!r} is not one this ckfmha reads "
+                          f"({', '.join(map(str, READABLE_VERSIONS))})")
+    rows = doc.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in rows):
+        raise ReportError(f"{source}: rows: expected a list of rows, each with an 'id'")
+    seen: set[str] = set()
+    for i, r in enumerate(rows):
+        if r["id"] in seen:
+            raise ReportError(f"{source}: rows[{i}]: id {r['id']!r} appears twice")
+        seen.add(r["id"])
+    meta = {k: v for k, v in doc.items() if k not in ("rows", "summary")}
+    return RunReport(source, meta, rows)
+
+
+# ------------------------------------------------------------------------------------------------ compare
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v in ("", None):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _timing(row: dict[str, Any]) -> tuple[float, float, float] | None:
+    """(median, fastest, slowest) ms of a timed, passed row; None otherwise."""
+    if row.get("verdict") != "passed" or row.get("timed") is not True:
+        return None
+    med = _num(row.get("time_ms"))
+    if med is None:
+        return None
+    lo, hi = _num(row.get("time_min_ms")), _num(row.get("time_max_ms"))
+    return med, (lo if lo is not None else med), (hi if hi is not None else med)
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    new: str
+    threshold: float
+    new_failures: list[dict[str, Any]] = field(default_factory=list)
+    fixed: list[dict[str, Any]] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    slower: list[dict[str, Any]] = field(default_factory=list)
+    faster: list[dict[str, Any]] = field(default_factory=list)
+    compared: int = 0
+    timed: int = 0
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.new_failures or self.missing or self.slower)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "new": self.new, "threshold": self.threshold,
+                "regressed": self.regressed, "compared": self.compared, "timed": self.timed,
+                "new_failures": self.new_failures, "fixed": self.fixed, "added": self.added,
+                "missing": self.missing, "slower": self.slower, "faster": self.faster}
+
+    def text(self) -> str:
+        lines = [f"compare {self.baseline} -> {self.new}: {self.compared} items in both, {self.timed} timed in "
+                 f"both, threshold {self.threshold:.0%}"]
+        sections = (("new failures", [f"{d['id']}: {d['baseline_verdict']} -> {d['verdict']}: {d['reason']}"
+                                      for d in self.new_failures]),
+                    ("fixed", [f"{d['id']}: {d['baseline_verdict']} -> {d['verdict']}" for d in self.fixed]),
+                    ("missing (in the baseline, not run now)", self.missing),
+                    ("added", self.added),
+                    ("slower", [f"{d['id']}: {d['baseline_ms']:.4g} ms -> {d['new_ms']:.4g} ms "
+                                f"({d['change']:+.1%}; spreads {d['baseline_spread']} vs {d['new_spread']})"
+                                for d in self.slower]),
+                    ("faster", [f"{d['id']}: {d['baseline_ms']:.4g} ms -> {d['new_ms']:.4g} ms ({d['change']:+.1%})"
+                                for d in self.faster]))
+        for title, items in sections:
+            lines.append(f"{title}: {len(items)}")
+            lines += [f"  {x}" for x in items]
+        lines.append("REGRESSED" if self.regressed else "no regression")
+        return "\n".join(lines)
+
+
+def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+    """See the module doc."""
+    if not threshold >= 0:
+        raise ReportError(f"threshold: {threshold!r} must be >= 0 (a fraction: 0.1 = 10% slower)")
+    cmp = Comparison(baseline.path, new.path, threshold)
+    old_rows, new_rows = baseline.by_id, new.by_id
+    for rid, old in old_rows.items():
+        cur = new_rows.get(rid)
+        if cur is None or cur.get("verdict") == "not_run":
+            if old.get("verdict") != "not_run":
+                cmp.missing.append(rid)
+            continue
+        cmp.compared += 1
+        was_failing, failing = old.get("verdict") in FAILING, cur.get("verdict") in FAILING
+        if failing and not was_failing:
+            cmp.new_failures.append({"id": rid, "baseline_verdict": old.get("verdict"), "verdict": cur["verdict"],
+                                     "reason": str(cur.get("reason", ""))[:300]})
+        elif was_failing and cur.get("verdict") == "passed":
+            cmp.fixed.append({"id": rid, "baseline_verdict": old["verdict"], "verdict": "passed"})
+        a, b = _timing(old), _timing(cur)
+        if a is None or b is None:
+            continue
+        cmp.timed += 1
+        change = b[0] / a[0] - 1.0
+        entry = {"id": rid, "baseline_ms": a[0], "new_ms": b[0], "change": change,
+                 "baseline_spread": [a[1], a[2]], "new_spread": [b[1], b[2]]}
+        if change > threshold and b[1] > a[2]:
+            cmp.slower.append(entry)
+        elif change < -threshold and b[2] < a[1]:
+            cmp.faster.append(entry)
+    for rid, cur in new_rows.items():
+        if rid not in old_rows and cur.get("verdict") != "not_run":
+            cmp.added.append(rid)
+            if cur.get("verdict") in FAILING:
+                cmp.new_failures.append({"id": rid, "baseline_verdict": "(absent)", "verdict": cur["verdict"],
+                                         "reason": str(cur.get("reason", ""))[:300]})
+    cmp.slower.sort(key=lambda d: -d["change"])
+    cmp.faster.sort(key=lambda d: d["change"])
+    return cmp
+
+
+# ------------------------------------------------------------------------------------------------ merge
+def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
+    """One report document from the shard reports of one sweep (see the module doc): every shard 1..N exactly
+    once, each complete, the same sweep settings, no item in two shards."""
+    if not reports:
+        raise ReportError("merge: no reports given")
+    shards: dict[int, RunReport] = {}
+    count = None
+    for rep in reports:
+        sh = rep.meta.get("shard")
+        if not isinstance(sh, dict) or not isinstance(sh.get("index"), int) or not isinstance(sh.get("count"), int):
+            raise ReportError(f"{rep.path}: shard: this report is not a shard (run with --ckfmha-shard K/N)")
+        if count is None:
+            count = sh["count"]
+        elif sh["count"] != count:
+            raise ReportError(f"{rep.path}: shard: {sh['index']}/{sh['count']} belongs to another sweep than "
+                              f"{reports[0].path} (N = {count})")
+        if sh["index"] in shards:
+            raise ReportError(f"{rep.path}: shard {sh['index']}/{count} given twice (also {shards[sh['index']].path})")
+        if rep.meta.get("state") != "complete":
+            raise ReportError(f"{rep.path}: state: {rep.meta.get('state')!r}: shard {sh['index']}/{count} did not "
+                              "complete (resume it with --ckfmha-resume, then merge)")
+        for key in SWEEP_KEYS:
+            if rep.meta.get(key) != reports[0].meta.get(key):
+                raise ReportError(f"{rep.path}: {key}: {rep.meta.get(key)!r} differs from {reports[0].path}'s "
+                                  f"{reports[0].meta.get(key)!r}: not one sweep")
+        shards[sh["index"]] = rep
+    assert count is not None
+    gaps = [k for k in range(1, count + 1) if k not in shards]
+    if gaps:
+        raise ReportError(f"merge: shard(s) {', '.join(f'{k}/{count}' for k in gaps)} missing: the merged report "
+                          "would have a gap")
+    rows: list[dict[str, Any]] = []
+    owner: dict[str, str] = {}
+    for k in sorted(shards):
+        for r in shards[k].rows:
+            if r["id"] in owner:
+                raise ReportError(f"merge: item {r['id']!r} is in {owner[r['id']]} and {shards[k].path}")
+            owner[r["id"]] = shards[k].path
+            rows.append(r)
+    first = shards[1].meta
+    meta = {k: v for k, v in first.items() if k not in ("shard",)}
+    meta.update({"state": "complete", "interrupted": False,
+                 "exit_status": max(int(s.meta.get("exit_status") or 0) for s in shards.values()),
+                 "collected": sum(int(s.meta.get("collected") or 0) for s in shards.values()),
+                 "completed": sum(int(s.meta.get("completed") or 0) for s in shards.values()),
+                 "merged_from": [shards[k].path for k in sorted(shards)]})
+    return {**meta, "rows": rows}
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` through a temporary file in the same directory and rename it over ``path``: a reader sees
+    the old file or the new one, never a truncated one (a full disk leaves the old file and raises OSError)."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per family: a count per verdict, the worst error (largest max_abs_err) and the best TFLOPS."""
+    verdicts = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        s = out.setdefault(r.get("family") or "?", {**{v: 0 for v in verdicts}, "worst_abs_err": None,
+                                                     "worst_id": "", "best_tflops": None, "best_id": ""})
+        s[r["verdict"]] = s.get(r["verdict"], 0) + 1
+        e = _num(r.get("max_abs_err"))
+        if e is not None and r["verdict"] in ("passed", "failed") and (s["worst_abs_err"] is None or e > s["worst_abs_err"]):
+            s["worst_abs_err"], s["worst_id"] = e, r["id"]
+        t = _num(r.get("tflops"))
+        if t is not None and r["verdict"] == "passed" and (s["best_tflops"] is None or t > s["best_tflops"]):
+            s["best_tflops"], s["best_id"] = t, r["id"]
+    return out
+
+
+def write_report_doc(doc: dict[str, Any], path: str | Path) -> Path:
+    """Write a report document (schema, version, summary and field order recomputed) atomically as JSON."""
+    rows = doc["rows"]
+    fields = list(doc.get("fields") or (rows[0].keys() if rows else ()))
+    meta = {k: v for k, v in doc.items() if k not in ("rows", "summary", "fields", "schema", "version")}
+    out = {"schema": REPORT_SCHEMA, "version": max(READABLE_VERSIONS), **meta, "summary": summarize(rows),
+           "fields": fields, "rows": rows}
+    return atomic_write_text(path, json.dumps(out, indent=1, default=str) + "\n")
+
+
+def rows_of(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    return [r for p in paths for r in load_report(p).rows]
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, default=str)
