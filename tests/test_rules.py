@@ -203,3 +203,18 @@ def test_no_module_reaches_into_the_dispatchers_privates_and_backends_do_not_imp
     assert [f.name for f in backends if any(m == "ckfmha.dispatcher" for m, _ in _imports(f))] == []
     runner = _imports(ROOT / "ckfmha" / "runner.py")
     assert [m for m, _ in runner if m.startswith("ckfmha.backends.cpu")] == []
+
+
+def test_the_triton_warmup_problem_fits_every_sm90_kernel() -> None:
+    """The Triton backend compiles a kernel by launching it on warmup.synthetic_problem, and its launch check
+    applies the dispatcher's rules: every sm90 kernel must fit its own synthetic problem (no GPU needed)."""
+    from ckfmha.backends.triton.warmup import synthetic_problem
+    from ckfmha.enumeration import enumerate_kernels
+    from ckfmha.kernel import Family
+    from ckfmha.plan import FAMILY_ROLE
+    from ckfmha.rules import fits
+
+    configs = [c for c in enumerate_kernels("sm90") if c.family is not Family.FWD_SPLITKV_COMBINE]
+    assert len(configs) > 1000
+    bad = [(c.kernel_id, why) for c in configs if (why := fits(synthetic_problem(c), FAMILY_ROLE[c.family], c))]
+    assert bad == [], bad[:5]

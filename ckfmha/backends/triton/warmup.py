@@ -9,7 +9,8 @@ from ckfmha.kernel import Bias, Family, KernelConfig, MaskImpl, Mode
 
 
 def synthetic_problem(c: KernelConfig):
-    """A small problem the config can serve, for compiling: aligned lengths, the config's features."""
+    """A small problem the config serves (``ckfmha.rules.fits``), for compiling: aligned lengths, the config's
+    features."""
     from ckfmha.problem import Problem
 
     s, a = c.signature, c.algorithm
@@ -22,8 +23,10 @@ def synthetic_problem(c: KernelConfig):
         kw["mask"] = "t" if s.mask in (MaskImpl.ANY, MaskImpl.CAUSAL) else "t:4,4"
     if s.bias is not Bias.NONE:
         kw["bias"] = s.bias
-    kw["lse"] = s.lse and fam is Family.FWD
+    kw["lse"] = s.lse and fam in (Family.FWD, Family.FWD_PAGEDKV)
     kw["sink"] = s.sink
+    if s.skip_min_seqlen_q:
+        kw["min_seqlen_q"] = 1  # a skip kernel serves only problems that skip (ckfmha.rules)
     if s.logits_soft_cap:
         kw["logits_soft_cap"] = 30.0
     if s.dropout.value != "none":
