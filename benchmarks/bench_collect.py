@@ -25,8 +25,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args, extra = ap.parse_known_args(argv)
     env = dict(os.environ, CKFMHA_NO_DETECT=os.environ.get("CKFMHA_NO_DETECT", "1"))
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
-           "--ckfmha-category", args.category, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--collect-only",
+        "-q",
+        "--ckfmha-category",
+        args.category,
+        *extra,
+    ]
     times, count = [], "?"
     for i in range(args.repeat):
         t0 = time.perf_counter()
@@ -39,8 +49,10 @@ def main(argv=None) -> int:
         count = m.group(1) if m else "?"
         times.append(dt)
         print(f"run {i + 1}: {dt:.2f} s wall ({count} items)")
-    print(f"collect-only --ckfmha-category {args.category}: best {min(times):.2f} s, {count} items "
-          f"(target for nightly: <= 15 s)")
+    print(
+        f"collect-only --ckfmha-category {args.category}: best {min(times):.2f} s, {count} items "
+        f"(target for nightly: <= 15 s)"
+    )
     return 0
 
 

@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     time_ok = median <= TIME_TARGET_S
     mem_ok = peak_mb <= MEMORY_TARGET_MB
 
-    print(f"CK enumeration benchmark: {len(Api)} apis x {len(CK_ARCHS)} archs ({', '.join(CK_ARCHS)}) "
-          f"x {len(MASK_MODES)} mask modes, receipt 0")
+    print(
+        f"CK enumeration benchmark: {len(Api)} apis x {len(CK_ARCHS)} archs ({', '.join(CK_ARCHS)}) "
+        f"x {len(MASK_MODES)} mask modes, receipt 0"
+    )
     print(f"{'api':<18}{'names':>10}{'seconds':>10}")
     for api in Api:
         if api in missing:
@@ -129,10 +131,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{api.value:<18}{counts[api.value]:>10,}{api_median[api.value]:>10.3f}")
     print(f"{'total':<18}{sum(counts.values()):>10,}{median:>10.3f}")
     print("(the first api's time includes reading the arch data files)")
-    print(f"wall time: median {median:.3f} s, fastest {min(times):.3f} s over {len(times)} run(s) "
-          f"({', '.join(f'{t:.3f}' for t in times)})")
-    print(f"machine calibration loop: {calib_before:.3f} s before, {calib_after:.3f} s after "
-          "(compare runs only at similar calibration times)")
+    print(
+        f"wall time: median {median:.3f} s, fastest {min(times):.3f} s over {len(times)} run(s) "
+        f"({', '.join(f'{t:.3f}' for t in times)})"
+    )
+    print(
+        f"machine calibration loop: {calib_before:.3f} s before, {calib_after:.3f} s after "
+        "(compare runs only at similar calibration times)"
+    )
     print(f"peak memory: tracemalloc heap {heap_mb:.1f} MB, maxrss {rss_mb:.1f} MB")
     print(f"target time   <= {TIME_TARGET_S:.1f} s : {'PASS' if time_ok else 'FAIL'} ({median:.3f} s)")
     print(f"target memory <= {MEMORY_TARGET_MB:.0f} MB: {'PASS' if mem_ok else 'FAIL'} ({peak_mb:.1f} MB)")
@@ -140,13 +146,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: not implemented yet: {', '.join(a.value for a in missing)} (excluded from the totals)")
 
     if args.json:
-        args.json.write_text(json.dumps({
-            "counts": counts, "api_median_s": api_median, "not_implemented": [a.value for a in missing], "times_s": times,
-            "median_s": median, "fastest_s": min(times), "calibration_s": [calib_before, calib_after],
-            "tracemalloc_peak_mb": heap_mb, "maxrss_mb": rss_mb,
-            "time_target_s": TIME_TARGET_S, "memory_target_mb": MEMORY_TARGET_MB,
-            "time_pass": time_ok, "memory_pass": mem_ok,
-        }, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "counts": counts,
+                    "api_median_s": api_median,
+                    "not_implemented": [a.value for a in missing],
+                    "times_s": times,
+                    "median_s": median,
+                    "fastest_s": min(times),
+                    "calibration_s": [calib_before, calib_after],
+                    "tracemalloc_peak_mb": heap_mb,
+                    "maxrss_mb": rss_mb,
+                    "time_target_s": TIME_TARGET_S,
+                    "memory_target_mb": MEMORY_TARGET_MB,
+                    "time_pass": time_ok,
+                    "memory_pass": mem_ok,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -22,14 +22,13 @@ import time
 import torch
 import torch.nn.functional as F
 import triton
+from fwd_report import render
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckfmha.backends.triton.launch import attention_launcher, combine_launcher
 from ckfmha.dispatcher import Dispatcher
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
-
-from fwd_report import render
 
 TOKENS = 32 * 1024
 HEAD_SIZE = 2048
@@ -65,8 +64,9 @@ def prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
             for s in seqs:
                 for causal in (False, True):
                     b, h = TOKENS // s, HEAD_SIZE // d
-                    p = Problem(dtype=dt, batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d,
-                                mask="b" if causal else "0")
+                    p = Problem(
+                        dtype=dt, batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b" if causal else "0"
+                    )
                     plan = disp.select(p)
                     cfg = plan.stages[0].kernel
                     torch.manual_seed(0)
@@ -84,22 +84,39 @@ def prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
                     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                         try:
                             with sdpa_kernel([be]):
-                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+
+                                def fn(q=q, k=k, v=v, c=causal):
+                                    return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+
                                 fn()
                                 out[name] = bench(fn)
                         except RuntimeError as e:  # backend cannot run this shape
                             out[name] = float("nan")
                             print(f"  {name} unavailable for {dt} d{d} s{s}: {str(e)[:80]}", file=sys.stderr)
                     fl = flops(b, h, s, d, causal)
-                    row = dict(dtype=dt, hdim=d, seqlen=s, batch=b, heads=h, causal=causal, kernel=cfg.kernel_id,
-                               rel_err=err, ms=ms_ours, tflops=fl / ms_ours / 1e9,
-                               flash_tflops=fl / out["flash"] / 1e9, cudnn_tflops=fl / out["cudnn"] / 1e9)
+                    row = dict(
+                        dtype=dt,
+                        hdim=d,
+                        seqlen=s,
+                        batch=b,
+                        heads=h,
+                        causal=causal,
+                        kernel=cfg.kernel_id,
+                        rel_err=err,
+                        ms=ms_ours,
+                        tflops=fl / ms_ours / 1e9,
+                        flash_tflops=fl / out["flash"] / 1e9,
+                        cudnn_tflops=fl / out["cudnn"] / 1e9,
+                    )
                     row["vs_flash"] = row["tflops"] / row["flash_tflops"]
                     row["vs_cudnn"] = row["tflops"] / row["cudnn_tflops"]
                     rows.append(row)
-                    print(f"{dt} d{d:<3} s{s:<5} {'causal' if causal else 'full  '} ours {row['tflops']:6.1f} "
-                          f"flash {row['flash_tflops']:6.1f} cudnn {row['cudnn_tflops']:6.1f} "
-                          f"x{row['vs_flash']:.2f}/x{row['vs_cudnn']:.2f} err {err:.1e}", flush=True)
+                    print(
+                        f"{dt} d{d:<3} s{s:<5} {'causal' if causal else 'full  '} ours {row['tflops']:6.1f} "
+                        f"flash {row['flash_tflops']:6.1f} cudnn {row['cudnn_tflops']:6.1f} "
+                        f"x{row['vs_flash']:.2f}/x{row['vs_cudnn']:.2f} err {err:.1e}",
+                        flush=True,
+                    )
     return rows
 
 
@@ -111,8 +128,18 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
     for b, hq, hk, sk in cases:
         d = 128
         page = 128
-        p = Problem(family="fwd_splitkv", dtype="bf16", batch=b, nhead_q=hq, nhead_k=hk, seqlen_q=1, seqlen_k=sk,
-                    hdim_q=d, page_block_size=page, num_splits=2)
+        p = Problem(
+            family="fwd_splitkv",
+            dtype="bf16",
+            batch=b,
+            nhead_q=hq,
+            nhead_k=hk,
+            seqlen_q=1,
+            seqlen_k=sk,
+            hdim_q=d,
+            page_block_size=page,
+            num_splits=2,
+        )
         # splits from the dispatcher's decode heuristic (memory-bound: fill the GPU with loads in flight)
         from ckfmha.dispatcher import decode_num_splits
 
@@ -125,15 +152,20 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
         vc = torch.randn_like(kc)
         bt = torch.randperm(npages, device="cuda", dtype=torch.int32).reshape(b, sk // page)
         q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
-        t = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": bt,
-             "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
-             "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
-             "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
-             "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32)}
+        t = {
+            "q": q,
+            "k_cache": kc,
+            "v_cache": vc,
+            "block_table": bt,
+            "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
+            "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
+            "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
+            "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
+        }
         l1 = attention_launcher(split.kernel, p, t, split=True, num_splits=n)
         l2 = combine_launcher(comb.kernel, p, t, n)
 
-        def both():
+        def both(l1=l1, l2=l2):
             l1()
             l2()
 
@@ -147,11 +179,25 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
         ms = bench(both)
         nbytes = (kc.numel() + vc.numel()) * 2 + q.numel() * 2 * 2
         gbps = nbytes / (ms * 1e-3) / 1e9
-        row = dict(batch=b, nhead_q=hq, nhead_k=hk, seqlen_k=sk, num_splits=n, kernel=split.kernel.kernel_id,
-                   ms=ms, gbps=gbps, copy_gbps=copy_gbps, fraction=gbps / copy_gbps, rel_err=err)
+        row = dict(
+            batch=b,
+            nhead_q=hq,
+            nhead_k=hk,
+            seqlen_k=sk,
+            num_splits=n,
+            kernel=split.kernel.kernel_id,
+            ms=ms,
+            gbps=gbps,
+            copy_gbps=copy_gbps,
+            fraction=gbps / copy_gbps,
+            rel_err=err,
+        )
         rows.append(row)
-        print(f"decode b{b} hq{hq} hk{hk} sk{sk} splits {n}: {gbps:7.0f} GB/s = {row['fraction']:.0%} of copy "
-              f"({ms:.3f} ms) err {err:.1e}", flush=True)
+        print(
+            f"decode b{b} hq{hq} hk{hk} sk{sk} splits {n}: {gbps:7.0f} GB/s = {row['fraction']:.0%} of copy "
+            f"({ms:.3f} ms) err {err:.1e}",
+            flush=True,
+        )
         del kc, vc
     return rows
 
@@ -167,12 +213,21 @@ def main() -> int:
 
     disp = Dispatcher(reg, get_backend("triton"), num_cus=torch.cuda.get_device_properties(0).multi_processor_count)
     copy = measure_copy_bandwidth()
-    print(f"device {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
-          f"copy bandwidth {copy:.0f} GB/s", flush=True)
+    print(
+        f"device {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
+        f"copy bandwidth {copy:.0f} GB/s",
+        flush=True,
+    )
     pre = prefill_rows(disp, args.quick)
     dec = decode_rows(disp, copy, args.quick)
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "copy_gbps": copy, "prefill": pre, "decode": dec}
+    doc = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "copy_gbps": copy,
+        "prefill": pre,
+        "decode": dec,
+    }
     text, _ = render(doc)
     print("\n" + text + f"\n({time.time() - t0:.0f} s)")
     if args.json:

@@ -1,6 +1,6 @@
 """Forward reference speed vs a plain NumPy softmax(Q K^T) V of the same shape (target: ratio <= 1.5).
 
-    python3 benchmarks/bench_reference.py [--b 1 --h 8 --s 2048 --d 128 --repeat 3]
+python3 benchmarks/bench_reference.py [--b 1 --h 8 --s 2048 --d 128 --repeat 3]
 """
 
 from __future__ import annotations

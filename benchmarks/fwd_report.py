@@ -12,13 +12,16 @@ import sys
 
 def render(doc: dict) -> tuple[str, bool]:
     """The report (markdown tables with ratios and target verdicts, then the counts) of a run's JSON document."""
-    out = [f"# device {doc['device']}, torch {doc['torch']}, triton {doc['triton']}, "
-           f"measured copy bandwidth {doc['copy_gbps']:.0f} GB/s",
-           "# do_bench medians; TFLOPS = 4*b*h*area*d (causal area exact); targets: >=1.3x SDPA-flash every row, "
-           ">=0.9x cuDNN at d128 s>=4k, decode >=70% of copy bandwidth", "",
-           "| dtype | hdim | seqlen | causal | kernel tile | ours TFLOPS | SDPA-flash | cuDNN | x flash | x cuDNN "
-           "| targets |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"# device {doc['device']}, torch {doc['torch']}, triton {doc['triton']}, "
+        f"measured copy bandwidth {doc['copy_gbps']:.0f} GB/s",
+        "# do_bench medians; TFLOPS = 4*b*h*area*d (causal area exact); targets: >=1.3x SDPA-flash every row, "
+        ">=0.9x cuDNN at d128 s>=4k, decode >=70% of copy bandwidth",
+        "",
+        "| dtype | hdim | seqlen | causal | kernel tile | ours TFLOPS | SDPA-flash | cuDNN | x flash | x cuDNN "
+        "| targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     flash_met = cudnn_met = cudnn_rows = 0
     ok_all = True
     for r in doc["prefill"]:
@@ -30,22 +33,32 @@ def render(doc: dict) -> tuple[str, bool]:
         ok = t_flash and (t_cudnn is not False)
         ok_all &= ok
         tile = next((tok[1:] for tok in r["kernel"].split(".") if tok.startswith("b") and "x" in tok), "?")
-        out.append(f"| {r['dtype']} | {r['hdim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | {tile} | "
-                   f"{r['tflops']:.1f} | {r['flash_tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['vs_flash']:.2f} | "
-                   f"{r['vs_cudnn']:.2f} | {'PASS' if ok else 'FAIL'} |")
-    out += ["", "| batch | hq/hk | seqlen_k | splits | GB/s | % of copy | target 70% |", "|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {r['dtype']} | {r['hdim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | {tile} | "
+            f"{r['tflops']:.1f} | {r['flash_tflops']:.1f} | {r['cudnn_tflops']:.1f} | {r['vs_flash']:.2f} | "
+            f"{r['vs_cudnn']:.2f} | {'PASS' if ok else 'FAIL'} |"
+        )
+    out += [
+        "",
+        "| batch | hq/hk | seqlen_k | splits | GB/s | % of copy | target 70% |",
+        "|---|---|---|---|---|---|---|",
+    ]
     dec_met = 0
     for r in doc["decode"]:
         ok = r["fraction"] >= 0.7
         dec_met += ok
         ok_all &= ok
-        out.append(f"| {r['batch']} | {r['nhead_q']}/{r['nhead_k']} | {r['seqlen_k']} | {r['num_splits']} | "
-                   f"{r['gbps']:.0f} | {r['fraction']:.0%} | {'PASS' if ok else 'FAIL'} |")
-    out += ["", f">=1.3x SDPA-flash: {flash_met}/{len(doc['prefill'])} rows; >=0.9x cuDNN (d128, s>=4k): "
-                f"{cudnn_met}/{cudnn_rows} rows; decode >=70% of copy: {dec_met}/{len(doc['decode'])} rows; "
-                f"all targets {'met' if ok_all else 'NOT met'}"]
+        out.append(
+            f"| {r['batch']} | {r['nhead_q']}/{r['nhead_k']} | {r['seqlen_k']} | {r['num_splits']} | "
+            f"{r['gbps']:.0f} | {r['fraction']:.0%} | {'PASS' if ok else 'FAIL'} |"
+        )
+    out += [
+        "",
+        f">=1.3x SDPA-flash: {flash_met}/{len(doc['prefill'])} rows; >=0.9x cuDNN (d128, s>=4k): "
+        f"{cudnn_met}/{cudnn_rows} rows; decode >=70% of copy: {dec_met}/{len(doc['decode'])} rows; "
+        f"all targets {'met' if ok_all else 'NOT met'}",
+    ]
     return "\n".join(out), ok_all
-
 
 
 def main(argv: list[str]) -> int:

@@ -59,25 +59,65 @@ GRAD_ELEMENT_FRACTION = 0.01
 
 
 def sweep(quick: bool) -> list[Problem]:
-    shapes = [(2, 8, 8, 256, 256, 64), (2, 8, 2, 200, 333, 128)] if quick else [
-        (2, 8, 8, 256, 256, 64), (2, 8, 2, 200, 333, 128), (1, 16, 4, 1024, 1024, 128), (4, 4, 1, 77, 512, 64),
-        (1, 8, 8, 1, 4096, 128)]
+    shapes = (
+        [(2, 8, 8, 256, 256, 64), (2, 8, 2, 200, 333, 128)]
+        if quick
+        else [
+            (2, 8, 8, 256, 256, 64),
+            (2, 8, 2, 200, 333, 128),
+            (1, 16, 4, 1024, 1024, 128),
+            (4, 4, 1, 77, 512, 64),
+            (1, 8, 8, 1, 4096, 128),
+        ]
+    )
     out = []
     for fam in ("fwd", "bwd"):
         for dt in ("fp16", "bf16"):
             for b, hq, hk, sq, sk, d in shapes:
                 for m in MASKS:
-                    out.append(Problem(family=fam, dtype=dt, batch=b, nhead_q=hq, nhead_k=hk, seqlen_q=sq,
-                                       seqlen_k=sk, hdim_q=d, mask=m, lse=(fam == "fwd")))
+                    out.append(
+                        Problem(
+                            family=fam,
+                            dtype=dt,
+                            batch=b,
+                            nhead_q=hq,
+                            nhead_k=hk,
+                            seqlen_q=sq,
+                            seqlen_k=sk,
+                            hdim_q=d,
+                            mask=m,
+                            lse=(fam == "fwd"),
+                        )
+                    )
     # features only some backends express
-    out += [Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, bias="elementwise"),
-            Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, bias="alibi", mask="b"),
-            Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, logits_soft_cap=30.0, lse=True),
-            Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, sink=True, mask="t:64,0", lse=True),
-            Problem(mode="group", batch=3, nhead_q=8, nhead_k=2, seqlens_q=(17, 256, 5), seqlens_k=(33, 256, 300),
-                    hdim_q=128, mask="b", lse=True),
-            Problem(family="bwd", dtype="bf16", mode="group", batch=2, nhead_q=4, seqlens_q=(100, 37),
-                    seqlens_k=(64, 200), hdim_q=64, mask="t")]
+    out += [
+        Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, bias="elementwise"),
+        Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, bias="alibi", mask="b"),
+        Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, logits_soft_cap=30.0, lse=True),
+        Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, sink=True, mask="t:64,0", lse=True),
+        Problem(
+            mode="group",
+            batch=3,
+            nhead_q=8,
+            nhead_k=2,
+            seqlens_q=(17, 256, 5),
+            seqlens_k=(33, 256, 300),
+            hdim_q=128,
+            mask="b",
+            lse=True,
+        ),
+        Problem(
+            family="bwd",
+            dtype="bf16",
+            mode="group",
+            batch=2,
+            nhead_q=4,
+            seqlens_q=(100, 37),
+            seqlens_k=(64, 200),
+            hdim_q=64,
+            mask="t",
+        ),
+    ]
     return out
 
 
@@ -88,14 +128,28 @@ def dropout_sweep() -> list[Problem]:
         for dt in ("fp16", "bf16"):
             for b, hq, hk, sq, sk, d in ((2, 4, 4, 128, 128, 64), (1, 4, 2, 96, 160, 128)):
                 for m in ("0", "t"):
-                    out.append(Problem(family=fam, dtype=dt, batch=b, nhead_q=hq, nhead_k=hk, seqlen_q=sq,
-                                       seqlen_k=sk, hdim_q=d, mask=m, p_drop=0.2, lse=(fam == "fwd")))
+                    out.append(
+                        Problem(
+                            family=fam,
+                            dtype=dt,
+                            batch=b,
+                            nhead_q=hq,
+                            nhead_k=hk,
+                            seqlen_q=sq,
+                            seqlen_k=sk,
+                            hdim_q=d,
+                            mask=m,
+                            p_drop=0.2,
+                            lse=(fam == "fwd"),
+                        )
+                    )
     return out
 
 
 # ------------------------------------------------------------------------------------------ injections
-def inject_grad_element(outputs: dict, name: str, magnitude: float, fraction: float = GRAD_ELEMENT_FRACTION
-                        ) -> tuple[dict, tuple[int, ...], float]:
+def inject_grad_element(
+    outputs: dict, name: str, magnitude: float, fraction: float = GRAD_ELEMENT_FRACTION
+) -> tuple[dict, tuple[int, ...], float]:
     """A copy of ``outputs`` whose ``name`` has its middle element (flattened order) raised by ``fraction`` x
     ``magnitude`` (the gradient's max |value|: the float64 truth's, so that a gradient that is exactly zero -- a
     query that sees a single key -- has nothing to inject into, whatever noise a kernel leaves there); returns
@@ -159,31 +213,55 @@ def _all(r: SideResult, key: str):
 
 
 def row_of(side_name: str, p: Problem, r: SideResult) -> dict:
-    return {"backend": side_name, "problem": str(p), "family": p.family.value, "dtype": p.dtype.value,
-            "mask": p.mask.to_ck(), "gqa": p.nhead_q != p.nhead_k, "verdict": r.verdict.value,
-            "rule": r.rule.value if r.rule else None, "noise_passed": _all(r, "noise_passed"),
-            "elementwise_passed": _all(r, "elementwise_passed"), "error_ratio": _by_output(r, "error_ratio"),
-            "err_vs_truth": _by_output(r, "err_vs_truth"), "ref_err_vs_truth": _by_output(r, "ref_err_vs_truth"),
-            "reason": r.reason, "notes": r.notes, "checks": r.checks, "torch_seconds": r.fields.get("seconds")}
+    return {
+        "backend": side_name,
+        "problem": str(p),
+        "family": p.family.value,
+        "dtype": p.dtype.value,
+        "mask": p.mask.to_ck(),
+        "gqa": p.nhead_q != p.nhead_k,
+        "verdict": r.verdict.value,
+        "rule": r.rule.value if r.rule else None,
+        "noise_passed": _all(r, "noise_passed"),
+        "elementwise_passed": _all(r, "elementwise_passed"),
+        "error_ratio": _by_output(r, "error_ratio"),
+        "err_vs_truth": _by_output(r, "err_vs_truth"),
+        "ref_err_vs_truth": _by_output(r, "ref_err_vs_truth"),
+        "reason": r.reason,
+        "notes": r.notes,
+        "checks": r.checks,
+        "torch_seconds": r.fields.get("seconds"),
+    }
 
 
 def _ratios(r: SideResult) -> str:
-    return " ".join(f"{n}:{'-' if c.get('error_ratio') is None else format(c['error_ratio'], '.2f')}"
-                    for n, c in r.checks.items())
+    return " ".join(
+        f"{n}:{'-' if c.get('error_ratio') is None else format(c['error_ratio'], '.2f')}" for n, c in r.checks.items()
+    )
 
 
 def _flag(v) -> str:
     return "-" if v is None else ("pass" if v else "FAIL")
 
 
-def _injected_row(kind: str, side_name: str, p: Problem, verdict: Verdict, words: str, checks: dict,
-                  extra: dict) -> dict:
+def _injected_row(
+    kind: str, side_name: str, p: Problem, verdict: Verdict, words: str, checks: dict, extra: dict
+) -> dict:
     """One injected run: caught iff its verdict is ran_invalid (an error or a skip is not a catch)."""
-    return {"inject": kind, "backend": side_name, "problem": str(p), "family": p.family.value,
-            "dtype": p.dtype.value, **extra, "verdict": verdict.value, "caught": verdict is Verdict.RAN_INVALID,
-            "noise_passed": all(c["noise_passed"] for c in checks.values()),
-            "elementwise_passed": all(c["elementwise_passed"] for c in checks.values()),
-            "error_ratio": {n: c["error_ratio"] for n, c in checks.items()}, "words": words}
+    return {
+        "inject": kind,
+        "backend": side_name,
+        "problem": str(p),
+        "family": p.family.value,
+        "dtype": p.dtype.value,
+        **extra,
+        "verdict": verdict.value,
+        "caught": verdict is Verdict.RAN_INVALID,
+        "noise_passed": all(c["noise_passed"] for c in checks.values()),
+        "elementwise_passed": all(c["elementwise_passed"] for c in checks.values()),
+        "error_ratio": {n: c["error_ratio"] for n, c in checks.items()},
+        "words": words,
+    }
 
 
 def catch_summary(kind: str, injected: list[dict], not_injected: list[str] = ()) -> dict:
@@ -191,12 +269,16 @@ def catch_summary(kind: str, injected: list[dict], not_injected: list[str] = ())
     ``not_injected`` names the runs where no bug could be injected (side did not run, all-zero tensor)."""
     n = len(injected)
     caught = sum(1 for r in injected if r["caught"])
-    return {"inject": kind, "rows": n, "caught": caught, "not_injected": list(not_injected),
-            "caught_by_noise_floor": sum(1 for r in injected if not r["noise_passed"]),
-            "caught_elementwise": sum(1 for r in injected if not r["elementwise_passed"]),
-            "missed": [f"{r['backend']} {r['problem']} {r.get('tensor', '')}".strip()
-                       for r in injected if not r["caught"]],
-            "line": f"injected bug caught in {caught} of {n} rows ({kind})"}
+    return {
+        "inject": kind,
+        "rows": n,
+        "caught": caught,
+        "not_injected": list(not_injected),
+        "caught_by_noise_floor": sum(1 for r in injected if not r["noise_passed"]),
+        "caught_elementwise": sum(1 for r in injected if not r["elementwise_passed"]),
+        "missed": [f"{r['backend']} {r['problem']} {r.get('tensor', '')}".strip() for r in injected if not r["caught"]],
+        "line": f"injected bug caught in {caught} of {n} rows ({kind})",
+    }
 
 
 # ------------------------------------------------------------------------------------------ modes
@@ -207,8 +289,14 @@ def run_torch_sweep(args, backends: list[str], inject: str | None) -> tuple[list
     rows, counts, injected, not_injected = [], {}, [], []
     sides = {b: TorchSide(b, device=args.device) for b in backends}
     for b in backends:
-        counts[b] = {"ran_valid": 0, "ran_invalid": 0, "skipped": 0, "error": 0, "unsupported": 0,
-                     "elementwise_invalid": 0}
+        counts[b] = {
+            "ran_valid": 0,
+            "ran_invalid": 0,
+            "skipped": 0,
+            "error": 0,
+            "unsupported": 0,
+            "elementwise_invalid": 0,
+        }
     # problem-major, so each problem's inputs and references are made once (the caches keep the latest two)
     for p in problems:
         for b, side in sides.items():
@@ -220,8 +308,11 @@ def run_torch_sweep(args, backends: list[str], inject: str | None) -> tuple[list
                 counts[b]["elementwise_invalid"] += 1
             row["row_seconds"] = time.perf_counter() - t0
             rows.append(row)
-            print(f"{b:9s} {r.verdict.value:11s} noise {_flag(row['noise_passed']):4s} "
-                  f"elementwise {_flag(row['elementwise_passed']):4s} ratio {_ratios(r):28s} {p}", flush=True)
+            print(
+                f"{b:9s} {r.verdict.value:11s} noise {_flag(row['noise_passed']):4s} "
+                f"elementwise {_flag(row['elementwise_passed']):4s} ratio {_ratios(r):28s} {p}",
+                flush=True,
+            )
             if inject == "grad-element" and p.is_backward and r.verdict.ran:
                 truth, _ = noise_references(p, args.seed)
                 for g in (n for n in GRADIENTS if n in r.outputs):
@@ -232,13 +323,23 @@ def run_torch_sweep(args, backends: list[str], inject: str | None) -> tuple[list
                         continue
                     # only the injected tensor changed: it alone is judged (the clean row holds the others)
                     j = judge(p, args.seed, bad, [g], r.rule)
-                    injected.append(_injected_row(inject, b, p, j.verdict, j.words, j.checks,
-                                                  {"rule": j.rule.value, "tensor": g, "index": list(index),
-                                                   "delta": delta}))
+                    injected.append(
+                        _injected_row(
+                            inject,
+                            b,
+                            p,
+                            j.verdict,
+                            j.words,
+                            j.checks,
+                            {"rule": j.rule.value, "tensor": g, "index": list(index), "delta": delta},
+                        )
+                    )
                     ratio = j.checks[g]["error_ratio"]
-                    print(f"  injected {g}{list(index)} += {delta:.3g}: {j.verdict.value} (noise "
-                          f"{_flag(j.checks[g]['noise_passed'])}, ratio {'-' if ratio is None else f'{ratio:.2f}'})",
-                          flush=True)
+                    print(
+                        f"  injected {g}{list(index)} += {delta:.3g}: {j.verdict.value} (noise "
+                        f"{_flag(j.checks[g]['noise_passed'])}, ratio {'-' if ratio is None else f'{ratio:.2f}'})",
+                        flush=True,
+                    )
     return rows, counts, injected, not_injected
 
 
@@ -253,8 +354,14 @@ def run_dropout_injection(args) -> tuple[list, dict, list, list]:
             sides.append(side)
     rows, counts, injected, not_injected = [], {}, [], []
     for side in sides:
-        counts[side.name] = {"ran_valid": 0, "ran_invalid": 0, "skipped": 0, "error": 0, "unsupported": 0,
-                             "elementwise_invalid": 0}
+        counts[side.name] = {
+            "ran_valid": 0,
+            "ran_invalid": 0,
+            "skipped": 0,
+            "error": 0,
+            "unsupported": 0,
+            "elementwise_invalid": 0,
+        }
     for p in dropout_sweep():
         for side in sides:
             clean = side.run(p, args.seed)
@@ -263,17 +370,27 @@ def run_dropout_injection(args) -> tuple[list, dict, list, list]:
             rows.append(row)
             if not clean.verdict.ran:
                 not_injected.append(f"{side.name} {p}: {clean.verdict.value}")
-                print(f"{side.name:12s} {clean.verdict.value:11s} (not injected) {p}: {clean.reason[:100]}",
-                      flush=True)
+                print(f"{side.name:12s} {clean.verdict.value:11s} (not injected) {p}: {clean.reason[:100]}", flush=True)
                 continue
             with dropout_threshold_off_by_one():
                 bad = side.run(p, args.seed)
-            injected.append(_injected_row("dropout-threshold", side.name, p, bad.verdict, bad.reason, bad.checks,
-                                          {"rule": bad.rule.value if bad.rule else None,
-                                           "threshold": "randval <= p_undrop_u8(p_drop) - 1"}))
-            print(f"{side.name:12s} clean {clean.verdict.value:11s} injected {bad.verdict.value:11s} "
-                  f"noise {_flag(_all(bad, 'noise_passed'))} elementwise {_flag(_all(bad, 'elementwise_passed'))} "
-                  f"ratio {_ratios(bad)} {p}", flush=True)
+            injected.append(
+                _injected_row(
+                    "dropout-threshold",
+                    side.name,
+                    p,
+                    bad.verdict,
+                    bad.reason,
+                    bad.checks,
+                    {"rule": bad.rule.value if bad.rule else None, "threshold": "randval <= p_undrop_u8(p_drop) - 1"},
+                )
+            )
+            print(
+                f"{side.name:12s} clean {clean.verdict.value:11s} injected {bad.verdict.value:11s} "
+                f"noise {_flag(_all(bad, 'noise_passed'))} elementwise {_flag(_all(bad, 'elementwise_passed'))} "
+                f"ratio {_ratios(bad)} {p}",
+                flush=True,
+            )
     return rows, counts, injected, not_injected
 
 
@@ -301,13 +418,22 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="default: the GPU (cpu only for checking the script)")
     ap.add_argument("--inject", choices=INJECTIONS, default=None, help="run with an injected bug (see the doc)")
-    ap.add_argument("--grad-fraction", type=float, default=GRAD_ELEMENT_FRACTION,
-                    help="grad-element: the injected error as a fraction of the tensor's max |value| (default 0.01)")
-    ap.add_argument("--ckfmha-backends", default="auto,cpu",
-                    help="dropout-threshold: the ckfmha backends the dropout problems run on (default auto,cpu)")
-    ap.add_argument("--ckfmha-arch", default="gfx942",
-                    help="dropout-threshold: the kernel space of the ckfmha side (default gfx942; sm90 has no "
-                         "dropout kernels)")
+    ap.add_argument(
+        "--grad-fraction",
+        type=float,
+        default=GRAD_ELEMENT_FRACTION,
+        help="grad-element: the injected error as a fraction of the tensor's max |value| (default 0.01)",
+    )
+    ap.add_argument(
+        "--ckfmha-backends",
+        default="auto,cpu",
+        help="dropout-threshold: the ckfmha backends the dropout problems run on (default auto,cpu)",
+    )
+    ap.add_argument(
+        "--ckfmha-arch",
+        default="gfx942",
+        help="dropout-threshold: the kernel space of the ckfmha side (default gfx942; sm90 has no dropout kernels)",
+    )
     args = ap.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = [b for b in backends if b not in BACKENDS]
@@ -330,20 +456,27 @@ def main(argv=None) -> int:
     try:
         import torch
 
-        env.update(torch=torch.__version__, cuda=getattr(torch.version, "cuda", None),
-                   hip=getattr(torch.version, "hip", None))
+        env.update(
+            torch=torch.__version__, cuda=getattr(torch.version, "cuda", None), hip=getattr(torch.version, "hip", None)
+        )
     except ImportError:
         env["torch"] = None
     from ckfmha.validator import noise_floor_for
 
     floors = {d: vars(noise_floor_for(d == "backward")) for d in ("forward", "backward")}
-    report = {"tool": "benchmarks/parity_torch.py",
-              "reference": "ckfmha NumPy reference: float32 accumulation (elementwise rule, CK's tolerances) and "
-                           "float64 ground truth with the same-precision reference (noise-floor rule); "
-                           "ckfmha/data/tolerances.yaml",
-              "noise_floor": floors, "environment": env, "inject": args.inject,
-              "seconds": time.perf_counter() - t_all, "counts": counts, "worst_error_ratio": worst_ratios(rows),
-              "rows": rows}
+    report = {
+        "tool": "benchmarks/parity_torch.py",
+        "reference": "ckfmha NumPy reference: float32 accumulation (elementwise rule, CK's tolerances) and "
+        "float64 ground truth with the same-precision reference (noise-floor rule); "
+        "ckfmha/data/tolerances.yaml",
+        "noise_floor": floors,
+        "environment": env,
+        "inject": args.inject,
+        "seconds": time.perf_counter() - t_all,
+        "counts": counts,
+        "worst_error_ratio": worst_ratios(rows),
+        "rows": rows,
+    }
     summary = None
     if args.inject:
         summary = catch_summary(args.inject, injected, not_injected)
@@ -353,15 +486,23 @@ def main(argv=None) -> int:
         report["injected_rows"] = injected
     Path(args.report).write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(json.dumps(counts, indent=1))
-    print("worst error ratio (max|out - truth| / max|same_precision - truth|), noise floor k: "
-          f"fwd {floors['forward']['k']:g}, bwd {floors['backward']['k']:g}")
+    print(
+        "worst error ratio (max|out - truth| / max|same_precision - truth|), noise floor k: "
+        f"fwd {floors['forward']['k']:g}, bwd {floors['backward']['k']:g}"
+    )
     for b, per in report["worst_error_ratio"].items():
-        print("  " + b + ": " + ", ".join(f"{d} {v['ratio']:.2f} ({v['output']}, {v['problem']})"
-                                          for d, v in sorted(per.items())))
+        print(
+            "  "
+            + b
+            + ": "
+            + ", ".join(f"{d} {v['ratio']:.2f} ({v['output']}, {v['problem']})" for d, v in sorted(per.items()))
+        )
     bad = sum(c["ran_invalid"] + c["error"] for c in counts.values())
     if summary is not None:
-        print(summary["line"] + f"; noise floor alone: {summary['caught_by_noise_floor']}, CK's elementwise "
-              f"tolerance alone: {summary['caught_elementwise']}")
+        print(
+            summary["line"] + f"; noise floor alone: {summary['caught_by_noise_floor']}, CK's elementwise "
+            f"tolerance alone: {summary['caught_elementwise']}"
+        )
         for m in summary["missed"]:
             print(f"  MISSED {m}")
         if not_injected:

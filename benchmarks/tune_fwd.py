@@ -44,9 +44,19 @@ CAUSAL_CANDIDATES = {
 
 
 def cfg_for(d: int, causal: bool, bm: int, bn: int, w: int, st: int) -> KernelConfig:
-    return KernelConfig.make(family="fwd", dtype="fp16", mode="batch", hdim_q=d, hdim_v=d, arch_tag="sm90",
-                             pipeline="triton", tile=(bm, bn), warps=((w, 1, 1), (w, 1, 1)),
-                             mask="causal" if causal else "none", num_stages=st)
+    return KernelConfig.make(
+        family="fwd",
+        dtype="fp16",
+        mode="batch",
+        hdim_q=d,
+        hdim_v=d,
+        arch_tag="sm90",
+        pipeline="triton",
+        tile=(bm, bn),
+        warps=((w, 1, 1), (w, 1, 1)),
+        mask="causal" if causal else "none",
+        num_stages=st,
+    )
 
 
 def med(fn) -> float:
@@ -59,33 +69,63 @@ def tune_prefill(rows: list, tma_mode: bool = False) -> None:
         for causal in (False, True):
             for s in (4096, 16384):
                 b, h = 32768 // s, 2048 // d
-                p = Problem(dtype="fp16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d,
-                            mask="b" if causal else "0")
+                p = Problem(
+                    dtype="fp16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b" if causal else "0"
+                )
                 q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16)
                 k, v = torch.randn_like(q), torch.randn_like(q)
                 o = torch.empty_like(q)
                 area = s * (s + 1) // 2 if causal else s * s
                 fl = 4.0 * b * h * area * d
-                for (bm, bn, w, st) in cands:
-                    variants = ((False, False, True), (False, True, True), (False, True, False)) if tma_mode \
+                for bm, bn, w, st in cands:
+                    variants = (
+                        ((False, False, True), (False, True, True), (False, True, False))
+                        if tma_mode
                         else ((False, False, True), (True, False, True))
+                    )
                     for ws, use_tma, edges in variants:
                         c = cfg_for(d, causal, bm, bn, w, st)
                         try:
-                            launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o},
-                                                        shape=LaunchShape(bm, bn, d, d, w, st), warp_specialize=ws,
-                                                        tma=use_tma, tma_edges=edges)
+                            launch = attention_launcher(
+                                c,
+                                p,
+                                {"q": q, "k": k, "v": v, "o": o},
+                                shape=LaunchShape(bm, bn, d, d, w, st),
+                                warp_specialize=ws,
+                                tma=use_tma,
+                                tma_edges=edges,
+                            )
                             launch()
                             ms = med(launch)
                         except Exception as e:  # a shape that does not compile or fit: report and go on
-                            print(f"  d{d} {'causal' if causal else 'full'} s{s} {bm}x{bn} w{w} s{st} ws{int(ws)}: "
-                                  f"{type(e).__name__}: {str(e)[:100]}", flush=True)
+                            print(
+                                f"  d{d} {'causal' if causal else 'full'} s{s} {bm}x{bn} w{w} s{st} ws{int(ws)}: "
+                                f"{type(e).__name__}: {str(e)[:100]}",
+                                flush=True,
+                            )
                             continue
                         tf = fl / ms / 1e9
-                        rows.append(dict(kind="prefill", hdim=d, causal=causal, seqlen=s, bm=bm, bn=bn, warps=w,
-                                         stages=st, warp_specialize=ws, tma=use_tma, tma_edges=edges, tflops=tf))
-                        print(f"d{d} {'causal' if causal else 'full  '} s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} "
-                              f"ws{int(ws)} tma{int(use_tma)}{'' if edges else '-middle'}: {tf:6.1f} TFLOPS", flush=True)
+                        rows.append(
+                            dict(
+                                kind="prefill",
+                                hdim=d,
+                                causal=causal,
+                                seqlen=s,
+                                bm=bm,
+                                bn=bn,
+                                warps=w,
+                                stages=st,
+                                warp_specialize=ws,
+                                tma=use_tma,
+                                tma_edges=edges,
+                                tflops=tf,
+                            )
+                        )
+                        print(
+                            f"d{d} {'causal' if causal else 'full  '} s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} "
+                            f"ws{int(ws)} tma{int(use_tma)}{'' if edges else '-middle'}: {tf:6.1f} TFLOPS",
+                            flush=True,
+                        )
                 del q, k, v, o
 
 
@@ -99,25 +139,49 @@ def tune_causal(rows: list) -> None:
             o = torch.empty_like(q)
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).float()
             fl = 4.0 * b * h * (s * (s + 1) // 2) * d
-            for (bm, bn, w, st) in cands:
+            for bm, bn, w, st in cands:
                 for fuse in (True, False):
                     c = cfg_for(d, True, bm, bn, w, st)
                     try:
-                        launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o},
-                                                    shape=LaunchShape(bm, bn, d, d, w, st), fuse_tail=fuse)
+                        launch = attention_launcher(
+                            c,
+                            p,
+                            {"q": q, "k": k, "v": v, "o": o},
+                            shape=LaunchShape(bm, bn, d, d, w, st),
+                            fuse_tail=fuse,
+                        )
                         o.fill_(float("nan"))
                         launch()
                         err = ((o.float() - ref).norm() / ref.norm()).item()
                         ms = med(launch)
                     except Exception as e:  # a shape that does not compile or fit: report and go on
-                        print(f"  d{d} causal s{s} {bm}x{bn} w{w} st{st} fuse{int(fuse)}: {type(e).__name__}: "
-                              f"{str(e)[:100]}", flush=True)
+                        print(
+                            f"  d{d} causal s{s} {bm}x{bn} w{w} st{st} fuse{int(fuse)}: {type(e).__name__}: "
+                            f"{str(e)[:100]}",
+                            flush=True,
+                        )
                         continue
                     tf = fl / ms / 1e9
-                    rows.append(dict(kind="causal", hdim=d, causal=True, seqlen=s, bm=bm, bn=bn, warps=w, stages=st,
-                                     fuse_tail=fuse, rel_err=err, tflops=tf))
-                    print(f"d{d} causal s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} fuse{int(fuse)}: {tf:6.1f} TFLOPS "
-                          f"err {err:.1e}", flush=True)
+                    rows.append(
+                        dict(
+                            kind="causal",
+                            hdim=d,
+                            causal=True,
+                            seqlen=s,
+                            bm=bm,
+                            bn=bn,
+                            warps=w,
+                            stages=st,
+                            fuse_tail=fuse,
+                            rel_err=err,
+                            tflops=tf,
+                        )
+                    )
+                    print(
+                        f"d{d} causal s{s:<5} {bm:>3}x{bn:<3} w{w} st{st} fuse{int(fuse)}: {tf:6.1f} TFLOPS "
+                        f"err {err:.1e}",
+                        flush=True,
+                    )
             del q, k, v, o, ref
 
 
@@ -131,31 +195,80 @@ def tune_decode(rows: list) -> None:
         q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
         nbytes = (kc.numel() + vc.numel()) * 2
         for n in (1, 2, 3, 4, 6, 8, 12):
-            p = Problem(family="fwd_splitkv", dtype="bf16", batch=b, nhead_q=hq, nhead_k=hk, seqlen_q=1,
-                        seqlen_k=sk, hdim_q=d, page_block_size=page, num_splits=max(n, 2))
+            p = Problem(
+                family="fwd_splitkv",
+                dtype="bf16",
+                batch=b,
+                nhead_q=hq,
+                nhead_k=hk,
+                seqlen_q=1,
+                seqlen_k=sk,
+                hdim_q=d,
+                page_block_size=page,
+                num_splits=max(n, 2),
+            )
             for bn, st in ((128, 2), (128, 3), (64, 3), (64, 4)):
-                c = KernelConfig.make(family="fwd_splitkv", dtype="bf16", mode="batch", hdim_q=d, hdim_v=d,
-                                      arch_tag="sm90", pipeline="triton", tile=(16, bn), warps=((4, 1, 1), (4, 1, 1)),
-                                      lse=True, paged_kv=True, pad_s=1, pad_sk=1, pad_d=1, pad_dv=1, num_stages=st)
-                comb = KernelConfig.make(family="fwd_splitkv_combine", dtype="bf16", mode="batch", hdim_q=d,
-                                         hdim_v=d, arch_tag="sm90", pipeline="splitkv_combine", tile=(32,))
-                t = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": bt,
-                     "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
-                     "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
-                     "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
-                     "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32)}
+                c = KernelConfig.make(
+                    family="fwd_splitkv",
+                    dtype="bf16",
+                    mode="batch",
+                    hdim_q=d,
+                    hdim_v=d,
+                    arch_tag="sm90",
+                    pipeline="triton",
+                    tile=(16, bn),
+                    warps=((4, 1, 1), (4, 1, 1)),
+                    lse=True,
+                    paged_kv=True,
+                    pad_s=1,
+                    pad_sk=1,
+                    pad_d=1,
+                    pad_dv=1,
+                    num_stages=st,
+                )
+                comb = KernelConfig.make(
+                    family="fwd_splitkv_combine",
+                    dtype="bf16",
+                    mode="batch",
+                    hdim_q=d,
+                    hdim_v=d,
+                    arch_tag="sm90",
+                    pipeline="splitkv_combine",
+                    tile=(32,),
+                )
+                t = {
+                    "q": q,
+                    "k_cache": kc,
+                    "v_cache": vc,
+                    "block_table": bt,
+                    "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
+                    "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
+                    "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
+                    "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
+                }
                 l1 = attention_launcher(c, p, t, split=True, num_splits=n)
                 l2 = combine_launcher(comb, p, t, n)
 
-                def both():
+                def both(l1=l1, l2=l2):
                     l1()
                     l2()
 
                 both()
                 ms = med(both)
                 gbps = nbytes / (ms * 1e-3) / 1e9
-                rows.append(dict(kind="decode", batch=b, nhead_q=hq, nhead_k=hk, seqlen_k=sk, splits=n, bn=bn,
-                                 stages=st, gbps=gbps))
+                rows.append(
+                    dict(
+                        kind="decode",
+                        batch=b,
+                        nhead_q=hq,
+                        nhead_k=hk,
+                        seqlen_k=sk,
+                        splits=n,
+                        bn=bn,
+                        stages=st,
+                        gbps=gbps,
+                    )
+                )
                 print(f"decode b{b} hk{hk} sk{sk} splits {n:<2} bn{bn} st{st}: {gbps:6.0f} GB/s", flush=True)
         del kc, vc
 

@@ -24,8 +24,8 @@ from ckfmha.kernel import (  # noqa: F401  (public API)
     Api,
     ArchTag,
     Bias,
-    DType,
     Dropout,
+    DType,
     Family,
     KernelAlgorithm,
     KernelConfig,
@@ -44,9 +44,15 @@ from ckfmha.kernel import (  # noqa: F401  (public API)
 
 # The Python API (see the module doc), loaded on first use (PEP 562) so `import ckfmha` and the CLI stay light.
 # A name whose module is ckfmha.<name> is that module itself: `ckfmha.reference` is the callable package.
-_LAZY = {"run": "ckfmha.runner", "explain": "ckfmha.runner", "RunResult": "ckfmha.runner",
-         "Problem": "ckfmha.problem", "make_inputs": "ckfmha.inputs", "validate": "ckfmha.validator",
-         "reference": "ckfmha.reference"}
+_LAZY = {
+    "run": "ckfmha.runner",
+    "explain": "ckfmha.runner",
+    "RunResult": "ckfmha.runner",
+    "Problem": "ckfmha.problem",
+    "make_inputs": "ckfmha.inputs",
+    "validate": "ckfmha.validator",
+    "reference": "ckfmha.reference",
+}
 
 
 def __getattr__(name: str):

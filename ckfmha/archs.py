@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,7 @@ class ArchSpec:
         return Api.parse(api, "api").value in self.sections
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_arch_spec(arch: str) -> ArchSpec:
     """Load and check an arch's data file (cached)."""
     known = known_archs()
@@ -136,8 +136,9 @@ def load_arch_spec(arch: str) -> ArchSpec:
         raise ArchSpecError(f"{path}: vendor: expected 'amd' or 'nvidia', found {vendor!r}")
     num_cus = doc.get("num_cus")
     if isinstance(num_cus, bool) or not isinstance(num_cus, int) or num_cus < 1:
-        raise ArchSpecError(f"{path}: num_cus: expected a positive int (compute units of one device), found "
-                            f"{num_cus!r}")
+        raise ArchSpecError(
+            f"{path}: num_cus: expected a positive int (compute units of one device), found {num_cus!r}"
+        )
     fp8 = doc.get("fp8_format")
     if fp8 not in FP8_FORMATS:
         raise ArchSpecError(f"{path}: fp8_format: expected one of {', '.join(FP8_FORMATS)}, found {fp8!r}")
@@ -159,8 +160,10 @@ def default_arch() -> str:
     """The arch whose data file says ``default: true`` (exactly one must)."""
     marked = [a for a in known_archs() if load_arch_spec(a).default]
     if len(marked) != 1:
-        raise ArchSpecError(f"{data_dir() / 'archs'}: default: exactly one arch file must say 'default: true', "
-                            f"found {len(marked)}{': ' + ', '.join(marked) if marked else ''}")
+        raise ArchSpecError(
+            f"{data_dir() / 'archs'}: default: exactly one arch file must say 'default: true', "
+            f"found {len(marked)}{': ' + ', '.join(marked) if marked else ''}"
+        )
     return marked[0]
 
 
@@ -176,8 +179,9 @@ def ck_archs() -> tuple[str, ...]:
     """The CK archs: those whose data file says ``vendor: amd``, in LLVM target order (gfx90a < gfx942 < gfx950 <
     gfx1100 < gfx1201)."""
     specs = [load_arch_spec(a) for a in known_archs()]
-    return tuple(s.name for s in sorted((s for s in specs if s.vendor == "amd"),
-                                        key=lambda s: _gfx_order(s.path, s.name)))
+    return tuple(
+        s.name for s in sorted((s for s in specs if s.vendor == "amd"), key=lambda s: _gfx_order(s.path, s.name))
+    )
 
 
 def fp8_format(arch: str) -> str:

@@ -27,31 +27,95 @@ inferred from the arguments: ``-s_knew`` or ``-rotary_dim`` -> fwd_appendkv, els
 from __future__ import annotations
 
 import shlex
-from typing import Any, Callable, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from ckfmha.kernel import Bias, DType, Family, Mode, QScale, Rope, VLayout
 from ckfmha.limits import INT32_MAX
 from ckfmha.masking import MaskError, MaskKind, MaskSpec
 from ckfmha.problem import BWD, BWD_DTYPES, FWD_DTYPES, Layout, Problem, ProblemError
 
-RUNNER_ONLY_ARGS = frozenset({"v", "kname", "init", "seed", "warmup", "repeat", "timer", "json", "jsonfile",
-                              "drop_prefs"})
+RUNNER_ONLY_ARGS = frozenset(
+    {"v", "kname", "init", "seed", "warmup", "repeat", "timer", "json", "jsonfile", "drop_prefs"}
+)
 """Arguments of the tile_example runners that say nothing about the problem: accepted and ignored."""
-FWD_KEYS = frozenset({"mode", "b", "h", "h_k", "s", "s_k", "s_kpad", "d", "d_v", "scale_s", "iperm", "operm", "bias",
-                      "prec", "mask", "vlayout", "lse", "p_drop", "drop_seed", "drop_offset", "logits_soft_cap",
-                      "squant", "qscale", "s_knew", "rotary_dim", "rotary_interleaved", "num_splits",
-                      "page_block_size", "cache_batch_idx", "init_sink"})
-BWD_KEYS = frozenset({"mode", "b", "h", "h_k", "s", "s_k", "d", "d_v", "scale", "iperm", "operm", "bias", "dbias",
-                      "prec", "mask", "p_drop", "drop_seed", "drop_offset", "deterministic"})
+FWD_KEYS = frozenset(
+    {
+        "mode",
+        "b",
+        "h",
+        "h_k",
+        "s",
+        "s_k",
+        "s_kpad",
+        "d",
+        "d_v",
+        "scale_s",
+        "iperm",
+        "operm",
+        "bias",
+        "prec",
+        "mask",
+        "vlayout",
+        "lse",
+        "p_drop",
+        "drop_seed",
+        "drop_offset",
+        "logits_soft_cap",
+        "squant",
+        "qscale",
+        "s_knew",
+        "rotary_dim",
+        "rotary_interleaved",
+        "num_splits",
+        "page_block_size",
+        "cache_batch_idx",
+        "init_sink",
+    }
+)
+BWD_KEYS = frozenset(
+    {
+        "mode",
+        "b",
+        "h",
+        "h_k",
+        "s",
+        "s_k",
+        "d",
+        "d_v",
+        "scale",
+        "iperm",
+        "operm",
+        "bias",
+        "dbias",
+        "prec",
+        "mask",
+        "p_drop",
+        "drop_seed",
+        "drop_offset",
+        "deterministic",
+    }
+)
 # Arguments CK's tile_example binaries take (example_fmha_fwd.cpp / example_fmha_bwd.cpp, and CK's smoke scripts use
 # them) that Problem has no field for: an error that says so, not "no such argument".
-UNMODELLED_FWD = {"q_eff_lens": "per-batch effective query lengths (batch-mode padding)",
-                  "kv_eff_lens": "per-batch effective key lengths (batch-mode padding)",
-                  "s_qpad": "per-sequence physical query lengths (group-mode query padding)"}
-UNMODELLED_BWD = {"s_qpad": "per-sequence physical query lengths (group-mode query padding)",
-                  "s_kpad": "per-sequence physical key lengths (group-mode key padding)"}
-_QSCALE_TOKENS = {"n": QScale.NONE, "0": QScale.NONE, "pt": QScale.PERTENSOR, "1": QScale.PERTENSOR,
-                  "bs": QScale.BLOCKSCALE, "2": QScale.BLOCKSCALE, "mx": QScale.MX}
+UNMODELLED_FWD = {
+    "q_eff_lens": "per-batch effective query lengths (batch-mode padding)",
+    "kv_eff_lens": "per-batch effective key lengths (batch-mode padding)",
+    "s_qpad": "per-sequence physical query lengths (group-mode query padding)",
+}
+UNMODELLED_BWD = {
+    "s_qpad": "per-sequence physical query lengths (group-mode query padding)",
+    "s_kpad": "per-sequence physical key lengths (group-mode key padding)",
+}
+_QSCALE_TOKENS = {
+    "n": QScale.NONE,
+    "0": QScale.NONE,
+    "pt": QScale.PERTENSOR,
+    "1": QScale.PERTENSOR,
+    "bs": QScale.BLOCKSCALE,
+    "2": QScale.BLOCKSCALE,
+    "mx": QScale.MX,
+}
 _QSCALE_RENDERED = {QScale.PERTENSOR: "pt", QScale.BLOCKSCALE: "bs"}
 
 
@@ -63,8 +127,10 @@ def _scalar(k: str, v: str) -> str:
     if v.endswith(",") and "," not in v[:-1] and len(v) > 1:
         return v[:-1]
     if "," in v and v.split(",", 1)[0]:
-        raise ProblemError(f"-{k}: {v!r} is a list, but -{k} takes one number (CK's parser would read the leading "
-                           f"{v.split(',', 1)[0]!r} and ignore the rest)")
+        raise ProblemError(
+            f"-{k}: {v!r} is a list, but -{k} takes one number (CK's parser would read the leading "
+            f"{v.split(',', 1)[0]!r} and ignore the rest)"
+        )
     return v
 
 
@@ -263,8 +329,10 @@ def _check_keys(kv: dict[str, str], binary: str) -> None:
     unmodelled = UNMODELLED_BWD if binary == "bwd" else UNMODELLED_FWD
     for k in kv:
         if k in unmodelled:
-            raise ProblemError(f"-{k}: {kv[k]!r}: tile_example_fmha_{binary} takes -{k} ({unmodelled[k]}), which "
-                               "ckfmha's Problem does not model")
+            raise ProblemError(
+                f"-{k}: {kv[k]!r}: tile_example_fmha_{binary} takes -{k} ({unmodelled[k]}), which "
+                "ckfmha's Problem does not model"
+            )
         if k not in keys and k not in RUNNER_ONLY_ARGS:
             raise ProblemError(f"-{k}: no such argument for tile_example_fmha_{binary}")
 
@@ -311,11 +379,15 @@ def _group_lengths(kv: dict[str, str], b: int, sq: list[int], sk: list[int]) -> 
 
 def _batch_lengths(kv: dict[str, str], sq: list[int], sk: list[int]) -> dict[str, Any]:
     if len(sq) != 1:
-        raise ProblemError(f"-s: {kv.get('s')!r} lists several lengths {tuple(sq)} (an empty item is 0, as CK reads "
-                           "it); per-sequence lengths need -mode=1")
+        raise ProblemError(
+            f"-s: {kv.get('s')!r} lists several lengths {tuple(sq)} (an empty item is 0, as CK reads "
+            "it); per-sequence lengths need -mode=1"
+        )
     if len(sk) != 1:
-        raise ProblemError(f"-s_k: {kv.get('s_k')!r} lists several lengths {tuple(sk)} (an empty item is 0, as CK "
-                           "reads it); per-sequence lengths need -mode=1")
+        raise ProblemError(
+            f"-s_k: {kv.get('s_k')!r} lists several lengths {tuple(sk)} (an empty item is 0, as CK "
+            "reads it); per-sequence lengths need -mode=1"
+        )
     if "s_kpad" in kv and _int_list("s_kpad", kv["s_kpad"]) != [-1]:
         raise ProblemError(f"-s_kpad: {kv['s_kpad']!r} is only modelled in group mode (-mode=1)")
     return {"seqlen_q": sq[0], "seqlen_k": None if sk[0] < 0 else sk[0]}
@@ -325,8 +397,10 @@ def _to_dtype(prec: str, binary: str) -> DType:
     try:
         return DType(prec)
     except ValueError:
-        raise ProblemError(f"-prec: {prec!r} unsupported precision; allowed: "
-                           + ", ".join(x.value for x in (BWD_DTYPES if binary == "bwd" else FWD_DTYPES))) from None
+        raise ProblemError(
+            f"-prec: {prec!r} unsupported precision; allowed: "
+            + ", ".join(x.value for x in (BWD_DTYPES if binary == "bwd" else FWD_DTYPES))
+        ) from None
 
 
 def _fwd_fields(kv: dict[str, str], dtype: DType) -> dict[str, Any]:
@@ -337,8 +411,9 @@ def _fwd_fields(kv: dict[str, str], dtype: DType) -> dict[str, Any]:
         kw["qscale"] = qscale
     kw.update(_read_args(kv, _FWD_APPEND_ARGS))
     if kw["rotary_dim"]:
-        kw["rope"] = Rope.INTERLEAVED if _to_bool("rotary_interleaved", kv.get("rotary_interleaved", "1")) \
-            else Rope.HALF_ROTATED
+        kw["rope"] = (
+            Rope.INTERLEAVED if _to_bool("rotary_interleaved", kv.get("rotary_interleaved", "1")) else Rope.HALF_ROTATED
+        )
     kw.update(_read_args(kv, _FWD_KV_CACHE_ARGS))
     if kw["seqlen_knew"] or kw["rotary_dim"]:
         kw["family"] = Family.FWD_APPENDKV
@@ -372,11 +447,13 @@ def problem_to_ck_args(problem: Problem) -> list[str]:
     if p.family is Family.BATCH_PREFILL:
         raise ProblemError("family: 'batch_prefill' has no tile_example command line")
     if p.min_seqlen_q:
-        raise ProblemError(f"min_seqlen_q: {p.min_seqlen_q} cannot be given to tile_example_fmha_fwd, which has "
-                           "no argument for it")
+        raise ProblemError(
+            f"min_seqlen_q: {p.min_seqlen_q} cannot be given to tile_example_fmha_fwd, which has no argument for it"
+        )
     if p.is_backward and p.mode is Mode.GROUP and p.s_kpad is not None:
-        raise ProblemError(f"s_kpad: {p.s_kpad!r} cannot be given to tile_example_fmha_bwd, which has no "
-                           "-s_kpad argument")
+        raise ProblemError(
+            f"s_kpad: {p.s_kpad!r} cannot be given to tile_example_fmha_bwd, which has no -s_kpad argument"
+        )
     pairs = _shape_args(p) + _common_args(p) + (_bwd_args(p) if p.is_backward else _fwd_args(p))
     return [f"-{k}={v}" for k, v in pairs if v is not None]
 
@@ -389,11 +466,19 @@ def problem_to_ck_command(problem: Problem) -> str:
 # Each of the following lists (argument, value) in the order they are written; None: CK's default, not written.
 def _shape_args(p: Problem) -> list[tuple[str, Any]]:
     group = p.mode is Mode.GROUP
-    out: list[tuple[str, Any]] = [("prec", p.dtype.value), ("mode", 1 if group else None), ("b", p.batch),
-                                  ("h", p.nhead_q), ("h_k", p.nhead_k if p.nhead_k != p.nhead_q else None)]
+    out: list[tuple[str, Any]] = [
+        ("prec", p.dtype.value),
+        ("mode", 1 if group else None),
+        ("b", p.batch),
+        ("h", p.nhead_q),
+        ("h_k", p.nhead_k if p.nhead_k != p.nhead_q else None),
+    ]
     if group:
-        out += [("s", ",".join(map(str, p.seqlens_q))), ("s_k", ",".join(map(str, p.seqlens_k))),
-                ("s_kpad", None if p.s_kpad is None else ",".join(map(str, p.s_kpad)))]
+        out += [
+            ("s", ",".join(map(str, p.seqlens_q))),
+            ("s_k", ",".join(map(str, p.seqlens_k))),
+            ("s_kpad", None if p.s_kpad is None else ",".join(map(str, p.s_kpad))),
+        ]
     else:
         out += [("s", p.seqlen_q), ("s_k", p.seqlen_k)]
     return out + [("d", p.hdim_q), ("d_v", p.hdim_v if p.hdim_v != p.hdim_q else None)]
@@ -404,14 +489,16 @@ def _common_args(p: Problem) -> list[tuple[str, Any]]:
     if p.bias is not Bias.NONE:
         tok = "e" if p.bias is Bias.ELEMENTWISE else "a"
         bias = tok if p.bias_rank == 0 else f"{tok}:{p.bias_rank}"
-    return [("scale" if p.is_backward else "scale_s", repr(p.scale) if p.scale else None),
-            ("iperm", 0 if p.input_layout is not Layout.BHSD else None),
-            ("operm", 0 if p.output_layout is not Layout.BHSD else None),
-            ("bias", bias),
-            ("mask", p.mask.to_ck() if p.mask.kind is not MaskKind.NONE else None),
-            ("p_drop", repr(p.p_drop) if p.p_drop else None),
-            ("drop_seed", p.drop_seed if p.drop_seed != 1 else None),
-            ("drop_offset", p.drop_offset or None)]
+    return [
+        ("scale" if p.is_backward else "scale_s", repr(p.scale) if p.scale else None),
+        ("iperm", 0 if p.input_layout is not Layout.BHSD else None),
+        ("operm", 0 if p.output_layout is not Layout.BHSD else None),
+        ("bias", bias),
+        ("mask", p.mask.to_ck() if p.mask.kind is not MaskKind.NONE else None),
+        ("p_drop", repr(p.p_drop) if p.p_drop else None),
+        ("drop_seed", p.drop_seed if p.drop_seed != 1 else None),
+        ("drop_offset", p.drop_offset or None),
+    ]
 
 
 def _bwd_args(p: Problem) -> list[tuple[str, Any]]:
@@ -419,14 +506,16 @@ def _bwd_args(p: Problem) -> list[tuple[str, Any]]:
 
 
 def _fwd_args(p: Problem) -> list[tuple[str, Any]]:
-    return [("lse", 1 if p.lse else None),
-            ("vlayout", "c" if p.vlayout is VLayout.COL else None),
-            ("logits_soft_cap", repr(p.logits_soft_cap) if p.logits_soft_cap else None),
-            ("init_sink", 1 if p.sink else None),
-            ("qscale", _QSCALE_RENDERED[p.qscale] if p.qscale is not QScale.NONE else None),
-            ("s_knew", p.seqlen_knew or None),
-            ("rotary_dim", p.rotary_dim or None),
-            ("rotary_interleaved", (1 if p.rope is Rope.INTERLEAVED else 0) if p.rotary_dim else None),
-            ("num_splits", p.num_splits if p.num_splits != 1 else None),
-            ("page_block_size", p.page_block_size or None),
-            ("cache_batch_idx", 1 if p.cache_batch_idx else None)]
+    return [
+        ("lse", 1 if p.lse else None),
+        ("vlayout", "c" if p.vlayout is VLayout.COL else None),
+        ("logits_soft_cap", repr(p.logits_soft_cap) if p.logits_soft_cap else None),
+        ("init_sink", 1 if p.sink else None),
+        ("qscale", _QSCALE_RENDERED[p.qscale] if p.qscale is not QScale.NONE else None),
+        ("s_knew", p.seqlen_knew or None),
+        ("rotary_dim", p.rotary_dim or None),
+        ("rotary_interleaved", (1 if p.rope is Rope.INTERLEAVED else 0) if p.rotary_dim else None),
+        ("num_splits", p.num_splits if p.num_splits != 1 else None),
+        ("page_block_size", p.page_block_size or None),
+        ("cache_batch_idx", 1 if p.cache_batch_idx else None),
+    ]

@@ -45,7 +45,7 @@ import os
 import shlex
 import sys
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from ckfmha import __version__
 from ckfmha.families import FAMILY_ALIASES, PROBLEM_FAMILIES, STAGE_ONLY
@@ -62,30 +62,57 @@ class CLIError(ValueError):
 
 def _selection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", required=True, help="target arch (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...)")
-    p.add_argument("--api", action="append", default=[], help="generator api (fwd, fwd_splitkv, fwd_appendkv, "
-                   "pagedkv_prefill, batch_prefill, bwd); repeatable")
-    p.add_argument("--family", action="append", default=[],
-                   help=f"family: a problem family ({', '.join(PROBLEM_FAMILIES)}; bwd = the three backward stages, "
-                        f"fwd_splitkv = split-KV + combine) or alias ({', '.join(FAMILY_ALIASES)}), or a single "
-                        f"stage ({', '.join(f.value for f in STAGE_ONLY)}); repeatable")
+    p.add_argument(
+        "--api",
+        action="append",
+        default=[],
+        help="generator api (fwd, fwd_splitkv, fwd_appendkv, pagedkv_prefill, batch_prefill, bwd); repeatable",
+    )
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        help=f"family: a problem family ({', '.join(PROBLEM_FAMILIES)}; bwd = the three backward stages, "
+        f"fwd_splitkv = split-KV + combine) or alias ({', '.join(FAMILY_ALIASES)}), or a single "
+        f"stage ({', '.join(f.value for f in STAGE_ONLY)}); repeatable",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
-    g.add_argument("--profile", default=None, help="receipt by profile name (ck_default, flash, pytorch, aiter_batch, fp32, fp8, ...)")
+    g.add_argument(
+        "--profile",
+        default=None,
+        help="receipt by profile name (ck_default, flash, pytorch, aiter_batch, fp32, fp8, ...)",
+    )
     p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
     p.add_argument("--sweep", default=None, help="tile-engine sweep JSON file")
-    p.add_argument("--filter", dest="filter_expr", default=None, help="expression over c.<field>, e.g. \"c.hdim_q == 128\"")
-    p.add_argument("--filter-file", default=None, help="Python file defining filter_config(c) -> bool; runs Python: "
-                   "only use files you trust")
-    p.add_argument("--allow-empty", action="store_true", help="an empty selection prints the empty result and exits "
-                   "0 (default: an error, exit status 1)")
+    p.add_argument(
+        "--filter", dest="filter_expr", default=None, help='expression over c.<field>, e.g. "c.hdim_q == 128"'
+    )
+    p.add_argument(
+        "--filter-file",
+        default=None,
+        help="Python file defining filter_config(c) -> bool; runs Python: only use files you trust",
+    )
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="an empty selection prints the empty result and exits 0 (default: an error, exit status 1)",
+    )
 
 
 def _query(args: argparse.Namespace):
     from ckfmha.selection import KernelQuery
 
     return KernelQuery.build(
-        args.arch, families=args.family, apis=args.api, receipt=args.receipt, profile=args.profile,
-        mask_mode=args.mask_mode, sweep=args.sweep, filter_expr=args.filter_expr, filter_file=args.filter_file,
+        args.arch,
+        families=args.family,
+        apis=args.api,
+        receipt=args.receipt,
+        profile=args.profile,
+        mask_mode=args.mask_mode,
+        sweep=args.sweep,
+        filter_expr=args.filter_expr,
+        filter_file=args.filter_file,
     ).run(allow_empty=args.allow_empty)
 
 
@@ -105,9 +132,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
         out.write("\n")
     else:  # table
         cols = ("family", "dtype", "mode", "hdim", "pipeline", "tile", "mask", "bias", "pads", "kernel id")
-        rows = [(c.family.value, c.dtype.value, c.mode.value, f"{c.hdim_q}x{c.hdim_v}", c.pipeline.value,
-                 "x".join(map(str, c.tile)), c.mask.value, c.bias.value,
-                 f"{c.pad_s}{c.pad_sk}{c.pad_d}{c.pad_dv}", c.kernel_id) for c in configs]
+        rows = [
+            (
+                c.family.value,
+                c.dtype.value,
+                c.mode.value,
+                f"{c.hdim_q}x{c.hdim_v}",
+                c.pipeline.value,
+                "x".join(map(str, c.tile)),
+                c.mask.value,
+                c.bias.value,
+                f"{c.pad_s}{c.pad_sk}{c.pad_d}{c.pad_dv}",
+                c.kernel_id,
+            )
+            for c in configs
+        ]
         _print_table(cols, rows, out)
     return EXIT_OK
 
@@ -127,13 +166,24 @@ def _cmd_count(args: argparse.Namespace) -> int:
     for c in configs:
         by_dtype.setdefault(c.signature.family, Counter())[c.signature.dtype.value] += 1
     if args.format == "json":
-        json.dump({"arch": args.arch, "total": len(configs),
-                   "families": {f.value: {"total": n, "dtypes": dict(sorted(by_dtype[f].items()))}
-                                for f, n in by_family.items()}}, sys.stdout, indent=1)
+        json.dump(
+            {
+                "arch": args.arch,
+                "total": len(configs),
+                "families": {
+                    f.value: {"total": n, "dtypes": dict(sorted(by_dtype[f].items()))} for f, n in by_family.items()
+                },
+            },
+            sys.stdout,
+            indent=1,
+        )
         sys.stdout.write("\n")
         return EXIT_OK
-    rows = [(f.value, n, ", ".join(f"{d} {k}" for d, k in sorted(by_dtype[f].items())))
-            for f in Family if (n := by_family.get(f))]
+    rows = [
+        (f.value, n, ", ".join(f"{d} {k}" for d, k in sorted(by_dtype[f].items())))
+        for f in Family
+        if (n := by_family.get(f))
+    ]
     rows.append(("total", len(configs), ""))
     _print_table(("family", "kernels", "per dtype"), rows, sys.stdout)
     return EXIT_OK
@@ -143,22 +193,30 @@ def _cmd_count(args: argparse.Namespace) -> int:
 def _problem_options(p: argparse.ArgumentParser) -> frozenset[str]:
     """Add the options of ``run`` / ``explain``; returns the option strings that take a value."""
     p.add_argument("--help", action="help", help="show this help and exit (-h=N is CK's head count)")
-    p.add_argument("--backend", choices=BACKEND_CHOICES, default="cpu",
-                   help="backend that runs the kernels (default cpu; auto: triton with a GPU, else cpu)")
+    p.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="cpu",
+        help="backend that runs the kernels (default cpu; auto: triton with a GPU, else cpu)",
+    )
     p.add_argument("--arch", default=None, help="kernel space (default: the arch data's default arch)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
     g.add_argument("--profile", default=None, help="receipt by profile name")
     p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
-    p.add_argument("--binary", choices=("fwd", "bwd"), default=None,
-                   help="tile_example binary the arguments are for (default: from the program name, else fwd)")
+    p.add_argument(
+        "--binary",
+        choices=("fwd", "bwd"),
+        default=None,
+        help="tile_example binary the arguments are for (default: from the program name, else fwd)",
+    )
     return frozenset({"--backend", "--arch", "--receipt", "--profile", "--mask-mode", "--seed", "--binary"})
 
 
 _PROBLEM_HELP = {
     "run": "run one problem (tile_example arguments, e.g. -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t) and "
-           "compare it with the reference (exit 1 when an output differs)",
+    "compare it with the reference (exit 1 when an output differs)",
     "explain": "explain which kernels can serve one problem (tile_example arguments) and why the others cannot",
 }
 
@@ -200,8 +258,10 @@ def _problem(args: argparse.Namespace):
 
     toks = list(args.ck_tokens)
     if not toks:
-        raise CLIError("problem: no tile_example arguments given; e.g. "
-                       f"ckfmha {args.command} -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t")
+        raise CLIError(
+            "problem: no tile_example arguments given; e.g. "
+            f"ckfmha {args.command} -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t"
+        )
     if args.binary and not toks[0].startswith("-"):
         prog = toks[0].rsplit("/", 1)[-1]
         named = "bwd" if prog.endswith("bwd") else "fwd" if prog.endswith("fwd") else None
@@ -246,12 +306,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     out = sys.stdout
     out.write(f"problem: {problem}\n")
-    out.write(f"backend: {settings['backend']}, arch {settings['arch']}, receipt {settings['receipt']}, "
-              f"mask mode {settings['mask_mode']}, seed {args.seed}\n")
+    out.write(
+        f"backend: {settings['backend']}, arch {settings['arch']}, receipt {settings['receipt']}, "
+        f"mask mode {settings['mask_mode']}, seed {args.seed}\n"
+    )
     avail = get_backend(settings["backend"]).available()
     if not avail:
-        sys.stderr.write(f"ckfmha run: error: backend {settings['backend']} is not available here: "
-                         f"{getattr(avail, 'reason', '')}\n")
+        sys.stderr.write(
+            f"ckfmha run: error: backend {settings['backend']} is not available here: {getattr(avail, 'reason', '')}\n"
+        )
         return EXIT_FAILED
     try:
         return _run_and_validate(problem, settings, args.seed, out)
@@ -264,13 +327,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_and_validate(problem, settings: dict, seed: int, out) -> int:
+    from ckfmha.archs import fp8_format
     from ckfmha.dispatcher import NoKernelError
     from ckfmha.inputs import make_inputs
+    from ckfmha.outputs import compared_outputs
     from ckfmha.reference import reference
     from ckfmha.runner import dispatcher_for, run
     from ckfmha.validator import validate
-    from ckfmha.archs import fp8_format
-    from ckfmha.outputs import compared_outputs
 
     try:
         plan = dispatcher_for(**settings).select(problem)
@@ -293,8 +356,10 @@ def _run_and_validate(problem, settings: dict, seed: int, out) -> int:
         out.write(f"  {n}: FAIL the plan wrote no {n}\n")
     failed = [n for n, c in checks.items() if not c.passed] + missing
     if failed or not checks:
-        out.write(f"verdict: FAIL ({', '.join(failed) or 'no output compared'} differ"
-                  f"{'s' if len(failed) == 1 else ''} from the reference)\n")
+        out.write(
+            f"verdict: FAIL ({', '.join(failed) or 'no output compared'} differ"
+            f"{'s' if len(failed) == 1 else ''} from the reference)\n"
+        )
         return EXIT_FAILED
     out.write(f"verdict: PASS ({', '.join(checks)} match{'es' if len(checks) == 1 else ''} the reference)\n")
     return EXIT_OK
@@ -302,8 +367,11 @@ def _run_and_validate(problem, settings: dict, seed: int, out) -> int:
 
 # --------------------------------------------------------------------------------------------- parser, main
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckfmha", description="ckfmha: CK FMHA kernel space, tests and parity",
-                                     epilog="exit status: 0 ok, 1 empty selection or failed run, 2 bad arguments")
+    parser = argparse.ArgumentParser(
+        prog="ckfmha",
+        description="ckfmha: CK FMHA kernel space, tests and parity",
+        epilog="exit status: 0 ok, 1 empty selection or failed run, 2 bad arguments",
+    )
     parser.add_argument("--version", action="version", version=f"ckfmha {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list kernels of an arch")
@@ -316,10 +384,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_count.set_defaults(func=_cmd_count)
     problem_parsers = {}
     for name, func in (("run", _cmd_run), ("explain", _cmd_explain)):
-        p = sub.add_parser(name, help=_PROBLEM_HELP[name], description=_PROBLEM_HELP[name], add_help=False,
-                           allow_abbrev=False, usage=f"ckfmha {name} [tile_example_fmha_fwd|tile_example_fmha_bwd] "
-                           "-key=value ... [--backend B] [--arch A] [--receipt N | --profile P] [--mask-mode M] "
-                           "[--seed S] [--binary {fwd,bwd}]")
+        p = sub.add_parser(
+            name,
+            help=_PROBLEM_HELP[name],
+            description=_PROBLEM_HELP[name],
+            add_help=False,
+            allow_abbrev=False,
+            usage=f"ckfmha {name} [tile_example_fmha_fwd|tile_example_fmha_bwd] "
+            "-key=value ... [--backend B] [--arch A] [--receipt N | --profile P] [--mask-mode M] "
+            "[--seed S] [--binary {fwd,bwd}]",
+        )
         problem_parsers[name] = (p, _problem_options(p))
         p.set_defaults(func=func)
     parser.problem_parsers = problem_parsers  # type: ignore[attr-defined]
@@ -330,14 +404,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_parity_enum(sub) -> None:
     """``parity-enum``; its implementation (ckfmha.upstream.enum_parity) is imported only when it runs."""
-    p = sub.add_parser("parity-enum", help="diff ckfmha's enumeration with a CK checkout's generate.py "
-                       "(exit 1 on any difference, 2 when the checkout cannot be used)")
+    p = sub.add_parser(
+        "parity-enum",
+        help="diff ckfmha's enumeration with a CK checkout's generate.py "
+        "(exit 1 on any difference, 2 when the checkout cannot be used)",
+    )
     p.add_argument("--ck-root", required=True, help="CK checkout (holds example/ck_tile/01_fmha/generate.py)")
     from ckfmha.archs import CK_ARCHS
 
-    p.add_argument("--arch", action="append", default=[],
-                   help=f"CK target arch: {', '.join(CK_ARCHS)}, or all (every CK arch; those the checkout's "
-                   "generator rejects are reported as skipped); repeatable; default: the arch data's default arch")
+    p.add_argument(
+        "--arch",
+        action="append",
+        default=[],
+        help=f"CK target arch: {', '.join(CK_ARCHS)}, or all (every CK arch; those the checkout's "
+        "generator rejects are reported as skipped); repeatable; default: the arch data's default arch",
+    )
     p.add_argument("--api", action="append", default=[], help="generator api (repeatable; default: every api)")
     p.add_argument("--receipt", default="0", help="CK receipt number or profile name (default 0)")
     p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")

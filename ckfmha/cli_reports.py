@@ -62,12 +62,19 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("compare", help="compare two run reports: new failures, fixed, added/missing, slower "
-                       "(exit 1 when anything regressed)")
+    p = sub.add_parser(
+        "compare",
+        help="compare two run reports: new failures, fixed, added/missing, slower (exit 1 when anything regressed)",
+    )
     p.add_argument("baseline", help="the earlier run's report (JSON)")
     p.add_argument("new", help="the new run's report (JSON)")
-    p.add_argument("--threshold", type=_threshold, default=0.10, help="how much slower counts as a regression, "
-                   "as a fraction (default 0.10); the slowdown must also lie outside both runs' spread")
+    p.add_argument(
+        "--threshold",
+        type=_threshold,
+        default=0.10,
+        help="how much slower counts as a regression, "
+        "as a fraction (default 0.10); the slowdown must also lie outside both runs' spread",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=_compare)
     p = sub.add_parser("report", help="one self-contained HTML page of a run report (plots need matplotlib)")

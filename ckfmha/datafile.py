@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import yaml
@@ -94,14 +95,16 @@ def read_text(path: str | Path) -> str:
     except OSError as e:
         raise DataFileError(f"{p}: cannot be read ({e.strerror or e})") from None
     if len(data) > MAX_FILE_BYTES:
-        raise DataFileError(f"{p}: larger than MAX_FILE_BYTES = {MAX_FILE_BYTES} bytes (16 MiB); a data file "
-                            "must be smaller")
+        raise DataFileError(
+            f"{p}: larger than MAX_FILE_BYTES = {MAX_FILE_BYTES} bytes (16 MiB); a data file must be smaller"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise DataFileError(f"{p}: not UTF-8: byte {data[e.start]:#04x} at byte offset {e.start} (line {line}) "
-                            f"is {e.reason}") from None
+        raise DataFileError(
+            f"{p}: not UTF-8: byte {data[e.start]:#04x} at byte offset {e.start} (line {line}) is {e.reason}"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------- YAML
@@ -144,16 +147,20 @@ class StrictYAMLLoader(_SafeLoader):  # type: ignore[misc, valid-type]
                     where = key_path(self._paths.get(id(node), ()))
                     raise DuplicateKeyError(
                         f"{self.source}: {where}: duplicate key {key!r} at line {key_node.start_mark.line + 1} "
-                        f"(first at line {earlier.start_mark.line + 1})")
+                        f"(first at line {earlier.start_mark.line + 1})"
+                    )
                 first[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
 
 def _check_yaml_depth(text: str, source: str) -> None:
     """Nesting depth from the event stream (flat: libyaml's parser keeps its own stack, nothing recurses)."""
+
     def too_deep(line: int) -> NestingError:
-        return NestingError(f"{source}: line {line + 1}: nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} "
-                            "levels of lists/mappings")
+        return NestingError(
+            f"{source}: line {line + 1}: nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} "
+            "levels of lists/mappings"
+        )
 
     loader = _SafeLoader(text)
     try:
@@ -215,8 +222,10 @@ def _check_json_depth(text: str, source: str) -> None:
     depth = np.cumsum(step)
     if depth.size and int(depth.max()) > MAX_NESTING_DEPTH:
         offset = int(np.argmax(depth > MAX_NESTING_DEPTH))
-        raise NestingError(f"{source}: line {text.count(chr(10), 0, offset) + 1}: nested deeper than "
-                           f"MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of arrays/objects")
+        raise NestingError(
+            f"{source}: line {text.count(chr(10), 0, offset) + 1}: nested deeper than "
+            f"MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of arrays/objects"
+        )
 
 
 class _Duplicate:
@@ -280,10 +289,24 @@ def load_json(path: str | Path) -> Any:
     return parse_json(read_text(path), str(path))
 
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NESTING_DEPTH", "DataFileError", "DuplicateKeyError", "MissingDataFileError",
-           "SchemaError", "check_schema", "schema_validator",
-           "NestingError", "StrictYAMLLoader", "key_path", "load_json", "load_yaml", "parse_json", "parse_yaml",
-           "read_text"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_NESTING_DEPTH",
+    "DataFileError",
+    "DuplicateKeyError",
+    "MissingDataFileError",
+    "SchemaError",
+    "check_schema",
+    "schema_validator",
+    "NestingError",
+    "StrictYAMLLoader",
+    "key_path",
+    "load_json",
+    "load_yaml",
+    "parse_json",
+    "parse_yaml",
+    "read_text",
+]
 
 
 def _json_view(doc: Any) -> Any:
@@ -302,8 +325,9 @@ def schema_validator(name: str) -> Any:
     """The jsonschema validator of ``ckfmha/data/schemas/<name>.schema.yaml`` (loaded once)."""
     v = _VALIDATORS.get(name)
     if v is None:
-        import jsonschema
         from importlib import resources
+
+        import jsonschema
 
         path = Path(str(resources.files("ckfmha") / "data" / "schemas" / f"{name}.schema.yaml"))
         schema = load_yaml(path)
@@ -313,8 +337,15 @@ def schema_validator(name: str) -> Any:
     return v
 
 
-_TYPE_WORDS = {"object": "an object (a mapping)", "array": "a list", "string": "a string", "integer": "an integer",
-               "number": "a number", "boolean": "true or false", "null": "null"}
+_TYPE_WORDS = {
+    "object": "an object (a mapping)",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -337,12 +368,14 @@ def _rule_words(error: Any) -> str:
         missing = [k for k in arg if isinstance(found, dict) and k not in found]
         words = f"missing key(s) {', '.join(map(repr, missing))}"
     elif kw == "additionalProperties" and isinstance(found, dict):
-        known = set((error.schema.get("properties") or {}))
+        known = set(error.schema.get("properties") or {})
         import difflib
 
         unknown = sorted(k for k in found if k not in known)
-        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, n=1)) else repr(k)
-                 for k in unknown]
+        hints = [
+            f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, n=1)) else repr(k)
+            for k in unknown
+        ]
         words = f"unknown key(s) {', '.join(hints)}" + (f"; known: {', '.join(sorted(known))}" if known else "")
     else:
         words = f"{error.message}"

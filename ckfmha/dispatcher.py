@@ -59,11 +59,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from ckfmha.kernel import DType, Dropout, Family, KernelConfig, KVLoad
+from ckfmha.kernel import Dropout, DType, Family, KernelConfig, KVLoad
 from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole  # noqa: F401  (re-exported: older imports)
 from ckfmha.registry import Registry
 from ckfmha.rules import Requirement, RoleRules, sequence_lengths  # noqa: F401  (Requirement: re-exported)
@@ -162,8 +163,13 @@ def _compile_rules(path, doc: dict, key: str, value_key: str) -> tuple[_Rule, ..
 
     out = []
     for i, rule in enumerate(doc.get(key) or ()):
-        if not isinstance(rule, dict) or set(rule) - {"when", value_key, "why"} or "when" not in rule \
-                or not isinstance(rule.get(value_key), int) or isinstance(rule.get(value_key), bool):
+        if (
+            not isinstance(rule, dict)
+            or set(rule) - {"when", value_key, "why"}
+            or "when" not in rule
+            or not isinstance(rule.get(value_key), int)
+            or isinstance(rule.get(value_key), bool)
+        ):
             raise ValueError(f"{path}: {key}[{i}]: expected {{when: <filter>, {value_key}: <int>, why: <text>}}")
         try:
             pred = compile_filter(rule["when"])
@@ -186,8 +192,9 @@ def _heuristics() -> _Heuristics:
         raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; expected schema, rules, short_query_tiles")
     if not isinstance(doc.get("short_query_tiles", []), list):
         raise ValueError(f"{path}: short_query_tiles: expected a list")
-    return _Heuristics(_compile_rules(path, doc, "rules", "priority"),
-                       _compile_rules(path, doc, "short_query_tiles", "max_seqlen_q"))
+    return _Heuristics(
+        _compile_rules(path, doc, "rules", "priority"), _compile_rules(path, doc, "short_query_tiles", "max_seqlen_q")
+    )
 
 
 DEFAULT_PRIORITY = 100
@@ -211,8 +218,9 @@ def short_query_limit(c: KernelConfig) -> int:
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def num_splits_heuristic(batch: int, nhead_q: int, seqlen_q: int, seqlen_k: int, bm0: int, bn0: int,
-                         num_cus: int, max_splits: int = 128) -> int:
+def num_splits_heuristic(
+    batch: int, nhead_q: int, seqlen_q: int, seqlen_k: int, bm0: int, bn0: int, num_cus: int, max_splits: int = 128
+) -> int:
     """Number of KV splits for split-KV attention (FlashAttention's rule, which CK's example follows).
 
     With ``blocks = batch * nhead_q * ceil(seqlen_q / bm0)`` work-groups, a grid that already fills 80% of the
@@ -243,8 +251,17 @@ def num_splits_heuristic(batch: int, nhead_q: int, seqlen_q: int, seqlen_k: int,
     return 1  # pragma: no cover - the loop always returns
 
 
-def decode_num_splits(batch: int, nhead_k: int, seqlen_k: int, bn0: int, num_cus: int, *,
-                      programs_per_cu: int = 2, min_blocks_per_split: int = 4, max_splits: int = 128) -> int:
+def decode_num_splits(
+    batch: int,
+    nhead_k: int,
+    seqlen_k: int,
+    bn0: int,
+    num_cus: int,
+    *,
+    programs_per_cu: int = 2,
+    min_blocks_per_split: int = 4,
+    max_splits: int = 128,
+) -> int:
     """Splits for memory-bound decode (one query block per kv-head, the q-heads of a group packed into it).
 
     Decode reads the whole K/V cache once; what limits it is how many loads are in flight, so the grid should
@@ -308,8 +325,9 @@ class Dispatcher:
         assert first is not None
         return first
 
-    def ranked_candidates(self, problem: "Problem", role: StageRole, *,
-                          paired: KernelConfig | None = None) -> list[KernelConfig]:
+    def ranked_candidates(
+        self, problem: "Problem", role: StageRole, *, paired: KernelConfig | None = None
+    ) -> list[KernelConfig]:
         """The kernels that can serve ``role`` of ``problem``'s plan (every selection rule, the backend's
         included), best first -- the OK verdicts of :meth:`explain`'s stage, without judging the candidates
         that cannot match. ``paired``: for ``combine``, the split kernel it runs after.
@@ -354,8 +372,9 @@ class Dispatcher:
         group = problem.nhead_q // problem.nhead_k
         if problem.seqlen_q * group <= 16:
             return decode_num_splits(problem.batch, problem.nhead_k, problem.seqlen_k, 128, self.num_cus)
-        return num_splits_heuristic(problem.batch, problem.nhead_q, problem.seqlen_q, problem.seqlen_k,
-                                    64, 128, self.num_cus)
+        return num_splits_heuristic(
+            problem.batch, problem.nhead_q, problem.seqlen_q, problem.seqlen_k, 64, 128, self.num_cus
+        )
 
     def _decode_attention_roles(self, problem: "Problem") -> list[list[StageRole]]:
         split = [StageRole.SPLITKV, StageRole.COMBINE]
@@ -367,19 +386,27 @@ class Dispatcher:
         for role in chosen:
             args: dict[str, Any] = {}
             if role in (StageRole.SPLITKV, StageRole.COMBINE):
-                args["num_splits"] = (problem.num_splits if problem.family is Family.FWD_SPLITKV
-                                      else self.plan_num_splits(problem))
+                args["num_splits"] = (
+                    problem.num_splits if problem.family is Family.FWD_SPLITKV else self.plan_num_splits(problem)
+                )
             if role is StageRole.DQ_DK_DV:
                 c = chosen[role]
                 # Allocated once from host-known maxima: no device-to-host read of seqstart arrays.
                 args["workspace_bytes"] = bwd_workspace_upper_bound(
-                    problem.batch, problem.hdim_q, problem.nhead_q, problem.seqlen_q, problem.seqlen_k,
-                    deterministic=problem.deterministic, bn0=c.algorithm.tile[1])
+                    problem.batch,
+                    problem.hdim_q,
+                    problem.nhead_q,
+                    problem.seqlen_q,
+                    problem.seqlen_k,
+                    deterministic=problem.deterministic,
+                    bn0=c.algorithm.tile[1],
+                )
             yield role, args
 
     # ------------------------------------------------------------------ matching
-    def _explain_stage(self, problem: "Problem", role: StageRole,
-                       chosen: Mapping[StageRole, KernelConfig | None]) -> StageExplanation:
+    def _explain_stage(
+        self, problem: "Problem", role: StageRole, chosen: Mapping[StageRole, KernelConfig | None]
+    ) -> StageExplanation:
         # The combine kernel must reuse the paired split kernel's seqlen_q and hdim_v pads.
         paired = chosen.get(StageRole.SPLITKV) if role is StageRole.COMBINE else None
         rules = RoleRules(problem, role, paired=paired)
@@ -432,8 +459,7 @@ class Dispatcher:
         pads = sum(1 for v in (a.pad_s, a.pad_sk, a.pad_d, a.pad_dv) if v)
         fit = 0.0
         size_pref = 0
-        if len(a.tile) >= 2 and role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV,
-                                         StageRole.BATCH_PREFILL):
+        if len(a.tile) >= 2 and role in (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV, StageRole.BATCH_PREFILL):
             qs, ks = sequence_lengths(problem)
             bm0, bn0 = a.tile[0], a.tile[1]
             sq, sk = max(qs), max(ks) if ks else 0

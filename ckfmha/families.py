@@ -42,8 +42,12 @@ class FamilyError(ValueError):
 # api (``bwd``, the whole three-stage backward). Display order: forward, its variants, then the backward.
 PROBLEM_FAMILIES: tuple[str, ...] = ("fwd", "fwd_splitkv", "fwd_pagedkv", "fwd_appendkv", "batch_prefill", "bwd")
 
-FAMILY_ALIASES: dict[str, str] = {"splitkv": "fwd_splitkv", "pagedkv": "fwd_pagedkv", "appendkv": "fwd_appendkv",
-                                  Family.BWD_DQ_DK_DV.value: "bwd"}
+FAMILY_ALIASES: dict[str, str] = {
+    "splitkv": "fwd_splitkv",
+    "pagedkv": "fwd_pagedkv",
+    "appendkv": "fwd_appendkv",
+    Family.BWD_DQ_DK_DV.value: "bwd",
+}
 
 BWD_STAGES: tuple[Family, ...] = API_FAMILIES[Api.BWD]
 
@@ -62,13 +66,16 @@ _PLAN_EXTRA: dict[str, tuple[Family, ...]] = {
 }
 
 # kernel-stage tokens that name no problem family: selected alone
-STAGE_ONLY: tuple[Family, ...] = tuple(f for f in Family if f.value not in PROBLEM_FAMILIES
-                                       and f.value not in FAMILY_ALIASES)
+STAGE_ONLY: tuple[Family, ...] = tuple(
+    f for f in Family if f.value not in PROBLEM_FAMILIES and f.value not in FAMILY_ALIASES
+)
 
 
 def _allowed(with_stages: bool) -> str:
-    text = (f"allowed: {', '.join(PROBLEM_FAMILIES)} "
-            f"(aliases: {', '.join(f'{a} = {t}' for a, t in FAMILY_ALIASES.items())})")
+    text = (
+        f"allowed: {', '.join(PROBLEM_FAMILIES)} "
+        f"(aliases: {', '.join(f'{a} = {t}' for a, t in FAMILY_ALIASES.items())})"
+    )
     if with_stages:
         text += f"; single kernel stages: {', '.join(f.value for f in STAGE_ONLY)}"
     return text
@@ -115,5 +122,14 @@ def plan_families(name: Any, field: str = "family") -> tuple[Family, ...]:
     return _GENERATED[tok] + _PLAN_EXTRA.get(tok, ())
 
 
-__all__ = ["BWD_STAGES", "FAMILY_ALIASES", "FamilyError", "PROBLEM_FAMILIES", "STAGE_ONLY", "kernel_families",
-           "plan_families", "problem_family", "problem_family_of"]
+__all__ = [
+    "BWD_STAGES",
+    "FAMILY_ALIASES",
+    "FamilyError",
+    "PROBLEM_FAMILIES",
+    "STAGE_ONLY",
+    "kernel_families",
+    "plan_families",
+    "problem_family",
+    "problem_family_of",
+]

@@ -62,9 +62,10 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ckfmha.kernel import BOOL_FIELDS, CONFIG_FIELDS, ENUM_FIELDS, INT_FIELDS, KernelConfig, TokenEnum
 
@@ -89,13 +90,28 @@ _CMP_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.Not
 _EQUALITY_OPS = (ast.Eq, ast.NotEq)
 _MEMBERSHIP_OPS = (ast.In, ast.NotIn)
 _BIN_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
-_OP_TEXT = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
-            ast.NotIn: "not in"}
+_OP_TEXT = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+}
 
 # ---------------------------------------------------------------------------------------------- static types
-INT, BOOL, STR, ENUM, TILE, STAGES, TRIPLE, COLLECTION = ("int", "bool", "str", "enum", "tuple of ints",
-                                                           "tuple of (m, n, k) triples", "(m, n, k) triple",
-                                                           "collection")
+INT, BOOL, STR, ENUM, TILE, STAGES, TRIPLE, COLLECTION = (
+    "int",
+    "bool",
+    "str",
+    "enum",
+    "tuple of ints",
+    "tuple of (m, n, k) triples",
+    "(m, n, k) triple",
+    "collection",
+)
 
 
 @dataclass(frozen=True)
@@ -133,8 +149,11 @@ def _field_kind(name: str) -> str:
     return _TUPLE_FIELDS[name]
 
 
-_untyped = [f for f in CONFIG_FIELDS if f not in ENUM_FIELDS and f not in BOOL_FIELDS and f not in INT_FIELDS
-            and f not in _TUPLE_FIELDS]
+_untyped = [
+    f
+    for f in CONFIG_FIELDS
+    if f not in ENUM_FIELDS and f not in BOOL_FIELDS and f not in INT_FIELDS and f not in _TUPLE_FIELDS
+]
 if _untyped:  # pragma: no cover - a new KernelConfig field needs a filter type
     raise ImportError(f"ckfmha.filters: no filter type for KernelConfig field(s) {_untyped}")
 _FIELD_KINDS = {f: _field_kind(f) for f in CONFIG_FIELDS}
@@ -144,7 +163,7 @@ def _quote(text: str, limit: int = 160) -> str:
     """``repr`` of an expression for messages, shortened in the middle past ``limit`` characters."""
     if len(text) <= limit:
         return repr(text)
-    return repr(text[:limit // 2]) + f" ... ({len(text)} characters) ... " + repr(text[-limit // 4:])
+    return repr(text[: limit // 2]) + f" ... ({len(text)} characters) ... " + repr(text[-limit // 4 :])
 
 
 def _path_label(path: tuple) -> str:
@@ -173,8 +192,10 @@ class _Checker:
         if isinstance(node, ast.Expression):
             t = self.check(node.body)
             if t.kind != BOOL:
-                raise self.fail(f"the expression must be a condition (a comparison, a bool field, and/or/not), "
-                                f"but {t.desc} is {t.article()}")
+                raise self.fail(
+                    f"the expression must be a condition (a comparison, a bool field, and/or/not), "
+                    f"but {t.desc} is {t.article()}"
+                )
             return t
         if isinstance(node, ast.BoolOp):
             word = "and" if isinstance(node.op, ast.And) else "or"
@@ -198,8 +219,10 @@ class _Checker:
         if isinstance(node, ast.Subscript):
             return self.subscript(node)
         if isinstance(node, ast.Name):
-            raise self.bad(node, "names other than c.<field> are not allowed" if node.id != "c"
-                           else "'c' must be used as c.<field>")
+            raise self.bad(
+                node,
+                "names other than c.<field> are not allowed" if node.id != "c" else "'c' must be used as c.<field>",
+            )
         if isinstance(node, ast.Call):
             raise self.bad(node, "function calls are not allowed")
         raise self.bad(node, f"{type(node).__name__} is not allowed")
@@ -235,12 +258,14 @@ class _Checker:
 
     def collection(self, node: ast.Tuple | ast.List | ast.Set) -> _Type:
         if len(node.elts) > MAX_COLLECTION_ITEMS:
-            raise self.fail(f"a collection literal holds {len(node.elts)} items, more than the limit "
-                            f"{MAX_COLLECTION_ITEMS}")
+            raise self.fail(
+                f"a collection literal holds {len(node.elts)} items, more than the limit {MAX_COLLECTION_ITEMS}"
+            )
         elts = []
         for elt in node.elts:
-            literal_int = (isinstance(elt, ast.UnaryOp) and isinstance(elt.op, ast.USub)
-                           and isinstance(elt.operand, ast.Constant))
+            literal_int = (
+                isinstance(elt, ast.UnaryOp) and isinstance(elt.op, ast.USub) and isinstance(elt.operand, ast.Constant)
+            )
             if not (isinstance(elt, ast.Constant) or literal_int):
                 raise self.bad(elt, "collections may hold literals only")
             elts.append(self.check(elt))
@@ -261,20 +286,29 @@ class _Checker:
             raise self.bad(node, "indexing is allowed on c.<field> only")
         base = self.check(node.value)
         if base.kind not in _INDEX_LIMIT:
-            raise self.bad(node, f"{base.desc} is {base.article()} and cannot be indexed; indexable: tile "
-                                 f"(ints), warps and warp_tiles ((m, n, k) triples, themselves indexable)")
+            raise self.bad(
+                node,
+                f"{base.desc} is {base.article()} and cannot be indexed; indexable: tile "
+                f"(ints), warps and warp_tiles ((m, n, k) triples, themselves indexable)",
+            )
         idx = node.slice
-        if isinstance(idx, ast.UnaryOp) and isinstance(idx.op, ast.USub) and isinstance(idx.operand, ast.Constant) \
-                and isinstance(idx.operand.value, int) and not isinstance(idx.operand.value, bool):
+        if (
+            isinstance(idx, ast.UnaryOp)
+            and isinstance(idx.op, ast.USub)
+            and isinstance(idx.operand, ast.Constant)
+            and isinstance(idx.operand.value, int)
+            and not isinstance(idx.operand.value, bool)
+        ):
             raise self.bad(node, "negative indices are not allowed (count from 0)")
         if not (isinstance(idx, ast.Constant) and isinstance(idx.value, int) and not isinstance(idx.value, bool)):
             raise self.bad(node, "an index must be an integer literal")
         limit = _INDEX_LIMIT[base.kind]
         if idx.value >= limit:
-            what = {TILE: f"tile has at most {MAX_TILE_ENTRIES} entries (bwd dq_dk_dv)",
-                    STAGES: f"{base.path[0] if base.path else base.desc} has at most {MAX_GEMM_STAGES} GEMM stages "
-                            "(bwd)",
-                    TRIPLE: "an (m, n, k) triple has 3 entries"}[base.kind]
+            what = {
+                TILE: f"tile has at most {MAX_TILE_ENTRIES} entries (bwd dq_dk_dv)",
+                STAGES: f"{base.path[0] if base.path else base.desc} has at most {MAX_GEMM_STAGES} GEMM stages (bwd)",
+                TRIPLE: "an (m, n, k) triple has 3 entries",
+            }[base.kind]
             raise self.bad(node, f"index {idx.value} is out of range: {what}, so indices run 0..{limit - 1}")
         path = None if base.path is None else base.path + (idx.value,)
         return _Type(_INDEX_RESULT[base.kind], _path_label(path) if path else self.seg(node), path=path)
@@ -319,8 +353,10 @@ class _Checker:
             return
         elem = {TILE: INT, STAGES: TRIPLE, TRIPLE: INT}.get(right.kind)
         if elem is None:
-            raise self.fail(f"'{word}' needs a collection literal or a tuple field on its right, but {right.desc} "
-                            f"is {right.article()}")
+            raise self.fail(
+                f"'{word}' needs a collection literal or a tuple field on its right, but {right.desc} "
+                f"is {right.article()}"
+            )
         self.pair(left, ast.Eq(), _Type(elem, f"an element of {right.desc}"), context=f"{word} {right.desc}")
 
     def pair(self, a: _Type, op: ast.cmpop, b: _Type, context: str = "") -> None:
@@ -337,14 +373,14 @@ class _Checker:
                 if y.literal not in tokens:
                     near = difflib.get_close_matches(y.literal, tokens, n=1)
                     hint = f" (did you mean {near[0]!r}?)" if near else ""
-                    raise self.fail(f"{y.desc} is not a {x.desc} value{hint}{ctx}; {x.desc} is one of: "
-                                    f"{', '.join(tokens)}")
+                    raise self.fail(
+                        f"{y.desc} is not a {x.desc} value{hint}{ctx}; {x.desc} is one of: {', '.join(tokens)}"
+                    )
                 self.note_literal(a, b)
                 return
         if a.kind == ENUM and b.kind == ENUM:
             if a.enum is not b.enum:
-                raise self.fail(f"{a.desc} is {a.article()}, {b.desc} is {b.article()}: they never compare equal"
-                                f"{ctx}")
+                raise self.fail(f"{a.desc} is {a.article()}, {b.desc} is {b.article()}: they never compare equal{ctx}")
             return
         if a.kind == COLLECTION or b.kind == COLLECTION:
             coll, other = (a, b) if a.kind == COLLECTION else (b, a)
@@ -353,11 +389,13 @@ class _Checker:
                 raise self.fail(f"{other.desc} is {other.article()}, {coll.desc} is a collection{ctx}")
             for e in coll.literal:
                 if e.kind != elem:
-                    raise self.fail(f"{other.desc} is {other.article()}, but {coll.desc} holds {e.desc}, "
-                                    f"{e.article()}{ctx}")
+                    raise self.fail(
+                        f"{other.desc} is {other.article()}, but {coll.desc} holds {e.desc}, {e.article()}{ctx}"
+                    )
             if other.kind == TRIPLE and len(coll.literal) != TRIPLE_ENTRIES:
-                raise self.fail(f"{other.desc} is an (m, n, k) triple, {coll.desc} has {len(coll.literal)} "
-                                f"entries{ctx}")
+                raise self.fail(
+                    f"{other.desc} is an (m, n, k) triple, {coll.desc} has {len(coll.literal)} entries{ctx}"
+                )
             self.note_literal(a, b)
             return
         if a.kind != b.kind:
@@ -371,8 +409,10 @@ def _depth_check(tree: ast.AST, source: str) -> None:
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING_DEPTH:
-            raise FilterError(f"filter {_quote(source)}: nested deeper than {MAX_NESTING_DEPTH} levels (each 'not', "
-                              "each term of a '+' chain and each index adds one)")
+            raise FilterError(
+                f"filter {_quote(source)}: nested deeper than {MAX_NESTING_DEPTH} levels (each 'not', "
+                "each term of a '+' chain and each index adds one)"
+            )
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
@@ -380,8 +420,9 @@ def _parse(expression: Any) -> tuple[str, ast.Expression]:
     if not isinstance(expression, str):
         raise FilterError(f"filter {expression!r}: expected an expression string, found {type(expression).__name__}")
     if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise FilterError(f"filter {_quote(expression)}: {len(expression)} characters, more than the limit "
-                          f"{MAX_EXPRESSION_LENGTH}")
+        raise FilterError(
+            f"filter {_quote(expression)}: {len(expression)} characters, more than the limit {MAX_EXPRESSION_LENGTH}"
+        )
     source = expression.strip()
     if not source:
         raise FilterError(f"filter {expression!r}: empty expression")
@@ -390,8 +431,9 @@ def _parse(expression: Any) -> tuple[str, ast.Expression]:
     except SyntaxError as e:
         raise FilterError(f"filter {_quote(expression)}: does not parse: {e.msg} (column {e.offset})") from None
     except (RecursionError, MemoryError):
-        raise FilterError(f"filter {_quote(expression)}: too deeply nested to parse (limit {MAX_NESTING_DEPTH} "
-                          "levels)") from None
+        raise FilterError(
+            f"filter {_quote(expression)}: too deeply nested to parse (limit {MAX_NESTING_DEPTH} levels)"
+        ) from None
     except ValueError as e:  # e.g. a NUL character
         raise FilterError(f"filter {_quote(expression)}: does not parse: {e}") from None
     _depth_check(tree, source)
@@ -414,10 +456,12 @@ def _index_cause(c: Any, paths: Iterable[tuple]) -> str | None:
             return None
         for depth, i in enumerate(path[1:], start=1):
             if i >= len(value):
-                label = _path_label(path[:depth + 1])
+                label = _path_label(path[: depth + 1])
                 fam = getattr(c, "family", None)
-                return (f"{label} is out of range: this kernel's {_path_label(path[:depth])} has {len(value)} "
-                        f"entr{'y' if len(value) == 1 else 'ies'}" + (f" (family {fam})" if fam is not None else ""))
+                return (
+                    f"{label} is out of range: this kernel's {_path_label(path[:depth])} has {len(value)} "
+                    f"entr{'y' if len(value) == 1 else 'ies'}" + (f" (family {fam})" if fam is not None else "")
+                )
             value = value[i]
     return None
 
@@ -430,8 +474,11 @@ def compile_filter(expression: str) -> ConfigPredicate:
     source, tree = _parse(expression)
     checker = _Checker(source)
     checker.check(tree)
-    index_paths = tuple(dict.fromkeys(
-        p for p in (_static_path(n) for n in ast.walk(tree) if isinstance(n, ast.Subscript)) if p is not None))
+    index_paths = tuple(
+        dict.fromkeys(
+            p for p in (_static_path(n) for n in ast.walk(tree) if isinstance(n, ast.Subscript)) if p is not None
+        )
+    )
     lam = ast.Expression(
         body=ast.Lambda(
             args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="c")], kwonlyargs=[], kw_defaults=[], defaults=[]),
@@ -484,8 +531,10 @@ def literal_field_values(predicate: Any, configs: Iterable[KernelConfig]) -> dic
             except IndexError:
                 continue
             seen[p].add(v)
-    return {_path_label(p): [v.value if isinstance(v, TokenEnum) else v for v in sorted(vals, key=_value_order)]
-            for p, vals in seen.items()}
+    return {
+        _path_label(p): [v.value if isinstance(v, TokenEnum) else v for v in sorted(vals, key=_value_order)]
+        for p, vals in seen.items()
+    }
 
 
 def _value_order(v: Any) -> tuple:
@@ -519,11 +568,14 @@ def load_filter_file(path: str | Path) -> ConfigPredicate:
         try:
             result = fn(c)
         except Exception as e:  # noqa: BLE001 - the user's code: report any failure with its cause
-            raise FilterError(f"filter file {str(p)!r}: filter_config raised on {_kernel_label(c)}: "
-                              f"{type(e).__name__}: {e}") from None
+            raise FilterError(
+                f"filter file {str(p)!r}: filter_config raised on {_kernel_label(c)}: {type(e).__name__}: {e}"
+            ) from None
         if not isinstance(result, bool):
-            raise FilterError(f"filter file {str(p)!r}: filter_config returned {result!r} "
-                              f"({type(result).__name__}) on {_kernel_label(c)}; it must return a bool")
+            raise FilterError(
+                f"filter file {str(p)!r}: filter_config returned {result!r} "
+                f"({type(result).__name__}) on {_kernel_label(c)}; it must return a bool"
+            )
         return result
 
     predicate.source = str(p)  # type: ignore[attr-defined]

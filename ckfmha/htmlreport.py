@@ -23,11 +23,10 @@ import base64
 import html
 import io
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from ckfmha.runreport import FAILING, Comparison, RunReport, _num, summarize
-
-VERDICTS = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
+from ckfmha.runreport import FAILING, VERDICTS, Comparison, RunReport, _num, summarize
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1b1f24;max-width:1280px}
@@ -52,8 +51,9 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ReportDependencyError("ckfmha report draws its plots with matplotlib, which is not installed: "
-                                    "pip install 'ckfmha[report]'") from None
+        raise ReportDependencyError(
+            "ckfmha report draws its plots with matplotlib, which is not installed: pip install 'ckfmha[report]'"
+        ) from None
     return plt
 
 
@@ -70,15 +70,22 @@ def _e(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _table(head: Iterable[str], rows: Iterable[Iterable[Any]], classes: Iterable[str] | None = None,
-           numeric: Iterable[int] = ()) -> str:
+def _table(
+    head: Iterable[str],
+    rows: Iterable[Iterable[Any]],
+    classes: Iterable[str] | None = None,
+    numeric: Iterable[int] = (),
+) -> str:
     num = set(numeric)
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     cls = list(classes) if classes is not None else None
     for i, r in enumerate(rows):
         c = f' class="{cls[i]}"' if cls and cls[i] else ""
-        out.append(f"<tr{c}>" + "".join(f'<td class="n">{_e(v)}</td>' if j in num else f"<td>{_e(v)}</td>"
-                                        for j, v in enumerate(r)) + "</tr>")
+        out.append(
+            f"<tr{c}>"
+            + "".join(f'<td class="n">{_e(v)}</td>' if j in num else f"<td>{_e(v)}</td>" for j, v in enumerate(r))
+            + "</tr>"
+        )
     return "".join(out) + "</table>"
 
 
@@ -94,13 +101,21 @@ def _header(rep: RunReport) -> str:
     pk = env.get("packages") or {}
     ok = m.get("exit_status") == 0 and m.get("state") == "complete"
     pill = f'<span class="pill {"ok" if ok else "ko"}">{_e(m.get("state"))}, exit {_e(m.get("exit_status"))}</span>'
-    facts = [("category", m.get("category")), ("arch", m.get("arch")), ("device", ", ".join(env.get("devices") or [])),
-             ("backends", ", ".join(m.get("backends") or [])), ("seed", m.get("seed")),
-             ("items", f"{m.get('completed')} of {m.get('collected')} completed"), ("created", m.get("created")),
-             ("versions", ", ".join(f"{k} {v}" for k, v in pk.items() if v)),
-             ("python", env.get("python")), ("command", env.get("command"))]
-    return (f"<h1>ckfmha run report {pill}</h1><div class='muted'>{_e(rep.path)}</div>"
-            + _table(("", ""), [(k, v if v not in (None, "") else "-") for k, v in facts]))
+    facts = [
+        ("category", m.get("category")),
+        ("arch", m.get("arch")),
+        ("device", ", ".join(env.get("devices") or [])),
+        ("backends", ", ".join(m.get("backends") or [])),
+        ("seed", m.get("seed")),
+        ("items", f"{m.get('completed')} of {m.get('collected')} completed"),
+        ("created", m.get("created")),
+        ("versions", ", ".join(f"{k} {v}" for k, v in pk.items() if v)),
+        ("python", env.get("python")),
+        ("command", env.get("command")),
+    ]
+    return f"<h1>ckfmha run report {pill}</h1><div class='muted'>{_e(rep.path)}</div>" + _table(
+        ("", ""), [(k, v if v not in (None, "") else "-") for k, v in facts]
+    )
 
 
 def _summary(rows: list[dict[str, Any]]) -> str:
@@ -109,34 +124,65 @@ def _summary(rows: list[dict[str, Any]]) -> str:
     for fam, s in summ.items():
         body.append([fam, *[s[v] for v in VERDICTS], _fmt(s["worst_abs_err"], 3), _fmt(s["best_tflops"])])
         cls.append("bad" if any(s[v] for v in FAILING) else "")
-    return "<h2>Summary</h2>" + _table(("family", *VERDICTS, "worst abs err", "best TFLOPS"), body, cls,
-                                       numeric=range(1, 10))
+    return "<h2>Summary</h2>" + _table(
+        ("family", *VERDICTS, "worst abs err", "best TFLOPS"), body, cls, numeric=range(1, 10)
+    )
 
 
 def _regressions(cmp: Comparison) -> str:
-    parts = [f"<h2>Against the baseline</h2><div class='muted'>{_e(cmp.baseline)}: {cmp.compared} items in both, "
-             f"{cmp.timed} timed in both, threshold {cmp.threshold:.0%}; "
-             f"{'<b>regressed</b>' if cmp.regressed else 'no regression'}</div>"]
+    parts = [
+        f"<h2>Against the baseline</h2><div class='muted'>{_e(cmp.baseline)}: {cmp.compared} items in both, "
+        f"{cmp.timed} timed in both, threshold {cmp.threshold:.0%}; "
+        f"{'<b>regressed</b>' if cmp.regressed else 'no regression'}</div>"
+    ]
     if cmp.new_failures:
-        parts.append("<h3>New failures</h3>" + _table(("item", "was", "now", "reason"), [
-            (d["id"], d["baseline_verdict"], d["verdict"], d["reason"]) for d in cmp.new_failures],
-            ["bad"] * len(cmp.new_failures)))
+        parts.append(
+            "<h3>New failures</h3>"
+            + _table(
+                ("item", "was", "now", "reason"),
+                [(d["id"], d["baseline_verdict"], d["verdict"], d["reason"]) for d in cmp.new_failures],
+                ["bad"] * len(cmp.new_failures),
+            )
+        )
     if cmp.missing:
-        parts.append("<h3>Missing now</h3>" + _table(("item",), [(i,) for i in cmp.missing], ["bad"] * len(cmp.missing)))
+        parts.append(
+            "<h3>Missing now</h3>" + _table(("item",), [(i,) for i in cmp.missing], ["bad"] * len(cmp.missing))
+        )
     if cmp.slower:
-        parts.append("<h3>Slower</h3>" + _table(("item", "baseline ms", "now ms", "change"), [
-            (d["id"], _fmt(d["baseline_ms"]), _fmt(d["new_ms"]), f"{d['change']:+.1%}") for d in cmp.slower],
-            ["bad"] * len(cmp.slower), numeric=(1, 2, 3)))
+        parts.append(
+            "<h3>Slower</h3>"
+            + _table(
+                ("item", "baseline ms", "now ms", "change"),
+                [(d["id"], _fmt(d["baseline_ms"]), _fmt(d["new_ms"]), f"{d['change']:+.1%}") for d in cmp.slower],
+                ["bad"] * len(cmp.slower),
+                numeric=(1, 2, 3),
+            )
+        )
     if cmp.fixed:
-        parts.append("<h3>Fixed</h3>" + _table(("item", "was", "now"), [
-            (d["id"], d["baseline_verdict"], d["verdict"]) for d in cmp.fixed], ["good"] * len(cmp.fixed)))
+        parts.append(
+            "<h3>Fixed</h3>"
+            + _table(
+                ("item", "was", "now"),
+                [(d["id"], d["baseline_verdict"], d["verdict"]) for d in cmp.fixed],
+                ["good"] * len(cmp.fixed),
+            )
+        )
     if cmp.faster:
-        parts.append("<h3>Faster</h3>" + _table(("item", "baseline ms", "now ms", "change"), [
-            (d["id"], _fmt(d["baseline_ms"]), _fmt(d["new_ms"]), f"{d['change']:+.1%}") for d in cmp.faster],
-            ["good"] * len(cmp.faster), numeric=(1, 2, 3)))
+        parts.append(
+            "<h3>Faster</h3>"
+            + _table(
+                ("item", "baseline ms", "now ms", "change"),
+                [(d["id"], _fmt(d["baseline_ms"]), _fmt(d["new_ms"]), f"{d['change']:+.1%}") for d in cmp.faster],
+                ["good"] * len(cmp.faster),
+                numeric=(1, 2, 3),
+            )
+        )
     if cmp.added:
-        parts.append(f"<details><summary>{len(cmp.added)} item(s) new in this run</summary>"
-                     + _table(("item",), [(i,) for i in cmp.added]) + "</details>")
+        parts.append(
+            f"<details><summary>{len(cmp.added)} item(s) new in this run</summary>"
+            + _table(("item",), [(i,) for i in cmp.added])
+            + "</details>"
+        )
     return "".join(parts)
 
 
@@ -144,8 +190,11 @@ def _failures(rows: list[dict[str, Any]]) -> str:
     bad = [r for r in rows if r.get("verdict") in FAILING]
     if not bad:
         return "<h2>Failures</h2><p>none</p>"
-    return f"<h2>Failures ({len(bad)})</h2>" + _table(("item", "verdict", "reason"), [
-        (r["id"], r["verdict"], str(r.get("reason", ""))[:600]) for r in bad], ["bad"] * len(bad))
+    return f"<h2>Failures ({len(bad)})</h2>" + _table(
+        ("item", "verdict", "reason"),
+        [(r["id"], r["verdict"], str(r.get("reason", ""))[:600]) for r in bad],
+        ["bad"] * len(bad),
+    )
 
 
 def _seqlen(r: dict[str, Any]) -> float | None:
@@ -181,11 +230,17 @@ def _speed(rows: list[dict[str, Any]], plt) -> str:
         ax.set_ylabel("TFLOPS (best kernel at that length)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=2)
-    for ax in list(axes.flat)[len(fams):]:
+    for ax in list(axes.flat)[len(fams) :]:
         ax.axis("off")
     fig.tight_layout()
-    note = "" if timed else (" <span class='muted'>(one untimed run per item: wall-clock figures; run with "
-                             "--ckfmha-bench for device medians)</span>")
+    note = (
+        ""
+        if timed
+        else (
+            " <span class='muted'>(one untimed run per item: wall-clock figures; run with "
+            "--ckfmha-bench for device medians)</span>"
+        )
+    )
     return f"<h2>Speed{note}</h2><img alt='TFLOPS against sequence length' src='{_png(fig)}'>"
 
 
@@ -199,8 +254,10 @@ def _ranking(rows: list[dict[str, Any]], limit: int = 200) -> str:
             plan_kernel[shape] = str(r.get("kernel_id") or "")
         elif r.get("kind") == "kernel" and r.get("verdict") == "passed" and (_num(r.get("tflops")) or 0) > 0:
             shapes[shape].append(r)
-    ranked = sorted(((s, sorted(rs, key=lambda r: -float(r["tflops"]))) for s, rs in shapes.items() if len(rs) > 1),
-                    key=lambda kv: kv[0])
+    ranked = sorted(
+        ((s, sorted(rs, key=lambda r: -float(r["tflops"]))) for s, rs in shapes.items() if len(rs) > 1),
+        key=lambda kv: kv[0],
+    )
     if not ranked:
         return "<h2>Kernel ranking</h2><p>no shape has two or more kernels with a time</p>"
     overview, cls = [], []
@@ -210,15 +267,27 @@ def _ranking(rows: list[dict[str, Any]], limit: int = 200) -> str:
         share = float(chosen["tflops"]) / top if chosen is not None else None
         overview.append((shape, len(rs), _fmt(top), "-" if share is None else f"{share:.0%}"))
         cls.append("bad" if share is not None and share < 0.95 else "")
-    parts = [f"<h2>Kernel ranking</h2><div class='muted'>{len(ranked)} shape(s) with two or more kernels with a "
-             "time; 'plan' = the TFLOPS of the kernel the dispatcher's plan chose, as a share of the best (red: "
-             "under 95%)</div>", _table(("shape", "kernels", "best TFLOPS", "plan"), overview, cls, numeric=(1, 2, 3))]
+    parts = [
+        f"<h2>Kernel ranking</h2><div class='muted'>{len(ranked)} shape(s) with two or more kernels with a "
+        "time; 'plan' = the TFLOPS of the kernel the dispatcher's plan chose, as a share of the best (red: "
+        "under 95%)</div>",
+        _table(("shape", "kernels", "best TFLOPS", "plan"), overview, cls, numeric=(1, 2, 3)),
+    ]
     for shape, rs in ranked[:limit]:
         top = float(rs[0]["tflops"])
-        body = [(("\u2605 " if r["kernel_id"] == plan_kernel.get(shape) else "") + str(r["kernel_id"]),
-                 _fmt(r["tflops"]), f"{float(r['tflops']) / top:.0%}") for r in rs]
-        parts.append(f"<details><summary><code>{_e(shape)}</code></summary>"
-                     + _table(("kernel (\u2605 = plan)", "TFLOPS", "of best"), body, numeric=(1, 2)) + "</details>")
+        body = [
+            (
+                ("\u2605 " if r["kernel_id"] == plan_kernel.get(shape) else "") + str(r["kernel_id"]),
+                _fmt(r["tflops"]),
+                f"{float(r['tflops']) / top:.0%}",
+            )
+            for r in rs
+        ]
+        parts.append(
+            f"<details><summary><code>{_e(shape)}</code></summary>"
+            + _table(("kernel (\u2605 = plan)", "TFLOPS", "of best"), body, numeric=(1, 2))
+            + "</details>"
+        )
     return "".join(parts)
 
 
@@ -229,8 +298,12 @@ def _error_ratio(r: dict[str, Any]) -> float | None:
     if err is None or r.get("verdict") not in ("passed", "failed") or not r.get("dtype"):
         return None
     try:
-        tol = tolerance_for(r["dtype"], backward=r.get("family") == "bwd", hdim_q=int(r.get("hdim_q") or 0),
-                            hdim_v=int(r.get("hdim_v") or 0))
+        tol = tolerance_for(
+            r["dtype"],
+            backward=r.get("family") == "bwd",
+            hdim_q=int(r.get("hdim_q") or 0),
+            hdim_v=int(r.get("hdim_v") or 0),
+        )
     except (ToleranceError, ValueError):
         return None
     return err / tol.atol if tol.atol > 0 else None
@@ -258,9 +331,11 @@ def _errors(rows: list[dict[str, Any]], plt) -> str:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     worst = max((q, fam) for fam, qs in per_fam.items() for q in qs)
-    return (f"<h2>Errors against the tolerance</h2><div class='muted'>largest ratio {worst[0]:.3g} "
-            f"({_e(worst[1])}); log10 spread {math.log10(worst[0]):+.1f}</div><img alt='error distribution' "
-            f"src='{_png(fig)}'>")
+    return (
+        f"<h2>Errors against the tolerance</h2><div class='muted'>largest ratio {worst[0]:.3g} "
+        f"({_e(worst[1])}); log10 spread {math.log10(worst[0]):+.1f}</div><img alt='error distribution' "
+        f"src='{_png(fig)}'>"
+    )
 
 
 def _skips(rows: list[dict[str, Any]]) -> str:
@@ -269,11 +344,12 @@ def _skips(rows: list[dict[str, Any]]) -> str:
         if r.get("verdict") == "skipped":
             reason = str(r.get("reason") or "")
             shape = r["id"].split("::")[0]
-            reasons[reason[len(shape) + 2:] if reason.startswith(shape + ": ") else reason] += 1
+            reasons[reason[len(shape) + 2 :] if reason.startswith(shape + ": ") else reason] += 1
     if not reasons:
         return ""
-    return (f"<h2>Skips ({sum(reasons.values())})</h2>"
-            + _table(("items", "reason"), [(n, why[:400]) for why, n in reasons.most_common()], numeric=(0,)))
+    return f"<h2>Skips ({sum(reasons.values())})</h2>" + _table(
+        ("items", "reason"), [(n, why[:400]) for why, n in reasons.most_common()], numeric=(0,)
+    )
 
 
 def render(rep: RunReport, comparison: Comparison | None = None) -> str:
@@ -284,5 +360,7 @@ def render(rep: RunReport, comparison: Comparison | None = None) -> str:
     if comparison is not None:
         body.append(_regressions(comparison))
     body += [_failures(rows), _speed(rows, plt), _ranking(rows), _errors(rows, plt), _skips(rows)]
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>ckfmha report</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>ckfmha report</title>"
+        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )

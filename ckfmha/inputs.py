@@ -67,10 +67,14 @@ def kv_shapes(p: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Shapes of contiguous K and V."""
     if p.mode is Mode.GROUP:
         tot = p.seqstart_k[-1]
-        return (seq_shape(p.input_layout, 1, p.nhead_k, tot, p.hdim_q),
-                seq_shape(p.input_layout, 1, p.nhead_k, tot, p.hdim_v))
-    return (seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_k, p.hdim_q),
-            seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_k, p.hdim_v))
+        return (
+            seq_shape(p.input_layout, 1, p.nhead_k, tot, p.hdim_q),
+            seq_shape(p.input_layout, 1, p.nhead_k, tot, p.hdim_v),
+        )
+    return (
+        seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_k, p.hdim_q),
+        seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_k, p.hdim_v),
+    )
 
 
 def lse_shape(p: Problem) -> tuple[int, ...]:
@@ -148,8 +152,6 @@ def _normal(rng: np.random.Generator, shape, dtype: np.dtype, scale: float = 1.0
     return x.astype(dtype)
 
 
-
-
 def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dict[str, np.ndarray]:
     """All tensors the problem's family needs, deterministic from ``seed``."""
     p = problem
@@ -181,16 +183,20 @@ def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dic
         _lookup(out, p, nblk, perm)
     elif p.page_block_size:
         page = p.page_block_size
-        shp = (lambda n, d: (n, p.nhead_k, page, d)) if p.input_layout is Layout.BHSD \
+        shp = (
+            (lambda n, d: (n, p.nhead_k, page, d))
+            if p.input_layout is Layout.BHSD
             else (lambda n, d: (n, page, p.nhead_k, d))
+        )
         nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]
         num_pages = sum(nblk) + 1
         perm = rng.permutation(num_pages).astype(np.int32)
         out["k_cache"] = _normal(rng, shp(num_pages, p.hdim_q), sdt, scale_in)
         out["v_cache"] = _normal(rng, shp(num_pages, p.hdim_v), sdt, scale_in)
         _lookup(out, p, nblk, perm, force_vllm=True)
-        out["cache_seqlens"] = np.array(p.seqlens_k_list if f is not Family.FWD_APPENDKV else p.cache_seqlens,
-                                        dtype=np.int32)
+        out["cache_seqlens"] = np.array(
+            p.seqlens_k_list if f is not Family.FWD_APPENDKV else p.cache_seqlens, dtype=np.int32
+        )
     else:
         out["k"] = _normal(rng, k_shape, sdt, scale_in)
         out["v"] = _normal(rng, v_shape, sdt, scale_in)
@@ -213,7 +219,7 @@ def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dic
         if p.bias_rank == 0:
             out["alibi_slopes"] = base[None, :].copy()
         else:  # per-batch slopes: CK's slopes scaled by (1 + b/4) so batches differ
-            out["alibi_slopes"] = (base[None, :] * (1.0 + 0.25 * np.arange(p.batch, dtype=np.float32))[:, None])
+            out["alibi_slopes"] = base[None, :] * (1.0 + 0.25 * np.arange(p.batch, dtype=np.float32))[:, None]
     if p.sink:
         out["sink"] = rng.standard_normal(p.nhead_q, dtype=np.float32)
     if p.qscale is QScale.PERTENSOR:
@@ -246,11 +252,12 @@ def _lookup(out: dict, p: Problem, nblk: list[int], perm: np.ndarray, force_vllm
         width = max(1, max(nblk) if nblk else 1)
         bt = np.zeros((p.batch, width), dtype=np.int32)
         for b, n in enumerate(nblk):
-            bt[b, :n] = perm[starts[b]:starts[b] + n]
+            bt[b, :n] = perm[starts[b] : starts[b] + n]
         out["block_table"] = bt
     else:
         out["kv_indptr"] = starts.astype(np.int32)
         out["kv_page_indices"] = perm[: starts[-1]].astype(np.int32)
         sks = p.seqlens_k_list
-        out["kv_last_page_lens"] = np.array([0 if sk == 0 else sk - (n - 1) * page for sk, n in zip(sks, nblk)],
-                                            dtype=np.int32)
+        out["kv_last_page_lens"] = np.array(
+            [0 if sk == 0 else sk - (n - 1) * page for sk, n in zip(sks, nblk)], dtype=np.int32
+        )

@@ -18,9 +18,10 @@ field and parses back (:meth:`KernelConfig.from_id`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any
 
 
 class TokenEnum(str, Enum):
@@ -324,8 +325,9 @@ for _cls in (KernelSignature, KernelAlgorithm):
     for _f in dataclasses.fields(_cls):
         _FIELD_TYPES[_f.name] = _f.type
 _ENUM_FIELDS: dict[str, type[TokenEnum]] = {
-    name: globals()[t] for name, t in _FIELD_TYPES.items() if isinstance(t, str) and t in globals()
-    and isinstance(globals()[t], type) and issubclass(globals()[t], TokenEnum)
+    name: globals()[t]
+    for name, t in _FIELD_TYPES.items()
+    if isinstance(t, str) and t in globals() and isinstance(globals()[t], type) and issubclass(globals()[t], TokenEnum)
 }
 _BOOL_FIELDS = frozenset(n for n, t in _FIELD_TYPES.items() if t == "bool")
 _INT_FIELDS = frozenset(n for n, t in _FIELD_TYPES.items() if t == "int")
@@ -378,7 +380,7 @@ class KernelConfig:
         """Flat JSON-ready dict (enum tokens, lists for tuples)."""
         out: dict[str, Any] = {}
         for part in (self.signature, self.algorithm):
-            for name in (SIGNATURE_FIELDS if part is self.signature else ALGORITHM_FIELDS):
+            for name in SIGNATURE_FIELDS if part is self.signature else ALGORITHM_FIELDS:
                 v = getattr(part, name)
                 if isinstance(v, TokenEnum):
                     v = v.value
@@ -446,7 +448,9 @@ def _normalize_field(name: str, value: Any) -> Any:
             raise ValueError(f"{name}: pad must be one of {PAD_VALUES}, found {value!r}")
         return value
     if name == "tile":
-        if not isinstance(value, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value
+        ):
             raise ValueError(f"tile: expected a list of ints, found {value!r}")
         return tuple(value)
     if name in ("warps", "warp_tiles"):

@@ -18,6 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from ckfmha.kernel import (
+    BOOL_FIELDS,
+    ENUM_FIELDS,
+    INT_FIELDS,
+    PAD_VALUES,
     ArchTag,
     DType,
     Family,
@@ -26,10 +30,6 @@ from ckfmha.kernel import (
     KernelSignature,
     Mode,
     Pipeline,
-    ENUM_FIELDS,
-    BOOL_FIELDS,
-    INT_FIELDS,
-    PAD_VALUES,
 )
 
 # (config field, id short name), in id order. Every field not in the positional core is here.
@@ -142,8 +142,13 @@ def parse_kernel_id(kid: str) -> KernelConfig:
     hq, hv = dims[1:].split("x", 1)
     fields["hdim_q"] = _int(hq, "hdim_q", kid)
     fields["hdim_v"] = _int(hv, "hdim_v", kid)
-    for text, prefix, what in ((tile, "b", "tile"), (warps, "r", "warps"), (wtiles, "w", "warp_tiles"),
-                               (pads, "p", "pads"), (occ, "o", "occupancy")):
+    for text, prefix, what in (
+        (tile, "b", "tile"),
+        (warps, "r", "warps"),
+        (wtiles, "w", "warp_tiles"),
+        (pads, "p", "pads"),
+        (occ, "o", "occupancy"),
+    ):
         if not text.startswith(prefix):
             raise KernelIdError(f"kernel id {kid!r}: {what} part must start with {prefix!r}, found {text!r}")
     fields["tile"] = tuple(_int(v, "tile", kid) for v in tile[1:].split("x")) if tile != "b" else ()

@@ -72,8 +72,14 @@ class MaskError(ValueError):
     """An invalid mask string or mask parameters."""
 
 
-MASK_WORDS: dict[str, str] = {"none": "0", "no_mask": "0", "n": "0", "causal": "t", "top_left": "t",
-                              "bottom_right": "b"}
+MASK_WORDS: dict[str, str] = {
+    "none": "0",
+    "no_mask": "0",
+    "n": "0",
+    "causal": "t",
+    "top_left": "t",
+    "bottom_right": "b",
+}
 """Word forms accepted besides CK's ``-mask`` syntax, with the CK token each one means."""
 
 _INT32_RULE = f"is outside int32 ({INT32_MIN}..{INT32_MAX}; CK holds mask numbers as ck_tile::index_t)"
@@ -81,8 +87,10 @@ _INT32_RULE = f"is outside int32 ({INT32_MIN}..{INT32_MAX}; CK holds mask number
 
 def _check_bounded(what: str, left: int, right: int) -> None:
     if left < 0 and right < 0:
-        raise MaskError(f"mask: {what} is unbounded on both sides "
-                        "(use no mask instead; CK would build a mask kernel that masks nothing)")
+        raise MaskError(
+            f"mask: {what} is unbounded on both sides "
+            "(use no mask instead; CK would build a mask kernel that masks nothing)"
+        )
 
 
 def _check_sink(sink: int, whole: str) -> None:
@@ -91,11 +99,14 @@ def _check_sink(sink: int, whole: str) -> None:
     and selecting a ``has_sink`` kernel when > 0); CK 2025-11's mask.hpp ignored it. ckfmha does not model sink
     tokens: only 0 (no sink token, the two-number window) is accepted."""
     if sink < 0:
-        raise MaskError(f"mask: invalid mask value {whole!r} (sink component {sink}: the number of sink tokens "
-                        "must be >= 0)")
+        raise MaskError(
+            f"mask: invalid mask value {whole!r} (sink component {sink}: the number of sink tokens must be >= 0)"
+        )
     if sink:
-        raise MaskError(f"mask: {whole!r} has sink component {sink} (StreamingLLM sink tokens, CK's "
-                        "mask_info.sink / sink_size), which ckfmha does not model; only sink 0 is accepted")
+        raise MaskError(
+            f"mask: {whole!r} has sink component {sink} (StreamingLLM sink tokens, CK's "
+            "mask_info.sink / sink_size), which ckfmha does not model; only sink 0 is accepted"
+        )
 
 
 def _int(text: str, whole: str) -> int:
@@ -127,8 +138,9 @@ class MaskSpec:
             try:
                 kind = MaskKind(kind)
             except ValueError:
-                raise MaskError(f"mask.kind: unknown value {kind!r}; allowed: "
-                                f"{', '.join(k.value for k in MaskKind)}") from None
+                raise MaskError(
+                    f"mask.kind: unknown value {kind!r}; allowed: {', '.join(k.value for k in MaskKind)}"
+                ) from None
             object.__setattr__(self, "kind", kind)
         for name in ("left", "right", "y", "x"):
             v = getattr(self, name)
@@ -147,8 +159,9 @@ class MaskSpec:
             object.__setattr__(self, "left", -1)
             object.__setattr__(self, "right", 0)
             # y and x are the kernel's window sizes (left, right): the same rule as a window
-            _check_bounded(f"generic g:{self.y},{self.x} (a bottom-right window left={self.y}, right={self.x})",
-                           self.y, self.x)
+            _check_bounded(
+                f"generic g:{self.y},{self.x} (a bottom-right window left={self.y}, right={self.x})", self.y, self.x
+            )
         else:
             object.__setattr__(self, "left", -1)
             object.__setattr__(self, "right", 0)
@@ -205,8 +218,10 @@ class MaskSpec:
             return cls.causal(False)
         if s in ("2", "b"):
             return cls.causal(True)
-        raise MaskError(f"mask: invalid mask value {s!r}; allowed: 0, 1, 2, t, b, t:l,r, b:l,r, xt:w, xb:w, g:y,x "
-                        f"or {', '.join(MASK_WORDS)}")
+        raise MaskError(
+            f"mask: invalid mask value {s!r}; allowed: 0, 1, 2, t, b, t:l,r, b:l,r, xt:w, xb:w, g:y,x "
+            f"or {', '.join(MASK_WORDS)}"
+        )
 
     # ----------------------------------------------------------------- rendering
     @property

@@ -41,11 +41,12 @@ import difflib
 import itertools
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ckfmha.datafile import DataFileError, MissingDataFileError, load_yaml
 from ckfmha.families import PROBLEM_FAMILIES, FamilyError, problem_family, problem_family_of
@@ -56,16 +57,47 @@ SCHEMA_VERSION = 1
 TOP_KEYS = frozenset({"schema", "family", "description", "defaults", "entries"})
 ENTRY_META_KEYS = frozenset({"name", "category", "description", "family", "product", "zip"})
 
-_INT = ("batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "hdim_q", "hdim_v", "bias_rank", "drop_seed",
-        "drop_offset", "page_block_size", "seqlen_knew", "rotary_dim", "num_splits", "min_seqlen_q")
+_INT = (
+    "batch",
+    "nhead_q",
+    "nhead_k",
+    "seqlen_q",
+    "seqlen_k",
+    "hdim_q",
+    "hdim_v",
+    "bias_rank",
+    "drop_seed",
+    "drop_offset",
+    "page_block_size",
+    "seqlen_knew",
+    "rotary_dim",
+    "num_splits",
+    "min_seqlen_q",
+)
 _FLOAT = ("scale", "p_drop", "logits_soft_cap")
 _BOOL = ("lse", "sink", "cache_batch_idx", "deterministic", "dbias")
-_STR = ("dtype", "mode", "bias", "qscale", "kv_lookup", "kv_layout", "rope", "vlayout", "input_layout",
-        "output_layout", "layout", "mask")
+_STR = (
+    "dtype",
+    "mode",
+    "bias",
+    "qscale",
+    "kv_lookup",
+    "kv_layout",
+    "rope",
+    "vlayout",
+    "input_layout",
+    "output_layout",
+    "layout",
+    "mask",
+)
 _INT_LIST = ("seqlens_q", "seqlens_k", "s_kpad")
-FIELD_KINDS: dict[str, str] = {**{k: "int" for k in _INT}, **{k: "number" for k in _FLOAT},
-                               **{k: "bool" for k in _BOOL}, **{k: "string" for k in _STR},
-                               **{k: "list of ints" for k in _INT_LIST}}
+FIELD_KINDS: dict[str, str] = {
+    **{k: "int" for k in _INT},
+    **{k: "number" for k in _FLOAT},
+    **{k: "bool" for k in _BOOL},
+    **{k: "string" for k in _STR},
+    **{k: "list of ints" for k in _INT_LIST},
+}
 SHAPE_FIELDS = frozenset(FIELD_KINDS)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 MAX_SHAPES_PER_ENTRY = 10_000
@@ -111,8 +143,9 @@ def default_matrix_dir() -> Path:
     checkout = Path(__file__).resolve().parent.parent / "matrices"
     if checkout.is_dir():
         return checkout
-    raise MatrixError(f"no packaged matrices: neither {installed} (an installed wheel) nor {checkout} (a checkout) "
-                      "exists")
+    raise MatrixError(
+        f"no packaged matrices: neither {installed} (an installed wheel) nor {checkout} (a checkout) exists"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- checking
@@ -200,8 +233,9 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
     for k, v in e.items():
         if k in SHAPE_FIELDS:
             if isinstance(v, list) and FIELD_KINDS[k] != "list of ints":
-                raise MatrixError(f"{where}: {k}: a list of values must go under 'product' (crossed) or 'zip' "
-                                  f"(paired), found {v!r}")
+                raise MatrixError(
+                    f"{where}: {k}: a list of values must go under 'product' (crossed) or 'zip' (paired), found {v!r}"
+                )
             fixed[k] = _check_value(where, k, v)
     axes: list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]] = []
     seen: dict[str, str] = {k: "the entry" for k in e if k in SHAPE_FIELDS}
@@ -211,8 +245,7 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
     _check_keys(f"{where}: product", prod, SHAPE_FIELDS)
     zp = e.get("zip", {})
     if not isinstance(zp, dict):
-        raise MatrixError(f"{where}: zip: expected a mapping 'field, field' -> list of rows, found "
-                          f"{type(zp).__name__}")
+        raise MatrixError(f"{where}: zip: expected a mapping 'field, field' -> list of rows, found {type(zp).__name__}")
     for key in zp:
         _check_keys(f"{where}: zip.{key}", (s.strip() for s in str(key).split(",")), SHAPE_FIELDS)
     for k, vals in prod.items():
@@ -238,8 +271,10 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
             if len(names) == 1 and not isinstance(row, list):
                 row = [row]
             if not isinstance(row, list) or len(row) != len(names):
-                raise MatrixError(f"{where}: zip.{key}[{j}]: expected a row of {len(names)} value(s) "
-                                  f"({', '.join(names)}), found {row!r}")
+                raise MatrixError(
+                    f"{where}: zip.{key}[{j}]: expected a row of {len(names)} value(s) "
+                    f"({', '.join(names)}), found {row!r}"
+                )
             rows.append(tuple(_check_value(f"{where}: zip.{key}[{j}]", k, v) for k, v in zip(names, row)))
         if len(set(rows)) != len(rows):
             raise MatrixError(f"{where}: zip.{key}: repeated row")
@@ -260,12 +295,16 @@ def _check_caps(fname: str, entries: list[_Entry]) -> None:
         n = _shape_count(ent)
         if n > MAX_SHAPES_PER_ENTRY:
             axes = " x ".join(f"{len(rows)} ({', '.join(names)})" for names, rows in ent.axes)
-            raise MatrixError(f"{fname}: entry {ent.name!r}: expands to {n:,} shapes ({axes}); the limit is "
-                              f"MAX_SHAPES_PER_ENTRY = {MAX_SHAPES_PER_ENTRY:,} per entry")
+            raise MatrixError(
+                f"{fname}: entry {ent.name!r}: expands to {n:,} shapes ({axes}); the limit is "
+                f"MAX_SHAPES_PER_ENTRY = {MAX_SHAPES_PER_ENTRY:,} per entry"
+            )
         total += n
         if total > MAX_SHAPES_PER_FILE:
-            raise MatrixError(f"{fname}: entry {ent.name!r}: brings the file to {total:,} shapes; the limit is "
-                              f"MAX_SHAPES_PER_FILE = {MAX_SHAPES_PER_FILE:,} per file")
+            raise MatrixError(
+                f"{fname}: entry {ent.name!r}: brings the file to {total:,} shapes; the limit is "
+                f"MAX_SHAPES_PER_FILE = {MAX_SHAPES_PER_FILE:,} per file"
+            )
 
 
 def _expand(fname: str, ent: _Entry) -> list[Shape]:
@@ -279,8 +318,9 @@ def _expand(fname: str, ent: _Entry) -> list[Shape]:
             p = Problem(family=ent.family, **_problem_kwargs(values))
         except ProblemError as err:
             assigned = ", ".join(f"{n}={v!r}" for (names, _), row in zip(axes, combo) for n, v in zip(names, row))
-            raise MatrixError(f"{fname}: entry {ent.name!r}: combination {idx}"
-                              f"{' (' + assigned + ')' if assigned else ''}: {err}") from None
+            raise MatrixError(
+                f"{fname}: entry {ent.name!r}: combination {idx}{' (' + assigned + ')' if assigned else ''}: {err}"
+            ) from None
         except TypeError as err:  # pragma: no cover - guarded by the field checks
             raise MatrixError(f"{fname}: entry {ent.name!r}: {err}") from None
         out.append(Shape(p, fname, ent.name, ent.category, idx))
@@ -322,8 +362,10 @@ def parse_matrix(doc: Any, fname: str) -> list[Shape]:
         for s in _expand(fname, ent):
             first = seen.get(s.problem)
             if first is not None:
-                raise MatrixError(f"{fname}: entry {s.entry!r}: combination {s.index}: duplicate of entry "
-                                  f"{first.entry!r} combination {first.index} ({s.problem})")
+                raise MatrixError(
+                    f"{fname}: entry {s.entry!r}: combination {s.index}: duplicate of entry "
+                    f"{first.entry!r} combination {first.index} ({s.problem})"
+                )
             seen[s.problem] = s
             shapes.append(s)
     return shapes
@@ -351,7 +393,7 @@ def _file_order(p: Path) -> tuple:
 def matrix_files(paths: Sequence[str | Path] | None = None) -> list[Path]:
     """The YAML files of the given files/directories (default: the packaged matrices), in a fixed order."""
     out: list[Path] = []
-    for item in (paths or [default_matrix_dir()]):
+    for item in paths or [default_matrix_dir()]:
         p = Path(item)
         if p.is_dir():
             out.extend(sorted(p.glob("*.yaml"), key=_file_order))
@@ -364,8 +406,12 @@ def matrix_files(paths: Sequence[str | Path] | None = None) -> list[Path]:
 
 def load_matrices(paths: Sequence[str | Path] | None = None) -> list[Shape]:
     """All shapes of the given matrix files/directories, checked for duplicates across files."""
-    return list(_load_cached(tuple(str(p.resolve()) for p in matrix_files(paths)),
-                             tuple(p.stat().st_mtime_ns for p in matrix_files(paths))))
+    return list(
+        _load_cached(
+            tuple(str(p.resolve()) for p in matrix_files(paths)),
+            tuple(p.stat().st_mtime_ns for p in matrix_files(paths)),
+        )
+    )
 
 
 @lru_cache(maxsize=8)
@@ -381,8 +427,10 @@ def _load_cached(files: tuple[str, ...], _mtimes: tuple[int, ...]) -> tuple[Shap
         for s in load_matrix_file(f):
             first = seen.get(s.problem)
             if first is not None:
-                raise MatrixError(f"{s.file}: entry {s.entry!r}: combination {s.index}: duplicate of "
-                                  f"{first.file} entry {first.entry!r} combination {first.index}")
+                raise MatrixError(
+                    f"{s.file}: entry {s.entry!r}: combination {s.index}: duplicate of "
+                    f"{first.file} entry {first.entry!r} combination {first.index}"
+                )
             seen[s.problem] = s
             shapes.append(s)
     return tuple(shapes)
@@ -408,5 +456,17 @@ def counts(shapes: Iterable[Shape]) -> dict[str, dict[str, int]]:
     return out
 
 
-__all__ = ["CATEGORIES", "MAX_SHAPES_PER_ENTRY", "MAX_SHAPES_PER_FILE", "MatrixError", "Shape", "counts",
-           "default_matrix_dir", "load_matrices", "load_matrix_file", "matrix_files", "parse_matrix", "select"]
+__all__ = [
+    "CATEGORIES",
+    "MAX_SHAPES_PER_ENTRY",
+    "MAX_SHAPES_PER_FILE",
+    "MatrixError",
+    "Shape",
+    "counts",
+    "default_matrix_dir",
+    "load_matrices",
+    "load_matrix_file",
+    "matrix_files",
+    "parse_matrix",
+    "select",
+]

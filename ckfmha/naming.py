@@ -94,8 +94,13 @@ IMPLIED_FIELDS: dict[CKNamingScheme, dict[Family, dict[str, Any]]] = {
         Family.FWD: {"sink": False},
         Family.FWD_SPLITKV: {"sink": False},
         Family.FWD_PAGEDKV: {"sink": False},
-        Family.BATCH_PREFILL: {"sink": False, "page_size": 1, "kv_load": KVLoad.NONE,
-                               "kv_memory_layout": KVMemoryLayout.LINEAR, "kv_lookup_table": KVLookupTable.SGLANG},
+        Family.BATCH_PREFILL: {
+            "sink": False,
+            "page_size": 1,
+            "kv_load": KVLoad.NONE,
+            "kv_memory_layout": KVMemoryLayout.LINEAR,
+            "kv_lookup_table": KVLookupTable.SGLANG,
+        },
     },
 }
 """Per scheme and family: the fields its names do not spell, with the value that generation of CK hard-wires."""
@@ -158,8 +163,7 @@ def _alg_tokens(a) -> tuple[str, str]:
         return hit[1], hit[2]
     tile = ""
     if len(a.warps) >= 2 and len(a.warp_tiles) >= 2:
-        tile = (f"b{_xs(a.tile)}_r{_xs(a.warps[0])}_r{_xs(a.warps[1])}_w{_xs(a.warp_tiles[0])}"
-                f"_w{_xs(a.warp_tiles[1])}")
+        tile = f"b{_xs(a.tile)}_r{_xs(a.warps[0])}_r{_xs(a.warps[1])}_w{_xs(a.warp_tiles[0])}_w{_xs(a.warp_tiles[1])}"
         if a.occupancy != -1:
             tile += f"_o{a.occupancy}"
     pad = _pad_token((("s", a.pad_s), ("sk", a.pad_sk), ("d", a.pad_d), ("dv", a.pad_dv)))
@@ -213,9 +217,25 @@ def _sig_parts(s) -> tuple[str, ...]:
         else:  # BWD_DQ_DK_DV
             p0 = "fmha_bwd_" + head + "_b"
         _HEADS[hkey] = p0
-    fkey = (id(f), id(s.arch_tag), id(s.vlayout), s.logits_soft_cap, id(s.bias), id(s.mask), s.lse, id(s.dropout),
-            s.skip_min_seqlen_q, id(s.qscale), s.sink, s.dbias, s.deterministic, s.paged_kv, s.fp8_static_quant,
-            id(s.kv_memory_layout), id(s.kv_lookup_table))
+    fkey = (
+        id(f),
+        id(s.arch_tag),
+        id(s.vlayout),
+        s.logits_soft_cap,
+        id(s.bias),
+        id(s.mask),
+        s.lse,
+        id(s.dropout),
+        s.skip_min_seqlen_q,
+        id(s.qscale),
+        s.sink,
+        s.dbias,
+        s.deterministic,
+        s.paged_kv,
+        s.fp8_static_quant,
+        id(s.kv_memory_layout),
+        id(s.kv_lookup_table),
+    )
     rest = _FEATS.get(fkey)
     if rest is None:
         rest = _FEATS[fkey] = _feature_pieces(s)
@@ -231,28 +251,61 @@ def _feature_pieces(s) -> tuple[str, str, str]:
     f = s.family
     vl = _VLAYOUT_TOKEN[s.vlayout]
     arch = "" if s.arch_tag is ArchTag.NONE else "_" + s.arch_tag
-    common = (("logits_" if s.logits_soft_cap else "nlogits_") + _BIAS_TOKEN[s.bias] + "_" + _MASK_TOKEN[s.mask]
-              + ("_lse_" if s.lse else "_nlse_") + _FWD_DROPOUT_TOKEN.get(s.dropout, "?") + "_")
+    common = (
+        ("logits_" if s.logits_soft_cap else "nlogits_")
+        + _BIAS_TOKEN[s.bias]
+        + "_"
+        + _MASK_TOKEN[s.mask]
+        + ("_lse_" if s.lse else "_nlse_")
+        + _FWD_DROPOUT_TOKEN.get(s.dropout, "?")
+        + "_"
+    )
     if f is Family.FWD:
         feats = common + ("skip_" if s.skip_min_seqlen_q else "nskip_") + _QSCALE_TOKEN[s.qscale]
         return "_" + vl + "_", "_" + feats + "_", ("_sink" if s.sink else "_nsink") + arch + ".cpp"
     if f is Family.FWD_SPLITKV:
-        feats = (("logits_" if s.logits_soft_cap else "nlogits_") + _BIAS_TOKEN[s.bias] + "_" + _MASK_TOKEN[s.mask]
-                 + ("_lse" if s.lse else "_nlse") + ("_squant" if s.fp8_static_quant else "_nsquant")
-                 + ("_pagedkv" if s.paged_kv else "_npagedkv") + ("_sink" if s.sink else "_nsink"))
+        feats = (
+            ("logits_" if s.logits_soft_cap else "nlogits_")
+            + _BIAS_TOKEN[s.bias]
+            + "_"
+            + _MASK_TOKEN[s.mask]
+            + ("_lse" if s.lse else "_nlse")
+            + ("_squant" if s.fp8_static_quant else "_nsquant")
+            + ("_pagedkv" if s.paged_kv else "_npagedkv")
+            + ("_sink" if s.sink else "_nsink")
+        )
         return "_" + vl + "_", "_" + feats + arch + ".cpp", ""
     if f is Family.BATCH_PREFILL:
         for name in ("kv_memory_layout", "kv_lookup_table"):
             if getattr(s, name) == "none":
-                raise CKSchemeError(CKNamingScheme.CURRENT, f, name, getattr(s, name),
-                                   "this scheme names the kv layout (vectorized|linear) and lookup (vllm|sglang)")
-        feats = (common + _QSCALE_TOKEN[s.qscale] + ("_sink_" if s.sink else "_nsink_") + s.kv_memory_layout + "_"
-                 + s.kv_lookup_table)
+                raise CKSchemeError(
+                    CKNamingScheme.CURRENT,
+                    f,
+                    name,
+                    getattr(s, name),
+                    "this scheme names the kv layout (vectorized|linear) and lookup (vllm|sglang)",
+                )
+        feats = (
+            common
+            + _QSCALE_TOKEN[s.qscale]
+            + ("_sink_" if s.sink else "_nsink_")
+            + s.kv_memory_layout
+            + "_"
+            + s.kv_lookup_table
+        )
         return "_" + vl + "_", "_" + feats + ".cpp", ""
     # BWD_DQ_DK_DV
-    return ("_" + _BIAS_TOKEN[s.bias] + ("_dbias_" if s.dbias else "_ndbias_") + _MASK_TOKEN[s.mask] + "_"
-            + _BWD_DROPOUT_TOKEN[s.dropout] + ("_deterministic_" if s.deterministic else "_ndeterministic_"),
-            arch + ".cpp", "")
+    return (
+        "_"
+        + _BIAS_TOKEN[s.bias]
+        + ("_dbias_" if s.dbias else "_ndbias_")
+        + _MASK_TOKEN[s.mask]
+        + "_"
+        + _BWD_DROPOUT_TOKEN[s.dropout]
+        + ("_deterministic_" if s.deterministic else "_ndeterministic_"),
+        arch + ".cpp",
+        "",
+    )
 
 
 _BWD_ALG: dict[int, tuple[object, str]] = {}
@@ -265,8 +318,10 @@ def _bwd_alg(a) -> str:
     w, wt = a.warps, a.warp_tiles
     pad = "".join(f"{tok}{v}" for tok, v in (("d", a.pad_d), ("dv", a.pad_dv)) if v)
     pad = "p" + pad if pad else "npad"
-    txt = (f"{_xs(a.tile)}_r{_xs(w[0])}_r{_xs(w[1])}_r{_xs(w[2])}_w{_xs(wt[0])}_w{_xs(wt[1])}_o{a.occupancy}"
-           f"_maxq{a.max_seq_len_q}_{pad}")
+    txt = (
+        f"{_xs(a.tile)}_r{_xs(w[0])}_r{_xs(w[1])}_r{_xs(w[2])}_w{_xs(wt[0])}_w{_xs(wt[1])}_o{a.occupancy}"
+        f"_maxq{a.max_seq_len_q}_{pad}"
+    )
     if len(_BWD_ALG) >= _ALG_TOKENS_MAX:
         _BWD_ALG.clear()
     _BWD_ALG[id(a)] = (a, txt)
@@ -295,8 +350,13 @@ def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
             pieces = (tile + "_" + a.pipeline, pad, "")
         else:  # BATCH_PREFILL
             if a.kv_load is KVLoad.NONE:
-                raise CKSchemeError(CKNamingScheme.CURRENT, family, "kv_load", a.kv_load,
-                                   "this scheme names the load strategy (bload|gload)")
+                raise CKSchemeError(
+                    CKNamingScheme.CURRENT,
+                    family,
+                    "kv_load",
+                    a.kv_load,
+                    "this scheme names the load strategy (bload|gload)",
+                )
             pieces = (a.kv_load + "_" + tile + "_" + a.pipeline, pad, "")
     if len(_ALG_PIECES) >= _ALG_TOKENS_MAX:
         _ALG_PIECES.clear()
@@ -310,8 +370,10 @@ class CKSchemeError(CKNameError):
     def __init__(self, scheme: CKNamingScheme, family: Family, field_name: str, value: Any, rule: str) -> None:
         self.scheme, self.family, self.field, self.value, self.rule = scheme, family, field_name, value, rule
         shown = value.value if isinstance(value, TokenEnum) else value
-        super().__init__(f"{field_name}: {shown!r} has no spelling in the {scheme.value} naming scheme of "
-                         f"{family.value} names ({rule})")
+        super().__init__(
+            f"{field_name}: {shown!r} has no spelling in the {scheme.value} naming scheme of "
+            f"{family.value} names ({rule})"
+        )
 
 
 def cross_scheme_config(c: KernelConfig) -> KernelConfig:
@@ -333,16 +395,22 @@ def _check_implied(c: KernelConfig, scheme: CKNamingScheme) -> None:
         have = getattr(c, name)
         if have != want:
             shown = want.value if isinstance(want, TokenEnum) else want
-            raise CKSchemeError(scheme, f, name, have, f"its names have no {name} token: that CK hard-wires "
-                               f"{name}={shown!r}")
+            raise CKSchemeError(
+                scheme, f, name, have, f"its names have no {name} token: that CK hard-wires {name}={shown!r}"
+            )
 
 
 def _squant(c: KernelConfig, scheme: CKNamingScheme) -> str:
     """The 2025-11 scheme's ``squant``/``nsquant`` token for a fwd or batch_prefill config's qscale."""
     tok = _QSCALE_SQUANT.get(c.signature.qscale)
     if tok is None:
-        raise CKSchemeError(scheme, c.signature.family, "qscale", c.signature.qscale,
-                           "its squant token spells only qscale none (nsquant) and pertensor (squant)")
+        raise CKSchemeError(
+            scheme,
+            c.signature.family,
+            "qscale",
+            c.signature.qscale,
+            "its squant token spells only qscale none (nsquant) and pertensor (squant)",
+        )
     return tok
 
 
@@ -362,17 +430,27 @@ def _name_2025_11(c: KernelConfig) -> str:
         return name.replace("_nsink" + _arch_suffix(c) + ".cpp", _arch_suffix(c) + ".cpp")
     if f is Family.BATCH_PREFILL:
         tile, pad = _alg_tokens(a)
-        return (f"fmha_batch_prefill_d{s.hdim_q}_{s.dtype.value}_{s.mode.value}_{tile}_{a.pipeline.value}"
-                f"_{_VLAYOUT_TOKEN[s.vlayout]}_{pad}_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}"
-                f"_{_MASK_TOKEN[s.mask]}_{_flag(s.lse, 'lse')}_{_FWD_DROPOUT_TOKEN[s.dropout]}"
-                f"_{_squant(c, scheme)}.cpp")
+        return (
+            f"fmha_batch_prefill_d{s.hdim_q}_{s.dtype.value}_{s.mode.value}_{tile}_{a.pipeline.value}"
+            f"_{_VLAYOUT_TOKEN[s.vlayout]}_{pad}_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}"
+            f"_{_MASK_TOKEN[s.mask]}_{_flag(s.lse, 'lse')}_{_FWD_DROPOUT_TOKEN[s.dropout]}"
+            f"_{_squant(c, scheme)}.cpp"
+        )
     if f is Family.BWD_CONVERT_DQ:
         if len(a.tile) != 2:
-            raise CKSchemeError(scheme, f, "tile", a.tile, "this scheme spells a convert_dq tile as b{bm0}x{bn0} "
-                               "(tile = (bm0, bn0), bn0 = the dq_dk_dv tile's bn0 when deterministic, else 0)")
+            raise CKSchemeError(
+                scheme,
+                f,
+                "tile",
+                a.tile,
+                "this scheme spells a convert_dq tile as b{bm0}x{bn0} "
+                "(tile = (bm0, bn0), bn0 = the dq_dk_dv tile's bn0 when deterministic, else 0)",
+            )
         pad = _pad_token((("s", a.pad_s), ("d", a.pad_d)))
-        return (f"fmha_bwd_convert_dq_d{s.hdim_q}_{s.dtype.value}_b{_xs(a.tile)}_{s.mode.value}_o{a.occupancy}"
-                f"_{pad}_{_flag(s.deterministic, 'deterministic')}{_arch_suffix(c)}.cpp")
+        return (
+            f"fmha_bwd_convert_dq_d{s.hdim_q}_{s.dtype.value}_b{_xs(a.tile)}_{s.mode.value}_o{a.occupancy}"
+            f"_{pad}_{_flag(s.deterministic, 'deterministic')}{_arch_suffix(c)}.cpp"
+        )
     return ck_instance_name(c)  # spelled the same in both schemes
 
 
@@ -437,8 +515,13 @@ def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingSch
         body = f"fmha_bwd_dot_do_o_d{s.hdim_v}_{s.dtype.value}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"
     elif f is Family.BWD_CONVERT_DQ:
         if len(a.tile) != 1:
-            raise CKSchemeError(CKNamingScheme.CURRENT, f, "tile", a.tile,
-                               "this scheme spells a convert_dq tile as b{bm0} (tile = (bm0,))")
+            raise CKSchemeError(
+                CKNamingScheme.CURRENT,
+                f,
+                "tile",
+                a.tile,
+                "this scheme spells a convert_dq tile as b{bm0} (tile = (bm0,))",
+            )
         pad = _pad_token((("s", a.pad_s), ("d", a.pad_d)))
         body = (
             f"fmha_bwd_convert_dq_{head}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"
@@ -451,8 +534,10 @@ def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingSch
 
 # -------------------------------------------------------------------------------------------- parse
 _T3 = r"\d+x\d+x\d+"
-_FWD_TILE = (rf"b(?P<tile>\d+(?:x\d+){{5}})_r(?P<r0>{_T3})_r(?P<r1>{_T3})_w(?P<w0>{_T3})_w(?P<w1>{_T3})"
-             r"(?:_o(?P<occ>-?\d+))?")
+_FWD_TILE = (
+    rf"b(?P<tile>\d+(?:x\d+){{5}})_r(?P<r0>{_T3})_r(?P<r1>{_T3})_w(?P<w0>{_T3})_w(?P<w1>{_T3})"
+    r"(?:_o(?P<occ>-?\d+))?"
+)
 _PAD4 = r"(?P<pad>npad|p(?:s)?(?:sk)?(?:d)?(?:dv)?)"
 _DTYPE = "(?P<dtype>" + "|".join(sorted((d.value for d in DType), key=len, reverse=True)) + ")"
 _HEAD = rf"d(?P<hq>\d+)_{_DTYPE}_(?P<mode>batch|group)"
@@ -478,19 +563,23 @@ def _rx(text: str) -> re.Pattern[str]:
 _SHARED: dict[Family, re.Pattern[str]] = {
     Family.FWD_SPLITKV_COMBINE: _rx(
         rf"fmha_fwd_splitkv_combine_{_HEAD}_b(?P<tile>\d+)(?:_o(?P<occ>-?\d+))?_unused_(?P<pad>npad|p(?:s)?(?:dv)?)"
-        rf"_{_nflag('lse')}_{_nflag('squant')}_{_ARCH}"),
+        rf"_{_nflag('lse')}_{_nflag('squant')}_{_ARCH}"
+    ),
     Family.FWD_APPENDKV: _rx(
         rf"fmha_fwd_appendkv_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+x\d+x\d+x\d+)(?:_o(?P<occ>-?\d+))?_(?P<vl>vr|vc)"
-        r"(?:_(?P<pad>p(?:s)?(?:sk)?(?:d)?(?:dv)?))?(?:_(?P<rope>inter|half))?(?P<pagedkv>_pagedkv)?_" + _ARCH),
+        r"(?:_(?P<pad>p(?:s)?(?:sk)?(?:d)?(?:dv)?))?(?:_(?P<rope>inter|half))?(?P<pagedkv>_pagedkv)?_" + _ARCH
+    ),
     Family.BWD_DQ_DK_DV: _rx(
         rf"fmha_bwd_{_HEAD}_b(?P<tile>\d+(?:x\d+){{8}})_r(?P<r0>{_T3})_r(?P<r1>{_T3})_r(?P<r2>{_T3})"
         rf"_w(?P<w0>{_T3})_w(?P<w1>{_T3})_o(?P<occ>-?\d+)_maxq(?P<maxq>\d+)_(?P<pad>npad|p(?:d[18])?(?:dv[18])?)"
         rf"_{_BIAS}_{_nflag('dbias')}_{_MASK}"
         r"_(?P<dropout>ndropout|dropout_wg16_storerandval|dropout_wg16|dropout_wg32_storerandval|dropout_wg32)"
-        rf"_{_nflag('deterministic')}_{_nflag('trload')}_{_ARCH}"),
+        rf"_{_nflag('deterministic')}_{_nflag('trload')}_{_ARCH}"
+    ),
     Family.BWD_DOT_DO_O: _rx(
         rf"fmha_bwd_dot_do_o_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+)_(?P<mode>batch|group)_o(?P<occ>-?\d+)"
-        rf"_(?P<pad>npad|p(?:s)?(?:dv)?)_{_ARCH}"),
+        rf"_(?P<pad>npad|p(?:s)?(?:dv)?)_{_ARCH}"
+    ),
 }
 
 _PATTERNS: dict[CKNamingScheme, dict[Family, re.Pattern[str]]] = {
@@ -498,38 +587,48 @@ _PATTERNS: dict[CKNamingScheme, dict[Family, re.Pattern[str]]] = {
         **_SHARED,
         Family.FWD: _rx(
             rf"fmha_fwd_{_HEAD}_{_FWD_TILE}_{_FWD_PIPES}{_FWD_COMMON}_{_nflag('dropout')}_{_nflag('skip')}"
-            rf"_{_QSCALE}_{_nflag('trload')}_{_nflag('sink')}_{_ARCH}"),
+            rf"_{_QSCALE}_{_nflag('trload')}_{_nflag('sink')}_{_ARCH}"
+        ),
         Family.FWD_SPLITKV: _rx(
             rf"fmha_fwd_splitkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_nwarp_sshuffle|qr){_FWD_COMMON}_{_nflag('squant')}"
-            rf"_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}"),
+            rf"_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}"
+        ),
         Family.FWD_PAGEDKV: _rx(
             rf"fmha_fwd_pagedkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_pagedkv){_FWD_COMMON}_{_nflag('skip')}"
-            rf"_{_nflag('squant')}_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}"),
+            rf"_{_nflag('squant')}_{_nflag('pagedkv')}_{_nflag('sink')}_{_ARCH}"
+        ),
         Family.BATCH_PREFILL: _rx(
             rf"fmha_batch_prefill_{_HEAD}_ps(?P<ps>\d+)_(?P<load>bload|gload)_{_FWD_TILE}_(?P<pipe>qr_async)"
             rf"{_FWD_COMMON}_{_nflag('dropout')}_{_QSCALE}_{_nflag('sink')}_(?P<layout>vectorized|linear)"
-            r"_(?P<lookup>vllm|sglang)"),
+            r"_(?P<lookup>vllm|sglang)"
+        ),
         Family.BWD_CONVERT_DQ: _rx(
             rf"fmha_bwd_convert_dq_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+)_(?P<mode>batch|group)_o(?P<occ>-?\d+)"
-            rf"_(?P<pad>npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}"),
+            rf"_(?P<pad>npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}"
+        ),
     },
     CKNamingScheme.CK_2025_11: {
         **_SHARED,
         Family.FWD: _rx(
             rf"fmha_fwd_{_HEAD}_{_FWD_TILE}_{_FWD_PIPES}{_FWD_COMMON}_{_nflag('dropout')}_{_nflag('skip')}"
-            rf"_{_nflag('squant')}_{_nflag('trload')}_{_ARCH}"),
+            rf"_{_nflag('squant')}_{_nflag('trload')}_{_ARCH}"
+        ),
         Family.FWD_SPLITKV: _rx(
             rf"fmha_fwd_splitkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_nwarp_sshuffle|qr){_FWD_COMMON}_{_nflag('squant')}"
-            rf"_{_nflag('pagedkv')}_{_ARCH}"),
+            rf"_{_nflag('pagedkv')}_{_ARCH}"
+        ),
         Family.FWD_PAGEDKV: _rx(
             rf"fmha_fwd_pagedkv_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_pagedkv){_FWD_COMMON}_{_nflag('skip')}"
-            rf"_{_nflag('squant')}_{_nflag('pagedkv')}_{_ARCH}"),
+            rf"_{_nflag('squant')}_{_nflag('pagedkv')}_{_ARCH}"
+        ),
         Family.BATCH_PREFILL: _rx(
             rf"fmha_batch_prefill_{_HEAD}_{_FWD_TILE}_(?P<pipe>qr_async){_FWD_COMMON}_{_nflag('dropout')}"
-            rf"_{_nflag('squant')}"),
+            rf"_{_nflag('squant')}"
+        ),
         Family.BWD_CONVERT_DQ: _rx(
             rf"fmha_bwd_convert_dq_d(?P<hq>\d+)_{_DTYPE}_b(?P<tile>\d+x\d+)_(?P<mode>batch|group)_o(?P<occ>-?\d+)"
-            rf"_(?P<pad>npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}"),
+            rf"_(?P<pad>npad|p(?:s)?(?:d)?)_{_nflag('deterministic')}_{_ARCH}"
+        ),
     },
 }
 
@@ -598,9 +697,19 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
     for flag in ("logits", "lse", "skip", "trload", "sink", "squant", "pagedkv", "dbias", "deterministic"):
         tok = g.get(flag)
         if tok is not None:
-            f[{"logits": "logits_soft_cap", "skip": "skip_min_seqlen_q", "squant": "fp8_static_quant",
-               "pagedkv": "paged_kv", "dbias": "dbias", "deterministic": "deterministic", "lse": "lse",
-               "trload": "trload", "sink": "sink"}[flag]] = tok == flag
+            f[
+                {
+                    "logits": "logits_soft_cap",
+                    "skip": "skip_min_seqlen_q",
+                    "squant": "fp8_static_quant",
+                    "pagedkv": "paged_kv",
+                    "dbias": "dbias",
+                    "deterministic": "deterministic",
+                    "lse": "lse",
+                    "trload": "trload",
+                    "sink": "sink",
+                }[flag]
+            ] = tok == flag
     if g.get("bias"):
         f["bias"] = _TOKEN_BIAS[g["bias"]]
     if g.get("mask"):
@@ -622,21 +731,35 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
         if fam is Family.BATCH_PREFILL:
             f.update(paged_kv=True, arch_tag=ArchTag.NONE)
             if g.get("ps"):
-                f.update(page_size=int(g["ps"]), kv_load=g["load"], kv_memory_layout=g["layout"],
-                         kv_lookup_table=g["lookup"])
+                f.update(
+                    page_size=int(g["ps"]), kv_load=g["load"], kv_memory_layout=g["layout"], kv_lookup_table=g["lookup"]
+                )
     elif fam is Family.FWD_SPLITKV_COMBINE:
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.SPLITKV_COMBINE, **_pads(g["pad"], ("s", "dv")))
     elif fam is Family.FWD_APPENDKV:
-        f.update(hdim_v=tile[3], mode=Mode.BATCH, pipeline=Pipeline.APPENDKV, paged_kv=bool(g["pagedkv"]),
-                 rope=_TOKEN_ROPE[g["rope"]] if g["rope"] else Rope.NONE, **_pads(g["pad"], ("s", "sk", "d", "dv")))
+        f.update(
+            hdim_v=tile[3],
+            mode=Mode.BATCH,
+            pipeline=Pipeline.APPENDKV,
+            paged_kv=bool(g["pagedkv"]),
+            rope=_TOKEN_ROPE[g["rope"]] if g["rope"] else Rope.NONE,
+            **_pads(g["pad"], ("s", "sk", "d", "dv")),
+        )
     elif fam is Family.BWD_DQ_DK_DV:
         pm = re.fullmatch(r"npad|p(?:d([18]))?(?:dv([18]))?", g["pad"] or "")
         assert pm is not None
         # CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true): the name carries only the
         # head-dim pads
-        f.update(hdim_v=tile[8], max_seq_len_q=int(g["maxq"]), pad_s=1, pad_sk=1, pad_d=int(pm.group(1) or 0),
-                 pad_dv=int(pm.group(2) or 0), pipeline=Pipeline.BWD_DQ_DK_DV,
-                 dropout=_TOKEN_BWD_DROPOUT[g["dropout"]])
+        f.update(
+            hdim_v=tile[8],
+            max_seq_len_q=int(g["maxq"]),
+            pad_s=1,
+            pad_sk=1,
+            pad_d=int(pm.group(1) or 0),
+            pad_dv=int(pm.group(2) or 0),
+            pipeline=Pipeline.BWD_DQ_DK_DV,
+            dropout=_TOKEN_BWD_DROPOUT[g["dropout"]],
+        )
     elif fam is Family.BWD_DOT_DO_O:
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_DOT_DO_O, **_pads(g["pad"], ("s", "dv")))
     else:  # BWD_CONVERT_DQ
@@ -673,8 +796,9 @@ def parse_ck_name(name: str, scheme: CKNamingScheme | str | None = None) -> Pars
     hits = [(sc, m) for sc in schemes if (m := _PATTERNS[sc][fam].match(name))]
     if not hits:
         which = " or ".join(sc.value for sc in schemes)
-        raise CKNameError(f"CK instance name {name!r} does not follow the {fam.value} naming scheme ({which}; "
-                          f"see ckfmha.naming)")
+        raise CKNameError(
+            f"CK instance name {name!r} does not follow the {fam.value} naming scheme ({which}; see ckfmha.naming)"
+        )
     sc0, m0 = hits[0]
     try:
         cfg = KernelConfig.make(**_fields(fam, m0.groupdict(), sc0))

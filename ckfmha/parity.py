@@ -42,11 +42,10 @@ import csv
 import io
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
-
-import yaml
+from typing import Any, Protocol, runtime_checkable
 
 from ckfmha.kernel import TokenEnum
 from ckfmha.problem import Problem, ProblemError
@@ -72,9 +71,16 @@ class Status(TokenEnum):
 
 
 # ------------------------------------------------------------------------------------------ sides
-def make_side(spec: str, *, bin_dir: str | Path | None = None, timeout_s: float | None = None,
-              arch: str | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
-              device: str | None = None) -> ParitySide:
+def make_side(
+    spec: str,
+    *,
+    bin_dir: str | Path | None = None,
+    timeout_s: float | None = None,
+    arch: str | None = None,
+    receipt: int | str = 0,
+    mask_mode: str = "simplified",
+    device: str | None = None,
+) -> ParitySide:
     """``tile_example`` | ``ckfmha[:auto|cpu|triton|hip]`` (default cpu; ``auto`` resolves lazily as a normal run
     does, :mod:`ckfmha.upstream.ckfmha_side`) | ``torch[:math|efficient|flash|cudnn|flex]``."""
     s = spec.strip()
@@ -95,8 +101,10 @@ def make_side(spec: str, *, bin_dir: str | Path | None = None, timeout_s: float 
         from ckfmha.upstream.torch_sdpa import TorchSide
 
         return TorchSide(s, device=device)
-    raise ValueError(f"parity side: {spec!r} unknown; allowed: tile_example, ckfmha[:backend], "
-                     "torch[:math|efficient|flash|cudnn|flex]")
+    raise ValueError(
+        f"parity side: {spec!r} unknown; allowed: tile_example, ckfmha[:backend], "
+        "torch[:math|efficient|flash|cudnn|flex]"
+    )
 
 
 def make_pair(upstream: str, ckfmha: str = "ckfmha:cpu", **kw) -> tuple[ParitySide, ParitySide]:
@@ -171,21 +179,43 @@ class ParityRow:
             args = " ".join(self.problem.to_ck_args())
         except ProblemError:
             args = ""
-        return {"name": self.name, "problem": str(self.problem), "family": self.problem.family.value,
-                "ck_args": args, "seed": self.seed, "status": self.status.value, "compared": self.compared,
-                "rule": self.rule.value if self.rule else None, "elementwise_passed": self.elementwise_passed,
-                "noise_passed": self.noise_passed, "error_ratio": self.error_ratio,
-                "detail": self.detail, "output_checks": self.output_checks, "info": self.info,
-                "left": self.left.to_dict(raw), "right": self.right.to_dict(raw)}
+        return {
+            "name": self.name,
+            "problem": str(self.problem),
+            "family": self.problem.family.value,
+            "ck_args": args,
+            "seed": self.seed,
+            "status": self.status.value,
+            "compared": self.compared,
+            "rule": self.rule.value if self.rule else None,
+            "elementwise_passed": self.elementwise_passed,
+            "noise_passed": self.noise_passed,
+            "error_ratio": self.error_ratio,
+            "detail": self.detail,
+            "output_checks": self.output_checks,
+            "info": self.info,
+            "left": self.left.to_dict(raw),
+            "right": self.right.to_dict(raw),
+        }
 
     def csv_row(self) -> dict[str, Any]:
-        return {"name": self.name, "problem": str(self.problem), "status": self.status.value,
-                "compared": self.compared, "left_side": self.left.side, "left_verdict": self.left.verdict.value,
-                "left_words": " ".join(self.left.reason.split()), "right_side": self.right.side,
-                "right_verdict": self.right.verdict.value, "right_words": " ".join(self.right.reason.split()),
-                "rule": self.rule.value if self.rule else "", "elementwise_passed": _cell(self.elementwise_passed),
-                "noise_passed": _cell(self.noise_passed), "error_ratio": _cell(self.error_ratio),
-                "detail": " ".join(self.detail.split())}
+        return {
+            "name": self.name,
+            "problem": str(self.problem),
+            "status": self.status.value,
+            "compared": self.compared,
+            "left_side": self.left.side,
+            "left_verdict": self.left.verdict.value,
+            "left_words": " ".join(self.left.reason.split()),
+            "right_side": self.right.side,
+            "right_verdict": self.right.verdict.value,
+            "right_words": " ".join(self.right.reason.split()),
+            "rule": self.rule.value if self.rule else "",
+            "elementwise_passed": _cell(self.elementwise_passed),
+            "noise_passed": _cell(self.noise_passed),
+            "error_ratio": _cell(self.error_ratio),
+            "detail": " ".join(self.detail.split()),
+        }
 
 
 def _cell(v) -> Any:
@@ -198,8 +228,9 @@ def comparison_rule(left: SideResult, right: SideResult) -> Rule:
     return Rule.NOISE_FLOOR if Rule.NOISE_FLOOR in (left.rule, right.rule) else Rule.ELEMENTWISE
 
 
-def _noise_against_truth(problem: Problem, seed: int, sides: tuple[SideResult, SideResult],
-                         names: list[str]) -> tuple[dict[str, tuple[NoiseFloorResult, ...]], str]:
+def _noise_against_truth(
+    problem: Problem, seed: int, sides: tuple[SideResult, SideResult], names: list[str]
+) -> tuple[dict[str, tuple[NoiseFloorResult, ...]], str]:
     """Per output, each side's noise-floor result against the truth of ``make_inputs(problem, seed)``; or ({}, why)
     when the truth cannot be had for some output."""
     from ckfmha.upstream.reference_cache import noise_references
@@ -216,8 +247,13 @@ def _noise_against_truth(problem: Problem, seed: int, sides: tuple[SideResult, S
     return {n: tuple(res[n] for res in per_side) for n in names}, ""
 
 
-def _cross_summary(elementwise, noise: tuple[NoiseFloorResult, NoiseFloorResult] | None, rule: Rule,
-                   sides: tuple[str, str], why_no_noise: str) -> dict[str, Any]:
+def _cross_summary(
+    elementwise,
+    noise: tuple[NoiseFloorResult, NoiseFloorResult] | None,
+    rule: Rule,
+    sides: tuple[str, str],
+    why_no_noise: str,
+) -> dict[str, Any]:
     d = check_summary(elementwise)
     d["elementwise_passed"] = bool(elementwise.passed)
     if noise is None:
@@ -225,17 +261,25 @@ def _cross_summary(elementwise, noise: tuple[NoiseFloorResult, NoiseFloorResult]
     else:
         ratios = [r.ratio for r in noise]
         defined = [x for x in ratios if x is not None]
-        d.update({"noise_passed": all(r.passed for r in noise), "error_ratio": max(defined) if defined else None,
-                  "left_error_ratio": ratios[0], "right_error_ratio": ratios[1],
-                  "noise_k": noise[0].k, "noise_atol": noise[0].atol,
-                  "noise_message": " || ".join(f"{s}: {r}" for s, r in zip(sides, noise))})
+        d.update(
+            {
+                "noise_passed": all(r.passed for r in noise),
+                "error_ratio": max(defined) if defined else None,
+                "left_error_ratio": ratios[0],
+                "right_error_ratio": ratios[1],
+                "noise_k": noise[0].k,
+                "noise_atol": noise[0].atol,
+                "noise_message": " || ".join(f"{s}: {r}" for s, r in zip(sides, noise)),
+            }
+        )
     d["rule"] = rule.value
     d["passed"] = bool(d["noise_passed"]) if rule is Rule.NOISE_FLOOR else d["elementwise_passed"]
     return d
 
 
-def compare_results(problem: Problem, left: SideResult, right: SideResult, *, seed: int = 0
-                    ) -> tuple[Status, str, str, dict]:
+def compare_results(
+    problem: Problem, left: SideResult, right: SideResult, *, seed: int = 0
+) -> tuple[Status, str, str, dict]:
     """``(status, compared, detail, output_checks)``; see the module doc.  ``seed``: the inputs the sides ran on
     (``make_inputs(problem, seed)``), whose float64 truth the noise-floor rule compares with."""
     both = f"{left.side}: {left.words()} || {right.side}: {right.words()}"
@@ -244,8 +288,12 @@ def compare_results(problem: Problem, left: SideResult, right: SideResult, *, se
         return Status.SKIPPED, "", "; ".join(f"{r.side} skipped: {r.reason}" for r in skipped), {}
     errors = [r for r in (left, right) if r.verdict.is_error]
     if errors:
-        return (Status.ERROR, "", "; ".join(f"{r.side} {r.verdict.value}: {r.reason}" for r in errors)
-                + f" || {both}", {})
+        return (
+            Status.ERROR,
+            "",
+            "; ".join(f"{r.side} {r.verdict.value}: {r.reason}" for r in errors) + f" || {both}",
+            {},
+        )
     if left.verdict is not right.verdict:
         return Status.DISAGREE, "verdicts", f"verdicts differ: {both}", {}
     if left.verdict is Verdict.UNSUPPORTED:
@@ -254,8 +302,15 @@ def compare_results(problem: Problem, left: SideResult, right: SideResult, *, se
     note = " (both invalid)" if left.verdict is Verdict.RAN_INVALID else ""
     if not common:
         lacking = [r.side for r in (left, right) if not r.outputs]
-        return Status.AGREE, "verdicts", (f"both {left.verdict.value}{note}; outputs not compared ("
-                                          f"{', '.join(lacking) or 'no common outputs'} gives no tensors): {both}"), {}
+        return (
+            Status.AGREE,
+            "verdicts",
+            (
+                f"both {left.verdict.value}{note}; outputs not compared ("
+                f"{', '.join(lacking) or 'no common outputs'} gives no tensors): {both}"
+            ),
+            {},
+        )
     from ckfmha.validator import validate
 
     rule = comparison_rule(left, right)
@@ -269,11 +324,19 @@ def compare_results(problem: Problem, left: SideResult, right: SideResult, *, se
         if rule is Rule.ELEMENTWISE:
             what = "outputs differ between the sides: " + "; ".join(str(checks[n]) for n in bad)
         else:
-            what = ("outputs differ from the float64 truth beyond the noise floor: "
-                    + "; ".join(summ[n]["noise_message"] for n in bad))
+            what = "outputs differ from the float64 truth beyond the noise floor: " + "; ".join(
+                summ[n]["noise_message"] for n in bad
+            )
         return Status.DISAGREE, "verdicts+outputs", f"{what} || {both}", summ
-    return Status.AGREE, "verdicts+outputs", (f"both {left.verdict.value}{note}; outputs agree under the {rule.value} "
-                                              f"rule (" + ", ".join(common) + f"): {both}"), summ
+    return (
+        Status.AGREE,
+        "verdicts+outputs",
+        (
+            f"both {left.verdict.value}{note}; outputs agree under the {rule.value} "
+            f"rule (" + ", ".join(common) + f"): {both}"
+        ),
+        summ,
+    )
 
 
 def compare_one(problem: Problem, left: ParitySide, right: ParitySide, seed: int = 0, name: str = "") -> ParityRow:
@@ -317,8 +380,13 @@ class ParityReport:
         return sides_that_never_ran(self.rows)
 
     def to_dict(self, raw: bool = False) -> dict[str, Any]:
-        return {"left": self.left, "right": self.right, "counts": self.counts(), "ok": self.ok,
-                "rows": [r.to_dict(raw) for r in self.rows]}
+        return {
+            "left": self.left,
+            "right": self.right,
+            "counts": self.counts(),
+            "ok": self.ok,
+            "rows": [r.to_dict(raw) for r in self.rows],
+        }
 
     def to_json(self, path: str | Path | None = None, raw: bool = False) -> str:
         text = json.dumps(self.to_dict(raw), indent=1, allow_nan=False, default=str)
@@ -329,8 +397,22 @@ class ParityReport:
     def to_csv(self, path: str | Path | None = None) -> str:
         buf = io.StringIO()
         cols = [
-            "name", "problem", "status", "compared", "left_side", "left_verdict", "left_words", "right_side",
-            "right_verdict", "right_words", "rule", "elementwise_passed", "noise_passed", "error_ratio", "detail"]
+            "name",
+            "problem",
+            "status",
+            "compared",
+            "left_side",
+            "left_verdict",
+            "left_words",
+            "right_side",
+            "right_verdict",
+            "right_words",
+            "rule",
+            "elementwise_passed",
+            "noise_passed",
+            "error_ratio",
+            "detail",
+        ]
         w = csv.DictWriter(buf, fieldnames=cols)
         w.writeheader()
         for r in self.rows:
@@ -343,10 +425,15 @@ class ParityReport:
         lines = [f"parity {self.left} vs {self.right}"]
         w = max([4] + [len(r.name) for r in self.rows])
         for r in self.rows:
-            judged = "" if r.rule is None else f"  {r.rule.value}" + (
-                "" if r.error_ratio is None else f" ratio {r.error_ratio:.3g}")
-            lines.append(f"  {r.name.ljust(w)}  {r.status.value:<8}  {r.left.verdict.value:<11}  "
-                         f"{r.right.verdict.value:<11}  {r.compared}{judged}")
+            judged = (
+                ""
+                if r.rule is None
+                else f"  {r.rule.value}" + ("" if r.error_ratio is None else f" ratio {r.error_ratio:.3g}")
+            )
+            lines.append(
+                f"  {r.name.ljust(w)}  {r.status.value:<8}  {r.left.verdict.value:<11}  "
+                f"{r.right.verdict.value:<11}  {r.compared}{judged}"
+            )
         c = self.counts()
         lines.append("  " + ", ".join(f"{k} {v}" for k, v in c.items()))
         for r in self.disagreements:
@@ -377,8 +464,14 @@ def _named(problems: Iterable) -> list[tuple[str, Problem]]:
     return out
 
 
-def run_parity(problems: Iterable, left: ParitySide | str, right: ParitySide | str, seed: int = 0,
-               progress: Callable[[ParityRow], None] | None = None, **side_kw) -> ParityReport:
+def run_parity(
+    problems: Iterable,
+    left: ParitySide | str,
+    right: ParitySide | str,
+    seed: int = 0,
+    progress: Callable[[ParityRow], None] | None = None,
+    **side_kw,
+) -> ParityReport:
     """Every problem (``Problem`` or ``(name, Problem)``) through both sides; sides may be given as specs."""
     ls = make_side(left, **side_kw) if isinstance(left, str) else left
     rs = make_side(right, **side_kw) if isinstance(right, str) else right
@@ -405,8 +498,12 @@ def load_parity_set(path: str | Path = PARITY_DEFAULT_PATH) -> list[tuple[str, P
         doc = load_yaml(path)
     except DataFileError as e:
         raise ParitySetError(str(e)) from None
-    if not isinstance(doc, dict) or type(doc.get("version")) is not int or doc.get("version") != 1 \
-            or not isinstance(doc.get("cases"), list):
+    if (
+        not isinstance(doc, dict)
+        or type(doc.get("version")) is not int
+        or doc.get("version") != 1
+        or not isinstance(doc.get("cases"), list)
+    ):
         raise ParitySetError(f"{path}: expected version: 1 and a 'cases' list")
     defaults = doc.get("defaults") or {}
     binary = doc.get("binary", "fwd")
@@ -432,6 +529,20 @@ def default_parity_set() -> list[tuple[str, Problem]]:
     return load_parity_set(PARITY_DEFAULT_PATH)
 
 
-__all__ = ["ParitySide", "Status", "ParityRow", "ParityReport", "SideResult", "Verdict", "make_side", "make_pair",
-           "compare_results", "comparison_rule", "compare_one", "run_parity", "sides_that_never_ran",
-           "load_parity_set", "default_parity_set"]
+__all__ = [
+    "ParitySide",
+    "Status",
+    "ParityRow",
+    "ParityReport",
+    "SideResult",
+    "Verdict",
+    "make_side",
+    "make_pair",
+    "compare_results",
+    "comparison_rule",
+    "compare_one",
+    "run_parity",
+    "sides_that_never_ran",
+    "load_parity_set",
+    "default_parity_set",
+]

@@ -15,8 +15,9 @@ of those modules has to import another for them (``ckfmha.dispatcher`` re-export
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ckfmha.kernel import Family, KernelConfig, TokenEnum
 

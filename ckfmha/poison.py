@@ -83,13 +83,20 @@ class Census:
     def messages(self) -> list[str]:
         out = []
         if self.unwritten:
-            what = "left unwritten (still the poison NaN)" if self.distinguished else \
-                "NaN (unwritten or computed: this dtype has a single NaN encoding)"
-            out.append(f"output {self.name!r}: {self.unwritten} of {self.size} element(s) {what}, first at "
-                       f"{self.first_unwritten}")
+            what = (
+                "left unwritten (still the poison NaN)"
+                if self.distinguished
+                else "NaN (unwritten or computed: this dtype has a single NaN encoding)"
+            )
+            out.append(
+                f"output {self.name!r}: {self.unwritten} of {self.size} element(s) {what}, first at "
+                f"{self.first_unwritten}"
+            )
         if self.computed_nan:
-            out.append(f"output {self.name!r}: {self.computed_nan} of {self.size} element(s) are NaN where the reference is "
-                       f"finite (a NaN the kernel computed), first at {self.first_nan}")
+            out.append(
+                f"output {self.name!r}: {self.computed_nan} of {self.size} element(s) are NaN where the reference is "
+                f"finite (a NaN the kernel computed), first at {self.first_nan}"
+            )
         return out
 
 
@@ -111,5 +118,12 @@ def census(name: str, out: np.ndarray, ref: np.ndarray | None = None, where: np.
     poison = is_poison(out) & nan
     computed = nan & ~poison
     dist = distinguishes(out.dtype)
-    return Census(name, int(out.size), int(poison.sum()), int(computed.sum()) if dist else 0, _first(poison),
-                  _first(computed) if dist else None, dist)
+    return Census(
+        name,
+        int(out.size),
+        int(poison.sum()),
+        int(computed.sum()) if dist else 0,
+        _first(poison),
+        _first(computed) if dist else None,
+        dist,
+    )

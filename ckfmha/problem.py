@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from ckfmha.kernel import (Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, TokenEnum,
-                           VLayout)
+from ckfmha.kernel import Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, TokenEnum, VLayout
 from ckfmha.limits import INT32_MAX
 from ckfmha.masking import MaskError, MaskKind, MaskSpec
 
@@ -49,15 +49,27 @@ class Layout(TokenEnum):
 
 
 BWD = Family.BWD_DQ_DK_DV
-PROBLEM_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.FWD_APPENDKV,
-                    Family.BATCH_PREFILL, BWD)
+PROBLEM_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.FWD_APPENDKV, Family.BATCH_PREFILL, BWD)
 FWD_DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8, DType.FP8BF16, DType.FP8FP32)
 BWD_DTYPES = (DType.FP16, DType.BF16, DType.FP32)
 MAX_HDIM = 256
 BLOCK_SCALE_SIZE = 128  # rows of Q (and of K/V) sharing one descale in the block-scale mode
 _U64 = (1 << 64) - 1
-INT32_FIELDS = ("batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "hdim_q", "hdim_v", "bias_rank",
-                "page_block_size", "seqlen_knew", "rotary_dim", "num_splits", "min_seqlen_q")
+INT32_FIELDS = (
+    "batch",
+    "nhead_q",
+    "nhead_k",
+    "seqlen_q",
+    "seqlen_k",
+    "hdim_q",
+    "hdim_v",
+    "bias_rank",
+    "page_block_size",
+    "seqlen_knew",
+    "rotary_dim",
+    "num_splits",
+    "min_seqlen_q",
+)
 """Scalar sizes and counts CK holds as ``ck_tile::index_t`` (int32): each must be ``<= INT32_MAX``."""
 LENGTH_LIST_FIELDS = ("seqlens_q", "seqlens_k", "s_kpad")
 """Per-sequence lengths: defined in group mode only."""
@@ -76,17 +88,45 @@ NUMERIC_RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("logits_soft_cap", lambda v: v >= 0, "must be >= 0 (0 = off)"),
 )
 """(field, whether a value is in range, the rule in words), checked in this order."""
-BWD_UNDEFINED_FIELDS = ("lse", "sink", "logits_soft_cap", "page_block_size", "seqlen_knew", "rotary_dim",
-                        "cache_batch_idx")
+BWD_UNDEFINED_FIELDS = (
+    "lse",
+    "sink",
+    "logits_soft_cap",
+    "page_block_size",
+    "seqlen_knew",
+    "rotary_dim",
+    "cache_batch_idx",
+)
 """Forward-only features: each must be off (false / 0) for the backward."""
 APPENDKV_ONLY_FIELDS = ("seqlen_knew", "rotary_dim")
 """Features of fwd_appendkv alone: each must be 0 for the other families."""
 # The field types :meth:`Problem.__post_init__` normalises, in the order they are checked.
-_ENUM_FIELDS = (("family", Family), ("dtype", DType), ("mode", Mode), ("bias", Bias), ("qscale", QScale),
-                ("kv_lookup", KVLookupTable), ("kv_layout", KVMemoryLayout), ("rope", Rope), ("vlayout", VLayout))
+_ENUM_FIELDS = (
+    ("family", Family),
+    ("dtype", DType),
+    ("mode", Mode),
+    ("bias", Bias),
+    ("qscale", QScale),
+    ("kv_lookup", KVLookupTable),
+    ("kv_layout", KVMemoryLayout),
+    ("rope", Rope),
+    ("vlayout", VLayout),
+)
 _LAYOUT_FIELDS = ("input_layout", "output_layout")
-_INT_FIELDS = ("batch", "nhead_q", "seqlen_q", "hdim_q", "bias_rank", "drop_seed", "drop_offset", "page_block_size",
-               "seqlen_knew", "rotary_dim", "num_splits", "min_seqlen_q")
+_INT_FIELDS = (
+    "batch",
+    "nhead_q",
+    "seqlen_q",
+    "hdim_q",
+    "bias_rank",
+    "drop_seed",
+    "drop_offset",
+    "page_block_size",
+    "seqlen_knew",
+    "rotary_dim",
+    "num_splits",
+    "min_seqlen_q",
+)
 _OPTIONAL_INT_FIELDS = ("nhead_k", "seqlen_k", "hdim_v")  # None: the default of the Problem docstring
 _BOOL_FIELDS = ("lse", "sink", "cache_batch_idx", "deterministic", "dbias")
 _FLOAT_FIELDS = ("scale", "p_drop", "logits_soft_cap")  # finite; ints are taken as floats
@@ -249,8 +289,9 @@ class Problem:
         for name in ("seqlens_q", "seqlens_k"):
             v = getattr(self, name)
             if len(v) != self.batch:
-                raise _err(name, v, f"has {len(v)} entries, batch={self.batch} "
-                           "(group mode needs one length per sequence)")
+                raise _err(
+                    name, v, f"has {len(v)} entries, batch={self.batch} (group mode needs one length per sequence)"
+                )
         self._set("seqlen_q", max(self.seqlens_q) if self.seqlens_q else 0)
         self._set("seqlen_k", max(self.seqlens_k) if self.seqlens_k else 0)
 
@@ -281,9 +322,12 @@ class Problem:
             return
         q_total = sum(self.seqlens_q) if self.seqlens_q is not None else self.seqlen_q * self.batch
         if q_total > INT32_MAX:
-            raise _err("seqlens_q", _brief(self.seqlens_q, self.seqlen_q, self.batch),
-                       f"sums to {q_total} query tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's "
-                       "seqstart_q is an int32 array)")
+            raise _err(
+                "seqlens_q",
+                _brief(self.seqlens_q, self.seqlen_q, self.batch),
+                f"sums to {q_total} query tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's "
+                "seqstart_q is an int32 array)",
+            )
         if self.s_kpad is not None:
             k_name, k_values, k_total = "s_kpad", self.s_kpad, sum(self.s_kpad)
         elif self.seqlens_k is not None:
@@ -293,18 +337,30 @@ class Problem:
         else:
             return  # the keys are the queries
         if k_total > INT32_MAX:
-            raise _err(k_name, _brief(k_values, self.seqlen_k, self.batch), f"sums to {k_total} physical key "
-                       f"tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's seqstart_k is an int32 array)")
+            raise _err(
+                k_name,
+                _brief(k_values, self.seqlen_k, self.batch),
+                f"sums to {k_total} physical key "
+                f"tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's seqstart_k is an int32 array)",
+            )
 
     def _check_family_and_dtype(self) -> None:
         f, d = self.family, self.dtype
         if f not in PROBLEM_FAMILIES:
-            raise _err("family", f.value, "is an internal kernel stage, not a problem family; allowed: "
-                       + ", ".join(x.value for x in PROBLEM_FAMILIES) + " (bwd_dq_dk_dv = the whole backward)")
+            raise _err(
+                "family",
+                f.value,
+                "is an internal kernel stage, not a problem family; allowed: "
+                + ", ".join(x.value for x in PROBLEM_FAMILIES)
+                + " (bwd_dq_dk_dv = the whole backward)",
+            )
         allowed_dtypes = BWD_DTYPES if f is BWD else FWD_DTYPES
         if d not in allowed_dtypes:
-            raise _err("dtype", d.value, f"is not defined for family {f.value}; allowed: "
-                       + ", ".join(x.value for x in allowed_dtypes))
+            raise _err(
+                "dtype",
+                d.value,
+                f"is not defined for family {f.value}; allowed: " + ", ".join(x.value for x in allowed_dtypes),
+            )
 
     def _check_sizes(self) -> None:
         """Counts and head dims (:data:`POSITIVE_FIELDS`, :data:`HDIM_FIELDS`) and GQA's head ratio."""
@@ -312,8 +368,11 @@ class Problem:
             if getattr(self, name) < 1:
                 raise _err(name, getattr(self, name), "must be >= 1")
         if self.nhead_q % self.nhead_k:
-            raise _err("nhead_k", self.nhead_k, f"does not divide nhead_q={self.nhead_q} "
-                       "(GQA/MQA needs nhead_q % nhead_k == 0)")
+            raise _err(
+                "nhead_k",
+                self.nhead_k,
+                f"does not divide nhead_q={self.nhead_q} (GQA/MQA needs nhead_q % nhead_k == 0)",
+            )
         for name in HDIM_FIELDS:
             if getattr(self, name) > MAX_HDIM:
                 raise _err(name, getattr(self, name), f"exceeds {MAX_HDIM}, the largest head dim CK generates")
@@ -339,8 +398,11 @@ class Problem:
                 raise _err("s_kpad", self.s_kpad, f"has {len(self.s_kpad)} entries, batch={self.batch}")
             for i, (p, k) in enumerate(zip(self.s_kpad, self.seqlens_k)):
                 if p < k:
-                    raise _err("s_kpad", self.s_kpad, f"entry {i} = {p} < seqlens_k[{i}] = {k} "
-                               "(kpad must be >= the sequence's key length)")
+                    raise _err(
+                        "s_kpad",
+                        self.s_kpad,
+                        f"entry {i} = {p} < seqlens_k[{i}] = {k} (kpad must be >= the sequence's key length)",
+                    )
 
     def _check_numerics(self) -> None:
         """:data:`NUMERIC_RANGES`."""
@@ -360,11 +422,18 @@ class Problem:
         if b is Bias.ALIBI and rank not in (0, 1):
             raise _err("bias_rank", rank, "must be 0 (slopes 1*h) or 1 (slopes b*h) for ALiBi")
         if b is Bias.ALIBI and self.mask.kind is MaskKind.GENERIC:
-            raise _err("mask", self.mask.to_ck(), "(generic) cannot be combined with ALiBi (CK defines ALiBi "
-                       "positions only for no mask, top-left or bottom-right masks)")
+            raise _err(
+                "mask",
+                self.mask.to_ck(),
+                "(generic) cannot be combined with ALiBi (CK defines ALiBi "
+                "positions only for no mask, top-left or bottom-right masks)",
+            )
         if self.logits_soft_cap > 0 and b is not Bias.NONE:
-            raise _err("logits_soft_cap", self.logits_soft_cap, f"cannot be combined with bias={b.value} "
-                       "(CK generates no kernel with both)")
+            raise _err(
+                "logits_soft_cap",
+                self.logits_soft_cap,
+                f"cannot be combined with bias={b.value} (CK generates no kernel with both)",
+            )
         if self.dbias and not (self.family is BWD and b is Bias.ELEMENTWISE):
             raise _err("dbias", True, "needs family bwd_dq_dk_dv and an elementwise bias")
 
@@ -392,20 +461,30 @@ class Problem:
         if f is BWD:
             for name in BWD_UNDEFINED_FIELDS:
                 if getattr(self, name):
-                    raise _err(name, getattr(self, name), "is not defined for the backward (the bwd reference "
-                               "always computes LSE)")
+                    raise _err(
+                        name,
+                        getattr(self, name),
+                        "is not defined for the backward (the bwd reference always computes LSE)",
+                    )
             if self.vlayout is not VLayout.ROW:
                 raise _err("vlayout", self.vlayout.value, "is not defined for the backward")
         elif self.deterministic:
             raise _err("deterministic", True, "is a backward-only option")
         if self.p_drop > 0 and f not in (Family.FWD, Family.BATCH_PREFILL, BWD):
-            raise _err("p_drop", self.p_drop, f"dropout is not defined for {f.value} (CK ignores it on the "
-                       "split-KV / KV-cache paths)")
+            raise _err(
+                "p_drop",
+                self.p_drop,
+                f"dropout is not defined for {f.value} (CK ignores it on the split-KV / KV-cache paths)",
+            )
         if self.min_seqlen_q < 0:
             raise _err("min_seqlen_q", self.min_seqlen_q, "must be >= 0 (0 = no sequence is skipped)")
         if self.min_seqlen_q and (f is not Family.FWD or self.mode is not Mode.GROUP):
-            raise _err("min_seqlen_q", self.min_seqlen_q, "is only defined for fwd in group mode (CK's "
-                       "skip_min_seqlen_q kernels skip whole sequences of a varlen batch)")
+            raise _err(
+                "min_seqlen_q",
+                self.min_seqlen_q,
+                "is only defined for fwd in group mode (CK's "
+                "skip_min_seqlen_q kernels skip whole sequences of a varlen batch)",
+            )
         if self.num_splits < 1 or self.num_splits > 128:
             raise _err("num_splits", self.num_splits, "must be in 1..128 (0 = CK's heuristic is not modelled)")
         if f is Family.FWD_SPLITKV:
@@ -423,8 +502,9 @@ class Problem:
             if f in (Family.FWD, BWD):
                 raise _err("page_block_size", page, f"paged KV is not defined for {f.value}")
             if f is not Family.BATCH_PREFILL and page % 128:
-                raise _err("page_block_size", page, "must be a multiple of 128 for "
-                           f"{f.value} (CK's split-KV/paged-KV kernels)")
+                raise _err(
+                    "page_block_size", page, f"must be a multiple of 128 for {f.value} (CK's split-KV/paged-KV kernels)"
+                )
         if f is Family.FWD_PAGEDKV and not page:
             raise _err("page_block_size", 0, "must be > 0 for fwd_pagedkv")
 
@@ -447,8 +527,12 @@ class Problem:
         if self.kv_layout is KVMemoryLayout.VECTORIZED:
             vec = _vec_size(self.dtype)
             if self.hdim_q % vec or self.hdim_v % vec or self.page_block_size % vec:
-                raise _err("kv_layout", "vectorized", f"needs hdim_q, hdim_v and page_block_size divisible "
-                           f"by the vector size {vec} (16 bytes of {self.dtype.value})")
+                raise _err(
+                    "kv_layout",
+                    "vectorized",
+                    f"needs hdim_q, hdim_v and page_block_size divisible "
+                    f"by the vector size {vec} (16 bytes of {self.dtype.value})",
+                )
 
     def _check_cache_batch_idx(self) -> None:
         if self.cache_batch_idx:
@@ -471,16 +555,20 @@ class Problem:
         if self.seqlen_knew == 0 and self.rotary_dim == 0:
             raise _err("seqlen_knew", 0, "fwd_appendkv needs seqlen_knew > 0 or rotary_dim > 0")
         if not 0 <= self.seqlen_knew <= self.seqlen_k:
-            raise _err("seqlen_knew", self.seqlen_knew, f"must be in 0..seqlen_k={self.seqlen_k} "
-                       "(seqlen_k includes the appended keys)")
+            raise _err(
+                "seqlen_knew",
+                self.seqlen_knew,
+                f"must be in 0..seqlen_k={self.seqlen_k} (seqlen_k includes the appended keys)",
+            )
         if self.rotary_dim:
             if self.rotary_dim < 0 or self.rotary_dim > self.hdim_q or self.rotary_dim % 16:
                 raise _err("rotary_dim", self.rotary_dim, f"must be a multiple of 16 and <= hdim_q={self.hdim_q}")
             if self.rope is Rope.NONE:
                 raise _err("rope", "none", "must be interleaved or half_rotated when rotary_dim > 0")
             if self.dtype not in (DType.FP16, DType.BF16):
-                raise _err("rotary_dim", self.rotary_dim, f"RoPE is only defined for fp16/bf16, dtype is "
-                           f"{self.dtype.value}")
+                raise _err(
+                    "rotary_dim", self.rotary_dim, f"RoPE is only defined for fp16/bf16, dtype is {self.dtype.value}"
+                )
         elif self.rope is not Rope.NONE:
             raise _err("rope", self.rope.value, "needs rotary_dim > 0")
 
@@ -488,9 +576,21 @@ class Problem:
         if self.vlayout is VLayout.COL and self.family is not Family.FWD:
             raise _err("vlayout", "col", "column-major V is only defined for fwd")
 
-    _RULE_GROUPS = (_check_int32, _check_family_and_dtype, _check_sizes, _check_lengths, _check_numerics,
-                    _check_bias, _check_fp8, _check_family_features, _check_paged_kv, _check_batch_prefill,
-                    _check_cache_batch_idx, _check_append_kv, _check_v_layout)
+    _RULE_GROUPS = (
+        _check_int32,
+        _check_family_and_dtype,
+        _check_sizes,
+        _check_lengths,
+        _check_numerics,
+        _check_bias,
+        _check_fp8,
+        _check_family_features,
+        _check_paged_kv,
+        _check_batch_prefill,
+        _check_cache_batch_idx,
+        _check_append_kv,
+        _check_v_layout,
+    )
     """:meth:`validate`'s rule groups in their order: the first violated rule is the error."""
 
     # ------------------------------------------------------------------ derived values

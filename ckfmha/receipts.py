@@ -20,7 +20,7 @@ the file, the key path, the value and the rule.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from ckfmha.archs import data_dir
@@ -41,7 +41,7 @@ class Receipt:
     description: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def receipts() -> dict[int, Receipt]:
     path = data_dir() / "receipts.yaml"
     try:
@@ -49,8 +49,10 @@ def receipts() -> dict[int, Receipt]:
         check_schema(doc, "receipts", str(path))
     except DataFileError as e:
         raise ReceiptError(str(e)) from None
-    return {int(num): Receipt(int(num), entry["name"], tuple(entry.get("aliases", ())), entry.get("description", ""))
-            for num, entry in doc["receipts"].items()}
+    return {
+        int(num): Receipt(int(num), entry["name"], tuple(entry.get("aliases", ())), entry.get("description", ""))
+        for num, entry in doc["receipts"].items()
+    }
 
 
 def resolve_receipt(value: int | str | None = None, *, profile: str | None = None) -> int:
@@ -77,7 +79,7 @@ def resolve_receipt(value: int | str | None = None, *, profile: str | None = Non
     raise ReceiptError(f"profile: unknown profile {value!r}; known profiles: {names}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rules(api: Api) -> dict[str, Any]:
     path = data_dir() / "receipt_rules" / f"{api.value}.yaml"
     if not path.is_file():
@@ -94,7 +96,7 @@ def _rules(api: Api) -> dict[str, Any]:
     return doc
 
 
-@lru_cache(maxsize=None)
+@cache
 def receipt_predicate(api: Api, receipt: int, mask_mode: MaskMode) -> ConfigPredicate:
     """The predicate that receipt ``receipt`` applies to ``api``'s configs under ``mask_mode``."""
     doc = _rules(api)

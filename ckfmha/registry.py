@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ckfmha.kernel import DType, Family, KernelConfig, Mode
 
@@ -39,8 +40,9 @@ class RegistryError(ValueError):
 
 
 class Registry:
-    def __init__(self, arch: str, configs: Iterable[KernelConfig] = (), *, backend: str | None = None,
-                 source: str = "") -> None:
+    def __init__(
+        self, arch: str, configs: Iterable[KernelConfig] = (), *, backend: str | None = None, source: str = ""
+    ) -> None:
         self.arch = arch
         self.backend = backend
         self.source = source
@@ -58,9 +60,16 @@ class Registry:
         self._index[(s.family, s.dtype, s.mode)].append(config)
 
     @classmethod
-    def from_enumeration(cls, arch: str, *, receipt: int | str = 0, mask_mode: str = "simplified",
-                         families: Iterable[Family | str] | None = None, backend: str | None = None,
-                         predicate=None) -> "Registry":
+    def from_enumeration(
+        cls,
+        arch: str,
+        *,
+        receipt: int | str = 0,
+        mask_mode: str = "simplified",
+        families: Iterable[Family | str] | None = None,
+        backend: str | None = None,
+        predicate=None,
+    ) -> "Registry":
         from ckfmha.enumeration import enumerate_kernels
 
         configs = enumerate_kernels(arch, families, receipt, mask_mode, predicate=predicate)
@@ -80,8 +89,12 @@ class Registry:
         """Configs of a family (optionally narrowed by dtype and mode) — the dispatcher's fast path."""
         if dtype is not None and mode is not None:
             return list(self._index.get((family, dtype, mode), ()))
-        return [c for (f, d, m), cs in self._index.items() if f is family and (dtype is None or d is dtype)
-                and (mode is None or m is mode) for c in cs]
+        return [
+            c
+            for (f, d, m), cs in self._index.items()
+            if f is family and (dtype is None or d is dtype) and (mode is None or m is mode)
+            for c in cs
+        ]
 
     def query(self, **fields: Any) -> list[KernelConfig]:
         """Configs whose fields equal the given values (tokens or enum members), e.g. ``query(hdim_q=128, lse=True)``."""
@@ -129,8 +142,10 @@ class Registry:
             except (ValueError, TypeError) as e:
                 raise RegistryError(f"{where}: {e}") from None
             if c.kernel_id != entry["kernel_id"]:
-                raise RegistryError(f"{where}: kernel_id {entry['kernel_id']!r} does not match its fields "
-                                    f"(the fields say {c.kernel_id!r})")
+                raise RegistryError(
+                    f"{where}: kernel_id {entry['kernel_id']!r} does not match its fields "
+                    f"(the fields say {c.kernel_id!r})"
+                )
             configs.append(c)
         return cls(doc["arch"], configs, backend=doc.get("backend"), source=str(doc.get("source", source)))
 

@@ -145,8 +145,7 @@ def dropout_randval(seed: int, offset: int, batch: int, head, nhead: int, rows, 
     ti = np.arange(t0, t1, dtype=np.uint64)
     tj = np.arange(u0, u1, dtype=np.uint64)
     lanes = np.arange(64, dtype=np.uint64)
-    base = np.array([(int(offset) + (batch * nhead + int(h)) * 64) & ((1 << 64) - 1) for h in heads],
-                    dtype=np.uint64)
+    base = np.array([(int(offset) + (batch * nhead + int(h)) * 64) & ((1 << 64) - 1) for h in heads], dtype=np.uint64)
     with np.errstate(over="ignore"):
         sub = base[:, None] + lanes[None, :]  # (H, 64), wraps like the uint64 on the GPU
     shape = (nh, ti.size, tj.size, 64)

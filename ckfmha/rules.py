@@ -34,8 +34,9 @@ sequence lengths) and call its :meth:`~RoleRules.misfit` / :meth:`~RoleRules.rea
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckfmha.kernel import Dropout, Family, KernelConfig, MaskImpl, Mode, QScale, Rope
 from ckfmha.plan import ROLE_FAMILY, StageRole
@@ -129,8 +130,11 @@ def _attention_requirements(p: "Problem", role: StageRole, need) -> None:
     need("sink", {p.sink}, _on_off(p.sink, "sink"))
     if role is StageRole.FWD:
         skip = p.min_seqlen_q > 0
-        need("skip_min_seqlen_q", {skip}, f"skip_min_seqlen_q (min_seqlen_q={p.min_seqlen_q})" if skip
-             else "no skip_min_seqlen_q")
+        need(
+            "skip_min_seqlen_q",
+            {skip},
+            f"skip_min_seqlen_q (min_seqlen_q={p.min_seqlen_q})" if skip else "no skip_min_seqlen_q",
+        )
         need("lse", {p.lse}, _on_off(p.lse, "LSE output"))
         need("dropout", _fwd_dropout(p), _on_off(p.p_drop > 0, "dropout"))
         need("qscale", {p.qscale}, f"qscale {p.qscale.value}")
@@ -266,8 +270,12 @@ class RoleRules:
             return m
         a = c.algorithm
         if self.role is StageRole.DQ_DK_DV and a.max_seq_len_q and p.seqlen_q > a.max_seq_len_q:
-            return Misfit(f"max_seq_len_q: problem seqlen_q {p.seqlen_q} > the kernel's limit {a.max_seq_len_q}",
-                          "seqlen_q", p.seqlen_q, f"exceeds the kernel's max_seq_len_q={a.max_seq_len_q}")
+            return Misfit(
+                f"max_seq_len_q: problem seqlen_q {p.seqlen_q} > the kernel's limit {a.max_seq_len_q}",
+                "seqlen_q",
+                p.seqlen_q,
+                f"exceeds the kernel's max_seq_len_q={a.max_seq_len_q}",
+            )
         return None
 
     def _head_dim_misfit(self, c: KernelConfig) -> Misfit | None:
@@ -275,16 +283,27 @@ class RoleRules:
         for fname, pad_field in self.head_dims:
             kd, pd, pad = getattr(s, fname), getattr(p, fname), getattr(a, pad_field)
             if pd > kd:
-                return Misfit(f"{fname}: problem {pd} exceeds the kernel's {kd}", fname, pd,
-                              f"exceeds the kernel's head dim {kd} (rule: {fname} <= {kd})")
+                return Misfit(
+                    f"{fname}: problem {pd} exceeds the kernel's {kd}",
+                    fname,
+                    pd,
+                    f"exceeds the kernel's head dim {kd} (rule: {fname} <= {kd})",
+                )
             if pd != kd and not pad:
-                return Misfit(f"{fname}: problem {pd} != kernel {kd} and the kernel has no {fname} padding", fname,
-                              pd, f"differs from the kernel's head dim {kd} and the kernel has no {fname} padding "
-                                  f"({pad_field}=0; rule: {fname} == {kd})")
+                return Misfit(
+                    f"{fname}: problem {pd} != kernel {kd} and the kernel has no {fname} padding",
+                    fname,
+                    pd,
+                    f"differs from the kernel's head dim {kd} and the kernel has no {fname} padding "
+                    f"({pad_field}=0; rule: {fname} == {kd})",
+                )
             if pad == 8 and pd % 8:
-                return Misfit(f"{fname}: problem {pd} is not a multiple of 8 (the kernel pads with 8-element "
-                              "alignment)", fname, pd,
-                              f"is not a multiple of 8 ({pad_field}=8 pads with 8-element alignment)")
+                return Misfit(
+                    f"{fname}: problem {pd} is not a multiple of 8 (the kernel pads with 8-element alignment)",
+                    fname,
+                    pd,
+                    f"is not a multiple of 8 ({pad_field}=8 pads with 8-element alignment)",
+                )
         return None
 
     def _padding_misfit(self, c: KernelConfig) -> Misfit | None:
@@ -295,34 +314,47 @@ class RoleRules:
             return None
         if p.mode is Mode.GROUP:
             r = unpadded[0]
-            return Misfit("padding: group mode needs a kernel with seqlen padding", "mode", "group",
-                          f"variable-length sequences need {r.length} padding and the kernel has {r.pad_field}=0")
+            return Misfit(
+                "padding: group mode needs a kernel with seqlen padding",
+                "mode",
+                "group",
+                f"variable-length sequences need {r.length} padding and the kernel has {r.pad_field}=0",
+            )
         if self.after_append and any(r.pad_field == "pad_sk" for r in unpadded):
-            return Misfit("padding: after append-KV the attention reads seqlen_k per batch (the post-append cache "
-                          "lengths, CK's seqlen_k_ptr), which needs a kernel with seqlen_k padding", "seqlen_k",
-                          p.seqlen_k, "after append-KV the attention reads seqlen_k per batch from a device array "
-                                      "(CK's seqlen_k_ptr), which needs seqlen_k padding and the kernel has pad_sk=0")
+            return Misfit(
+                "padding: after append-KV the attention reads seqlen_k per batch (the post-append cache "
+                "lengths, CK's seqlen_k_ptr), which needs a kernel with seqlen_k padding",
+                "seqlen_k",
+                p.seqlen_k,
+                "after append-KV the attention reads seqlen_k per batch from a device array "
+                "(CK's seqlen_k_ptr), which needs seqlen_k padding and the kernel has pad_sk=0",
+            )
         for r in unpadded:
             bad = [n for n in self.lengths[r.length] if n == 0 or n % r.tile]
             if bad:
-                return Misfit(f"padding: {r.length}={bad[0]} is not a multiple of the kernel's tile {r.tile} and "
-                              f"the kernel has no {r.pad_field[4:]} padding", r.length, bad[0],
-                              f"is not a multiple of the kernel's {r.tile_name}={r.tile} and the kernel has no "
-                              f"{r.length} padding ({r.pad_field}=0: a {r.length} not a multiple of {r.tile_name} "
-                              f"needs a padded kernel; rule: {r.length} % {r.tile} == 0, {r.length} > 0)")
+                return Misfit(
+                    f"padding: {r.length}={bad[0]} is not a multiple of the kernel's tile {r.tile} and "
+                    f"the kernel has no {r.pad_field[4:]} padding",
+                    r.length,
+                    bad[0],
+                    f"is not a multiple of the kernel's {r.tile_name}={r.tile} and the kernel has no "
+                    f"{r.length} padding ({r.pad_field}=0: a {r.length} not a multiple of {r.tile_name} "
+                    f"needs a padded kernel; rule: {r.length} % {r.tile} == 0, {r.length} > 0)",
+                )
         return None
 
 
-def misfit(problem: "Problem", role: StageRole, config: KernelConfig, *,
-           paired: KernelConfig | None = None) -> Misfit | None:
+def misfit(
+    problem: "Problem", role: StageRole, config: KernelConfig, *, paired: KernelConfig | None = None
+) -> Misfit | None:
     """None when ``config`` serves ``problem`` in ``role``, else the first failed rule as a :class:`Misfit`."""
     return RoleRules(problem, role, paired=paired).misfit(config)
 
 
-def fits(problem: "Problem", role: StageRole, config: KernelConfig, *,
-         paired: KernelConfig | None = None) -> str | None:
+def fits(
+    problem: "Problem", role: StageRole, config: KernelConfig, *, paired: KernelConfig | None = None
+) -> str | None:
     """None when ``config`` serves ``problem`` in ``role``, else the first failed rule in the dispatcher's words
     (e.g. ``"padding: seqlen_q=200 is not a multiple of the kernel's tile 128 and the kernel has no s padding"``).
     ``paired``: for a combine kernel, the split kernel it runs after."""
     return RoleRules(problem, role, paired=paired).reason(config)
-

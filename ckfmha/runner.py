@@ -30,17 +30,28 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from ckfmha.backends import BackendError, get_backend
 from ckfmha.backends.base import Backend, BuiltKernel
 from ckfmha.dispatcher import Dispatcher, Explanation
-from ckfmha.inputs import (bias_shape, dbias_raw_shape, dk_raw_shape, dv_raw_shape, kv_shapes, lse_shape,
-                           o_shape, output_dtype, q_shape, storage_dtype)
+from ckfmha.inputs import (
+    bias_shape,
+    dbias_raw_shape,
+    dk_raw_shape,
+    dv_raw_shape,
+    kv_shapes,
+    lse_shape,
+    o_shape,
+    output_dtype,
+    q_shape,
+    storage_dtype,
+)
 from ckfmha.kernel import Family, Mode
 from ckfmha.plan import Plan, StageRole
 from ckfmha.poison import Census, census, is_float, poisoned
@@ -66,8 +77,13 @@ def _registry(arch: str, receipt: int | str, mask_mode: str) -> Registry:
     return Registry.from_enumeration(arch, receipt=receipt, mask_mode=mask_mode)
 
 
-def dispatcher_for(backend: str = "cpu", arch: str | None = None, registry: Registry | None = None,
-                   receipt: int | str = 0, mask_mode: str = "simplified") -> Dispatcher:
+def dispatcher_for(
+    backend: str = "cpu",
+    arch: str | None = None,
+    registry: Registry | None = None,
+    receipt: int | str = 0,
+    mask_mode: str = "simplified",
+) -> Dispatcher:
     """A dispatcher over ``registry`` or the enumeration of ``arch`` (None: :func:`ckfmha.archs.default_arch`)
     under ``receipt`` and ``mask_mode``, bound to the backend called ``backend``."""
     if registry is None:
@@ -77,8 +93,15 @@ def dispatcher_for(backend: str = "cpu", arch: str | None = None, registry: Regi
     return Dispatcher(registry, get_backend(backend))
 
 
-def explain(problem: Problem, *, backend: str = "cpu", arch: str | None = None, registry: Registry | None = None,
-            receipt: int | str = 0, mask_mode: str = "simplified") -> Explanation:
+def explain(
+    problem: Problem,
+    *,
+    backend: str = "cpu",
+    arch: str | None = None,
+    registry: Registry | None = None,
+    receipt: int | str = 0,
+    mask_mode: str = "simplified",
+) -> Explanation:
     """Explain how the dispatcher would serve ``problem``, without building or running anything.
 
     Parameters: ``problem`` (a :class:`~ckfmha.problem.Problem`); ``backend`` (``cpu``, ``triton``, ``hip``: a
@@ -144,8 +167,10 @@ def reduce_gradients(problem: Problem, tensors: dict) -> list[str]:
     wanted = ["dk_raw", "dv_raw"] + (["dbias_raw"] if p.dbias else [])
     missing = [n for n in wanted if n not in tensors]
     if missing:
-        raise RawLayoutError(f"{', '.join(missing)}: no such output to reduce (the dq_dk_dv stage writes CK's raw "
-                             f"gradients; have: {', '.join(sorted(tensors))})")
+        raise RawLayoutError(
+            f"{', '.join(missing)}: no such output to reduce (the dq_dk_dv stage writes CK's raw "
+            f"gradients; have: {', '.join(sorted(tensors))})"
+        )
     dtypes = {"dk": np.asarray(tensors["k"]).dtype, "dv": np.asarray(tensors["v"]).dtype}
     if p.dbias:
         dtypes["dbias"] = np.asarray(tensors["bias"]).dtype
@@ -167,8 +192,9 @@ def _forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, n
     return ref["o"].astype(storage_dtype(problem.dtype)), ref["lse"].astype(np.float32)
 
 
-def prepare_tensors(problem: Problem, plan: Plan, inputs: dict,
-                    forward: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, Any], list[str]]:
+def prepare_tensors(
+    problem: Problem, plan: Plan, inputs: dict, forward: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The tensors a plan runs on: the inputs (copies of those a stage updates in place: append-KV's caches and
     rotated q), the backward's forward outputs (``forward`` = (o, lse), stored in the input precision) and every
     output allocated and poisoned with NaN. Returns (tensors, names the plan writes)."""
@@ -276,9 +302,17 @@ def _call(what: str, contain: bool, passthrough: tuple[type[BaseException], ...]
         raise StageCrash(what, e) from None
 
 
-def execute(backend: Backend, plan: Plan, tensors: dict[str, Any], *, timing: bool = False, reduce: bool = True,
-            built: dict[str, BuiltKernel] | None = None, contain: bool = False,
-            passthrough: tuple[type[BaseException], ...] = ()) -> Execution:
+def execute(
+    backend: Backend,
+    plan: Plan,
+    tensors: dict[str, Any],
+    *,
+    timing: bool = False,
+    reduce: bool = True,
+    built: dict[str, BuiltKernel] | None = None,
+    contain: bool = False,
+    passthrough: tuple[type[BaseException], ...] = (),
+) -> Execution:
     """Build and run ``plan``'s stages on ``backend`` (any :class:`~ckfmha.backends.base.Backend` object) over
     ``tensors`` (:func:`prepare_tensors`'s dict: stages read their inputs and write their outputs there; arrays a
     stage returns instead of writing in place are stored there), then, for the backward with ``reduce``, the host
@@ -300,8 +334,17 @@ def execute(backend: Backend, plan: Plan, tensors: dict[str, Any], *, timing: bo
             cold = not bk.cached
             build_s = float(bk.build_seconds or 0.0) if cold else 0.0
         t0 = time.perf_counter()
-        res = _call(f"stage {st.role.value} ({kid})", contain, passthrough, backend.run_stage, built[kid], st,
-                    problem, tensors, timing=timing)
+        res = _call(
+            f"stage {st.role.value} ({kid})",
+            contain,
+            passthrough,
+            backend.run_stage,
+            built[kid],
+            st,
+            problem,
+            tensors,
+            timing=timing,
+        )
         wall = (time.perf_counter() - t0) * 1e3
         for name, a in (res.outputs if res is not None else {}).items():
             if isinstance(a, np.ndarray) and tensors.get(name) is not a:
@@ -312,8 +355,9 @@ def execute(backend: Backend, plan: Plan, tensors: dict[str, Any], *, timing: bo
     return Execution(tuple(runs), timing)
 
 
-def unwritten_census(problem: Problem, outputs: Mapping[str, Any], names: Iterable[str],
-                     ref: Mapping[str, Any] | None = None) -> list[Census]:
+def unwritten_census(
+    problem: Problem, outputs: Mapping[str, Any], names: Iterable[str], ref: Mapping[str, Any] | None = None
+) -> list[Census]:
     """:func:`ckfmha.poison.census` of each float output in ``names``, over the elements the plan must write
     (:func:`written_elements`); with ``ref``, only where the reference has a value (an output whose shape differs
     from the reference's is left to the validator)."""
@@ -331,9 +375,17 @@ def unwritten_census(problem: Problem, outputs: Mapping[str, Any], names: Iterab
     return out
 
 
-def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str | None = None,
-        registry: Registry | None = None, receipt: int | str = 0, mask_mode: str = "simplified",
-        timing: bool = False) -> RunResult:
+def run(
+    problem: Problem,
+    inputs: dict,
+    *,
+    backend: str = "cpu",
+    arch: str | None = None,
+    registry: Registry | None = None,
+    receipt: int | str = 0,
+    mask_mode: str = "simplified",
+    timing: bool = False,
+) -> RunResult:
     """Select, build and run the plan for ``problem`` on ``backend`` and return its outputs.
 
     Parameters: ``problem`` (a :class:`~ckfmha.problem.Problem`); ``inputs`` (the dict name -> NumPy array of
@@ -364,8 +416,11 @@ def run(problem: Problem, inputs: dict, *, backend: str = "cpu", arch: str | Non
     specs = output_specs(p, plan)
     ex = execute(disp.backend, plan, tensors, timing=timing)
     outputs = {n: tensors[n] for n in written}
-    inputs_finite = all(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
-                        for a in inputs.values() if isinstance(a, np.ndarray) and is_float(a))
+    inputs_finite = all(
+        np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
+        for a in inputs.values()
+        if isinstance(a, np.ndarray) and is_float(a)
+    )
     if inputs_finite:  # then the reference is finite wherever the plan must write
         msgs = [m for c in unwritten_census(p, outputs, specs) for m in c.messages()]
         if msgs:

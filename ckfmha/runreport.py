@@ -24,12 +24,15 @@ Comparison rules (:func:`compare_reports`):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 REPORT_SCHEMA = "ckfmha.report"
 READABLE_VERSIONS = (1, 2)
+#: row verdicts, in summary order (docs/report_schema.md)
+VERDICTS = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
 FAILING = ("failed", "error", "crashed", "timeout")
 DEFAULT_THRESHOLD = 0.10
 #: run fields that must agree between shard reports of one sweep
@@ -67,8 +70,10 @@ def report_from_doc(doc: Any, source: str) -> RunReport:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise ReportError(f"{source}: schema: expected {REPORT_SCHEMA!r}, found {found!r} (not a ckfmha report)")
     if doc.get("version") not in READABLE_VERSIONS:
-        raise ReportError(f"{source}: version: {doc.get('version')!r} is not one this ckfmha reads "
-                          f"({', '.join(map(str, READABLE_VERSIONS))})")
+        raise ReportError(
+            f"{source}: version: {doc.get('version')!r} is not one this ckfmha reads "
+            f"({', '.join(map(str, READABLE_VERSIONS))})"
+        )
     rows = doc.get("rows")
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in rows):
         raise ReportError(f"{source}: rows: expected a list of rows, each with an 'id'")
@@ -121,24 +126,50 @@ class Comparison:
         return bool(self.new_failures or self.missing or self.slower)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "new": self.new, "threshold": self.threshold,
-                "regressed": self.regressed, "compared": self.compared, "timed": self.timed,
-                "new_failures": self.new_failures, "fixed": self.fixed, "added": self.added,
-                "missing": self.missing, "slower": self.slower, "faster": self.faster}
+        return {
+            "baseline": self.baseline,
+            "new": self.new,
+            "threshold": self.threshold,
+            "regressed": self.regressed,
+            "compared": self.compared,
+            "timed": self.timed,
+            "new_failures": self.new_failures,
+            "fixed": self.fixed,
+            "added": self.added,
+            "missing": self.missing,
+            "slower": self.slower,
+            "faster": self.faster,
+        }
 
     def text(self) -> str:
-        lines = [f"compare {self.baseline} -> {self.new}: {self.compared} items in both, {self.timed} timed in "
-                 f"both, threshold {self.threshold:.0%}"]
-        sections = (("new failures", [f"{d['id']}: {d['baseline_verdict']} -> {d['verdict']}: {d['reason']}"
-                                      for d in self.new_failures]),
-                    ("fixed", [f"{d['id']}: {d['baseline_verdict']} -> {d['verdict']}" for d in self.fixed]),
-                    ("missing (in the baseline, not run now)", self.missing),
-                    ("added", self.added),
-                    ("slower", [f"{d['id']}: {d['baseline_ms']:.4g} ms -> {d['new_ms']:.4g} ms "
-                                f"({d['change']:+.1%}; spreads {d['baseline_spread']} vs {d['new_spread']})"
-                                for d in self.slower]),
-                    ("faster", [f"{d['id']}: {d['baseline_ms']:.4g} ms -> {d['new_ms']:.4g} ms ({d['change']:+.1%})"
-                                for d in self.faster]))
+        lines = [
+            f"compare {self.baseline} -> {self.new}: {self.compared} items in both, {self.timed} timed in "
+            f"both, threshold {self.threshold:.0%}"
+        ]
+        sections = (
+            (
+                "new failures",
+                [f"{d['id']}: {d['baseline_verdict']} -> {d['verdict']}: {d['reason']}" for d in self.new_failures],
+            ),
+            ("fixed", [f"{d['id']}: {d['baseline_verdict']} -> {d['verdict']}" for d in self.fixed]),
+            ("missing (in the baseline, not run now)", self.missing),
+            ("added", self.added),
+            (
+                "slower",
+                [
+                    f"{d['id']}: {d['baseline_ms']:.4g} ms -> {d['new_ms']:.4g} ms "
+                    f"({d['change']:+.1%}; spreads {d['baseline_spread']} vs {d['new_spread']})"
+                    for d in self.slower
+                ],
+            ),
+            (
+                "faster",
+                [
+                    f"{d['id']}: {d['baseline_ms']:.4g} ms -> {d['new_ms']:.4g} ms ({d['change']:+.1%})"
+                    for d in self.faster
+                ],
+            ),
+        )
         for title, items in sections:
             lines.append(f"{title}: {len(items)}")
             lines += [f"  {x}" for x in items]
@@ -161,8 +192,14 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
         cmp.compared += 1
         was_failing, failing = old.get("verdict") in FAILING, cur.get("verdict") in FAILING
         if failing and not was_failing:
-            cmp.new_failures.append({"id": rid, "baseline_verdict": old.get("verdict"), "verdict": cur["verdict"],
-                                     "reason": str(cur.get("reason", ""))[:300]})
+            cmp.new_failures.append(
+                {
+                    "id": rid,
+                    "baseline_verdict": old.get("verdict"),
+                    "verdict": cur["verdict"],
+                    "reason": str(cur.get("reason", ""))[:300],
+                }
+            )
         elif was_failing and cur.get("verdict") == "passed":
             cmp.fixed.append({"id": rid, "baseline_verdict": old["verdict"], "verdict": "passed"})
         a, b = _timing(old), _timing(cur)
@@ -170,8 +207,14 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
             continue
         cmp.timed += 1
         change = b[0] / a[0] - 1.0
-        entry = {"id": rid, "baseline_ms": a[0], "new_ms": b[0], "change": change,
-                 "baseline_spread": [a[1], a[2]], "new_spread": [b[1], b[2]]}
+        entry = {
+            "id": rid,
+            "baseline_ms": a[0],
+            "new_ms": b[0],
+            "change": change,
+            "baseline_spread": [a[1], a[2]],
+            "new_spread": [b[1], b[2]],
+        }
         if change > threshold and b[1] > a[2]:
             cmp.slower.append(entry)
         elif change < -threshold and b[2] < a[1]:
@@ -180,8 +223,14 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
         if rid not in old_rows and cur.get("verdict") != "not_run":
             cmp.added.append(rid)
             if cur.get("verdict") in FAILING:
-                cmp.new_failures.append({"id": rid, "baseline_verdict": "(absent)", "verdict": cur["verdict"],
-                                         "reason": str(cur.get("reason", ""))[:300]})
+                cmp.new_failures.append(
+                    {
+                        "id": rid,
+                        "baseline_verdict": "(absent)",
+                        "verdict": cur["verdict"],
+                        "reason": str(cur.get("reason", ""))[:300],
+                    }
+                )
     cmp.slower.sort(key=lambda d: -d["change"])
     cmp.faster.sort(key=lambda d: d["change"])
     return cmp
@@ -202,23 +251,30 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
         if count is None:
             count = sh["count"]
         elif sh["count"] != count:
-            raise ReportError(f"{rep.path}: shard: {sh['index']}/{sh['count']} belongs to another sweep than "
-                              f"{reports[0].path} (N = {count})")
+            raise ReportError(
+                f"{rep.path}: shard: {sh['index']}/{sh['count']} belongs to another sweep than "
+                f"{reports[0].path} (N = {count})"
+            )
         if sh["index"] in shards:
             raise ReportError(f"{rep.path}: shard {sh['index']}/{count} given twice (also {shards[sh['index']].path})")
         if rep.meta.get("state") != "complete":
-            raise ReportError(f"{rep.path}: state: {rep.meta.get('state')!r}: shard {sh['index']}/{count} did not "
-                              "complete (resume it with --ckfmha-resume, then merge)")
+            raise ReportError(
+                f"{rep.path}: state: {rep.meta.get('state')!r}: shard {sh['index']}/{count} did not "
+                "complete (resume it with --ckfmha-resume, then merge)"
+            )
         for key in SWEEP_KEYS:
             if rep.meta.get(key) != reports[0].meta.get(key):
-                raise ReportError(f"{rep.path}: {key}: {rep.meta.get(key)!r} differs from {reports[0].path}'s "
-                                  f"{reports[0].meta.get(key)!r}: not one sweep")
+                raise ReportError(
+                    f"{rep.path}: {key}: {rep.meta.get(key)!r} differs from {reports[0].path}'s "
+                    f"{reports[0].meta.get(key)!r}: not one sweep"
+                )
         shards[sh["index"]] = rep
     assert count is not None
     gaps = [k for k in range(1, count + 1) if k not in shards]
     if gaps:
-        raise ReportError(f"merge: shard(s) {', '.join(f'{k}/{count}' for k in gaps)} missing: the merged report "
-                          "would have a gap")
+        raise ReportError(
+            f"merge: shard(s) {', '.join(f'{k}/{count}' for k in gaps)} missing: the merged report would have a gap"
+        )
     rows: list[dict[str, Any]] = []
     owner: dict[str, str] = {}
     for k in sorted(shards):
@@ -229,11 +285,16 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
             rows.append(r)
     first = shards[1].meta
     meta = {k: v for k, v in first.items() if k not in ("shard",)}
-    meta.update({"state": "complete", "interrupted": False,
-                 "exit_status": max(int(s.meta.get("exit_status") or 0) for s in shards.values()),
-                 "collected": sum(int(s.meta.get("collected") or 0) for s in shards.values()),
-                 "completed": sum(int(s.meta.get("completed") or 0) for s in shards.values()),
-                 "merged_from": [shards[k].path for k in sorted(shards)]})
+    meta.update(
+        {
+            "state": "complete",
+            "interrupted": False,
+            "exit_status": max(int(s.meta.get("exit_status") or 0) for s in shards.values()),
+            "collected": sum(int(s.meta.get("collected") or 0) for s in shards.values()),
+            "completed": sum(int(s.meta.get("completed") or 0) for s in shards.values()),
+            "merged_from": [shards[k].path for k in sorted(shards)],
+        }
+    )
     return {**meta, "rows": rows}
 
 
@@ -263,11 +324,17 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     verdicts = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
     out: dict[str, dict[str, Any]] = {}
     for r in rows:
-        s = out.setdefault(r.get("family") or "?", {**{v: 0 for v in verdicts}, "worst_abs_err": None,
-                                                     "worst_id": "", "best_tflops": None, "best_id": ""})
+        s = out.setdefault(
+            r.get("family") or "?",
+            {**{v: 0 for v in verdicts}, "worst_abs_err": None, "worst_id": "", "best_tflops": None, "best_id": ""},
+        )
         s[r["verdict"]] = s.get(r["verdict"], 0) + 1
         e = _num(r.get("max_abs_err"))
-        if e is not None and r["verdict"] in ("passed", "failed") and (s["worst_abs_err"] is None or e > s["worst_abs_err"]):
+        if (
+            e is not None
+            and r["verdict"] in ("passed", "failed")
+            and (s["worst_abs_err"] is None or e > s["worst_abs_err"])
+        ):
             s["worst_abs_err"], s["worst_id"] = e, r["id"]
         t = _num(r.get("tflops"))
         if t is not None and r["verdict"] == "passed" and (s["best_tflops"] is None or t > s["best_tflops"]):
@@ -280,8 +347,14 @@ def write_report_doc(doc: dict[str, Any], path: str | Path) -> Path:
     rows = doc["rows"]
     fields = list(doc.get("fields") or (rows[0].keys() if rows else ()))
     meta = {k: v for k, v in doc.items() if k not in ("rows", "summary", "fields", "schema", "version")}
-    out = {"schema": REPORT_SCHEMA, "version": max(READABLE_VERSIONS), **meta, "summary": summarize(rows),
-           "fields": fields, "rows": rows}
+    out = {
+        "schema": REPORT_SCHEMA,
+        "version": max(READABLE_VERSIONS),
+        **meta,
+        "summary": summarize(rows),
+        "fields": fields,
+        "rows": rows,
+    }
     return atomic_write_text(path, json.dumps(out, indent=1, default=str) + "\n")
 
 

@@ -22,9 +22,9 @@ selections are allowed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ckfmha.archs import load_arch_spec
 from ckfmha.enumeration import EnumerationError, enumerate_kernels
@@ -58,10 +58,19 @@ class KernelQuery:
     filter_file: str | None = field(default=None, compare=False)
 
     @classmethod
-    def build(cls, arch: str, *, families: Sequence[str] | None = None, apis: Sequence[str] | None = None,
-              receipt: int | str | None = None, profile: str | None = None, mask_mode: str = "simplified",
-              sweep: str | Path | None = None, filter_expr: str | None = None,
-              filter_file: str | Path | None = None) -> "KernelQuery":
+    def build(
+        cls,
+        arch: str,
+        *,
+        families: Sequence[str] | None = None,
+        apis: Sequence[str] | None = None,
+        receipt: int | str | None = None,
+        profile: str | None = None,
+        mask_mode: str = "simplified",
+        sweep: str | Path | None = None,
+        filter_expr: str | None = None,
+        filter_file: str | Path | None = None,
+    ) -> "KernelQuery":
         """Check every argument (bad values raise ValueErrors naming the argument) and build the query."""
         load_arch_spec(arch)  # an unknown arch: ArchSpecError naming the known archs
         fams: list[Family] = []
@@ -106,10 +115,12 @@ class KernelQuery:
     def describe(self) -> str:
         """The selection in words: arch, families, receipt, mask mode, sweep, filter, filter file."""
         rec = receipts().get(self.receipt)
-        parts = [f"arch {self.arch}",
-                 "families " + (", ".join(f.value for f in self.families) if self.families else "all"),
-                 f"receipt {self.receipt}" + (f" (profile {rec.name})" if rec else ""),
-                 f"mask mode {self.mask_mode.value}"]
+        parts = [
+            f"arch {self.arch}",
+            "families " + (", ".join(f.value for f in self.families) if self.families else "all"),
+            f"receipt {self.receipt}" + (f" (profile {rec.name})" if rec else ""),
+            f"mask mode {self.mask_mode.value}",
+        ]
         if self.sweep is not None:
             parts.append(f"sweep {self.sweep.source}")
         if self.filter_expr:
@@ -128,18 +139,23 @@ class KernelQuery:
         missing = [a for a in apis if not spec.has_section(a)]
         if missing:
             defined = [a.value for a in Api if spec.has_section(a)]
-            lines.append(f"  arch {self.arch} defines no kernels for api(s) {', '.join(a.value for a in missing)} "
-                         f"(it defines: {', '.join(defined) or 'none'})")
+            lines.append(
+                f"  arch {self.arch} defines no kernels for api(s) {', '.join(a.value for a in missing)} "
+                f"(it defines: {', '.join(defined) or 'none'})"
+            )
         families = self._families()
         if self.sweep is not None and self.families and not families:
-            lines.append(f"  the sweep {self.sweep.source} (variant {self.sweep.variant}) covers families "
-                         f"{', '.join(f.value for f in self.sweep.families)}, none of the selected families")
+            lines.append(
+                f"  the sweep {self.sweep.source} (variant {self.sweep.variant}) covers families "
+                f"{', '.join(f.value for f in self.sweep.families)}, none of the selected families"
+            )
             return "\n".join(lines)
         base = enumerate_kernels(self.arch, families, self.receipt, self.mask_mode)
         if not base:
             if not missing:
-                lines.append(f"  receipt {self.receipt} under mask mode {self.mask_mode.value} keeps no kernel of "
-                             "these families")
+                lines.append(
+                    f"  receipt {self.receipt} under mask mode {self.mask_mode.value} keeps no kernel of these families"
+                )
             return "\n".join(lines)
         step = f"{len(base)} kernel(s) match the arch, families, receipt and mask mode"
         after_sweep = base

@@ -34,9 +34,10 @@ than ``MAX_NESTING_DEPTH``, files over ``MAX_FILE_BYTES`` and ``NaN``/``Infinity
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ckfmha.datafile import DataFileError, MissingDataFileError, load_json
 from ckfmha.kernel import (
@@ -96,7 +97,17 @@ _TRAIT_FIELDS: dict[str, str] = {
     "num_stages": "num_stages",
 }
 
-_TILE_NAMES = ("tile_m0", "tile_n0", "tile_k0", "tile_n1", "tile_k1", "tile_k0max", "tile_bwd6", "tile_bwd7", "tile_bwd8")
+_TILE_NAMES = (
+    "tile_m0",
+    "tile_n0",
+    "tile_k0",
+    "tile_n1",
+    "tile_k1",
+    "tile_k0max",
+    "tile_bwd6",
+    "tile_bwd7",
+    "tile_bwd8",
+)
 _TILE_KEYS: dict[str, tuple[str, int, int]] = {name: ("tile", i, -1) for i, name in enumerate(_TILE_NAMES)}
 for _stage in range(3):
     for _j, _axis in enumerate("mnk"):
@@ -156,7 +167,9 @@ def _convert_value(source: str, key_path: str, fname: str, value: Any) -> set[An
         try:
             return {MaskImpl(value)}
         except ValueError:
-            raise fail(f"unknown mask; expected one of {sorted(set(_MASK_ALIASES) | {m.value for m in MaskImpl})}") from None
+            raise fail(
+                f"unknown mask; expected one of {sorted(set(_MASK_ALIASES) | {m.value for m in MaskImpl})}"
+            ) from None
     if fname == "bias" and isinstance(value, str) and value in _BIAS_ALIASES:
         return {_BIAS_ALIASES[value]}
     if fname == "dropout" and isinstance(value, bool):
@@ -184,7 +197,7 @@ def _allow_lists(source: str, block: Any, block_name: str) -> dict[str, list[Any
     for key, entry in block.items():
         path = f"{block_name}.{key}"
         if not isinstance(entry, dict) or set(entry) != {"values"}:
-            raise SweepError(f"{source}: {path}: expected {{\"values\": [...]}}, found {entry!r}")
+            raise SweepError(f'{source}: {path}: expected {{"values": [...]}}, found {entry!r}')
         values = entry["values"]
         if not isinstance(values, list) or not values:
             raise SweepError(f"{source}: {path}.values: expected a non-empty list, found {values!r}")
@@ -197,8 +210,10 @@ def parse_sweep(doc: Any, source: str = "<sweep>") -> Sweep:
         raise SweepError(f"{source}: top level: expected an object, found {type(doc).__name__}")
     unknown = set(doc) - {"variant", "trait_config", "tile_config", "description", "name"}
     if unknown:
-        raise SweepError(f"{source}: top level: unknown key(s) {sorted(unknown)}; "
-                         "expected variant, trait_config, tile_config (and optional name, description)")
+        raise SweepError(
+            f"{source}: top level: unknown key(s) {sorted(unknown)}; "
+            "expected variant, trait_config, tile_config (and optional name, description)"
+        )
     variant = doc.get("variant")
     if variant not in VARIANT_FAMILIES:
         raise SweepError(f"{source}: variant: expected one of {sorted(VARIANT_FAMILIES)}, found {variant!r}")
@@ -219,7 +234,9 @@ def parse_sweep(doc: Any, source: str = "<sweep>") -> Sweep:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise SweepError(f"{source}: tile_config.{key}.values[{i}]: expected a positive integer, found {v!r}")
         tile_allowed[key] = (_TILE_KEYS[key], frozenset(values))
-    return Sweep(source, variant, VARIANT_FAMILIES[variant], {k: frozenset(v) for k, v in allowed.items()}, tile_allowed)
+    return Sweep(
+        source, variant, VARIANT_FAMILIES[variant], {k: frozenset(v) for k, v in allowed.items()}, tile_allowed
+    )
 
 
 def load_sweep(path: str | Path) -> Sweep:

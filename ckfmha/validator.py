@@ -124,8 +124,14 @@ def _default_tables() -> dict:
     return load_tolerances()
 
 
-def tolerance_for(dtype: DType | str, backward: bool = False, hdim_q: int = 0, hdim_v: int = 0,
-                  fp8_format: str = "ocp", tables: dict | None = None) -> Tolerance:
+def tolerance_for(
+    dtype: DType | str,
+    backward: bool = False,
+    hdim_q: int = 0,
+    hdim_v: int = 0,
+    fp8_format: str = "ocp",
+    tables: dict | None = None,
+) -> Tolerance:
     """CK's (rtol, atol) for a dtype and direction."""
     t = tables or _default_tables()
     dt = DType(dtype)
@@ -159,8 +165,10 @@ class CheckResult:
 
     def __str__(self) -> str:
         head = f"{self.name}: {'PASS' if self.passed else 'FAIL'}"
-        body = (f"max_abs_err={self.max_abs_err:.3g} max_rel_err={self.max_rel_err:.3g} "
-                f"mismatches={self.mismatch_count}/{self.total} (rtol={self.rtol:g}, atol={self.atol:g})")
+        body = (
+            f"max_abs_err={self.max_abs_err:.3g} max_rel_err={self.max_rel_err:.3g} "
+            f"mismatches={self.mismatch_count}/{self.total} (rtol={self.rtol:g}, atol={self.atol:g})"
+        )
         tail = f" first at {self.first_mismatch}" if self.first_mismatch is not None else ""
         return f"{head} {body}{tail}" + (f"; {self.message}" if self.message else "")
 
@@ -183,8 +191,17 @@ def _compared(out, ref):
     return o, r, both, ~both & ~same_nonfinite, err
 
 
-def check(out, ref, rtol: float, atol: float, name: str = "out", rule: str = "allclose", base=None,
-          factor: float = 2.0, rel_atol: float = 1e-5) -> CheckResult:
+def check(
+    out,
+    ref,
+    rtol: float,
+    atol: float,
+    name: str = "out",
+    rule: str = "allclose",
+    base=None,
+    factor: float = 2.0,
+    rel_atol: float = 1e-5,
+) -> CheckResult:
     """Compare ``out`` with ``ref`` (any float dtypes, upcast to float64).  ``rule='allclose'``: CK's elementwise
     rule; ``rule='relative'``: the noise-floor rule (:func:`noise_floor_check`) with ``ref`` as the truth,
     ``base`` as the same-precision reference, ``k = factor`` and ``atol = rel_atol``; the allclose mismatches are
@@ -197,8 +214,18 @@ def check(out, ref, rtol: float, atol: float, name: str = "out", rule: str = "al
     if cmp is None:
         o_shape, r_shape = np.shape(out), np.shape(ref)
         n = max(int(np.prod(o_shape)), int(np.prod(r_shape)))
-        return CheckResult(name, False, float("inf"), float("inf"), n, n, None, rtol, atol,
-                           f"shape {o_shape} != reference shape {r_shape}")
+        return CheckResult(
+            name,
+            False,
+            float("inf"),
+            float("inf"),
+            n,
+            n,
+            None,
+            rtol,
+            atol,
+            f"shape {o_shape} != reference shape {r_shape}",
+        )
     o, r, both, nonfinite_bad, err = cmp
     abs_r = np.abs(r)
     bad = err > atol + rtol * abs_r
@@ -221,13 +248,22 @@ def check(out, ref, rtol: float, atol: float, name: str = "out", rule: str = "al
     else:
         nf = noise_floor_check(out, ref, base, factor, rel_atol, name=name)
         passed = nf.passed
-        msg = (f"relative rule: max_abs_err {nf.err:.3g} {'<=' if passed else '>'} {factor:g} x "
-               f"{nf.ref_err:.3g} + {rel_atol:g} = {nf.limit:.3g}" + (f"; {msg}" if msg else ""))
+        msg = (
+            f"relative rule: max_abs_err {nf.err:.3g} {'<=' if passed else '>'} {factor:g} x "
+            f"{nf.ref_err:.3g} + {rel_atol:g} = {nf.limit:.3g}" + (f"; {msg}" if msg else "")
+        )
     return CheckResult(name, bool(passed), max_abs, max_rel, n_bad, int(o.size), first, rtol, atol, msg)
 
 
-def validate(problem, outputs: dict, ref: dict, names=None, rule: str = "allclose", base: dict | None = None,
-             fp8_format: str = "ocp") -> dict[str, CheckResult]:
+def validate(
+    problem,
+    outputs: dict,
+    ref: dict,
+    names=None,
+    rule: str = "allclose",
+    base: dict | None = None,
+    fp8_format: str = "ocp",
+) -> dict[str, CheckResult]:
     """Check each named output of a kernel against the reference with CK's tolerance for the problem
     (``rule='relative'``: the noise-floor rule against ``ref`` with ``base`` as the same-precision reference and
     the problem's direction's ``k`` / ``atol``)."""
@@ -239,8 +275,17 @@ def validate(problem, outputs: dict, ref: dict, names=None, rule: str = "allclos
         names = [n for n in compared_outputs(problem) if n in outputs and n in ref]
     res = {}
     for n in names:
-        res[n] = check(outputs[n], ref[n], tol.rtol, tol.atol, name=n, rule=rule,
-                       base=None if base is None else base[n], factor=floor.k, rel_atol=floor.atol)
+        res[n] = check(
+            outputs[n],
+            ref[n],
+            tol.rtol,
+            tol.atol,
+            name=n,
+            rule=rule,
+            base=None if base is None else base[n],
+            factor=floor.k,
+            rel_atol=floor.atol,
+        )
     return res
 
 
@@ -345,15 +390,24 @@ class NoiseFloorResult:
 
     def __str__(self) -> str:
         ratio = "-" if self.ratio is None else f"{self.ratio:.3g}"
-        return (f"{self.name}: noise floor {'PASS' if self.passed else 'FAIL'} err={self.err:.3g} "
-                f"{'<=' if self.passed else '>'} {self.k:g} x ref_err {self.ref_err:.3g} + {self.atol:g} = "
-                f"{self.limit:.3g} (ratio {ratio})" + (f"; {self.message}" if self.message else ""))
+        return (
+            f"{self.name}: noise floor {'PASS' if self.passed else 'FAIL'} err={self.err:.3g} "
+            f"{'<=' if self.passed else '>'} {self.k:g} x ref_err {self.ref_err:.3g} + {self.atol:g} = "
+            f"{self.limit:.3g} (ratio {ratio})" + (f"; {self.message}" if self.message else "")
+        )
 
     def summary(self) -> dict[str, Any]:
         """JSON-able fields (non-finite numbers become None)."""
-        return {"noise_passed": bool(self.passed), "error_ratio": self.ratio, "err_vs_truth": _finite_or_none(self.err),
-                "ref_err_vs_truth": _finite_or_none(self.ref_err), "noise_k": self.k, "noise_atol": self.atol,
-                "noise_limit": _finite_or_none(self.limit), "noise_message": str(self)}
+        return {
+            "noise_passed": bool(self.passed),
+            "error_ratio": self.ratio,
+            "err_vs_truth": _finite_or_none(self.err),
+            "ref_err_vs_truth": _finite_or_none(self.ref_err),
+            "noise_k": self.k,
+            "noise_atol": self.atol,
+            "noise_limit": _finite_or_none(self.limit),
+            "noise_message": str(self),
+        }
 
 
 def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: str = "out") -> NoiseFloorResult:
@@ -367,8 +421,18 @@ def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: s
     if cmp is None or ref_cmp is None:
         which = "out" if cmp is None else "same_precision"
         shape = np.shape(out) if cmp is None else np.shape(same_precision)
-        return NoiseFloorResult(name, False, float("inf"), float("nan"), k, atol, float("nan"), None, None,
-                                f"{which} shape {shape} != truth shape {np.shape(truth)}")
+        return NoiseFloorResult(
+            name,
+            False,
+            float("inf"),
+            float("nan"),
+            k,
+            atol,
+            float("nan"),
+            None,
+            None,
+            f"{which} shape {shape} != truth shape {np.shape(truth)}",
+        )
     _, _, _, nonfinite_bad, err = cmp
     # same-precision elements that are non-finite where the truth is finite are left out: they never widen the limit
     ref_err = float(ref_cmp[4].max()) if ref_cmp[4].size else 0.0
@@ -377,28 +441,42 @@ def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: s
         where = tuple(int(i) for i in np.argwhere(nonfinite_bad)[0])
         o = np.asarray(out)[where]
         t = np.asarray(truth)[where]
-        return NoiseFloorResult(name, False, float("inf"), ref_err, k, atol, limit, None, where,
-                                f"non-finite mismatch at {where}: out={float(o)!r} truth={float(t)!r}")
+        return NoiseFloorResult(
+            name,
+            False,
+            float("inf"),
+            ref_err,
+            k,
+            atol,
+            limit,
+            None,
+            where,
+            f"non-finite mismatch at {where}: out={float(o)!r} truth={float(t)!r}",
+        )
     e = float(err.max()) if err.size else 0.0
     where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else None
     ratio = e / ref_err if ref_err > 0 else None
     passed = e <= limit
     msg = ""
     if not passed and where is not None:
-        msg = (f"worst at {where}: out={float(np.asarray(out)[where])!r} "
-               f"truth={float(np.asarray(truth)[where])!r}")
+        msg = f"worst at {where}: out={float(np.asarray(out)[where])!r} truth={float(np.asarray(truth)[where])!r}"
     return NoiseFloorResult(name, bool(passed), e, ref_err, k, atol, limit, ratio, where, msg)
 
 
 def _noise_arg(what: str, v: Any, minimum: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not np.isfinite(v) \
-            or v < minimum:
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float, np.floating, np.integer))
+        or not np.isfinite(v)
+        or v < minimum
+    ):
         raise ValueError(f"noise floor {what}: {v!r} must be a finite number >= {minimum:g}")
     return float(v)
 
 
-def validate_noise_floor(problem, outputs: dict, truth: dict, same_precision: dict, names=None,
-                         tables: dict | None = None) -> dict[str, NoiseFloorResult]:
+def validate_noise_floor(
+    problem, outputs: dict, truth: dict, same_precision: dict, names=None, tables: dict | None = None
+) -> dict[str, NoiseFloorResult]:
     """:func:`noise_floor_check` of each named output with the problem's direction's ``k`` / ``atol``.  An output
     missing from ``truth`` or ``same_precision`` is a ValueError naming it."""
     floor = noise_floor_for(problem.is_backward, tables)

@@ -42,10 +42,12 @@ def bytes_moved(problem: Problem) -> int:
     total = 0
     for sq, sk in zip(p.seqlens_q_list, p.seqlens_k_list):
         if p.is_backward:
-            per_head = (e_in * (sq * p.hdim_q + sk * p.hdim_q + sk * p.hdim_v)  # Q K V
-                        + e_in * (sq * p.hdim_v + sq * p.hdim_v)  # O dO
-                        + e_in * (sq * p.hdim_q + sk * p.hdim_q + sk * p.hdim_v)  # dQ dK dV
-                        + 4 * sq)  # LSE
+            per_head = (
+                e_in * (sq * p.hdim_q + sk * p.hdim_q + sk * p.hdim_v)  # Q K V
+                + e_in * (sq * p.hdim_v + sq * p.hdim_v)  # O dO
+                + e_in * (sq * p.hdim_q + sk * p.hdim_q + sk * p.hdim_v)  # dQ dK dV
+                + 4 * sq
+            )  # LSE
             total += p.nhead_q * per_head
         else:
             total += p.nhead_q * (e_in * sq * p.hdim_q + e_out * sq * p.hdim_v)

@@ -57,11 +57,25 @@ def bwd_workspace_bytes(problem: "Problem", bn0: int = MIN_BN0) -> int:
     return _sizes(rows, problem.nhead_q, problem.hdim_q, dq_acc_splits(max_sk, bn0, problem.deterministic))
 
 
-def bwd_workspace_upper_bound(max_batch: int, hdim_q: int, nhead_q: int, max_seqlen_q: int, max_seqlen_k: int,
-                              *, deterministic: bool = True, bn0: int = MIN_BN0) -> int:
+def bwd_workspace_upper_bound(
+    max_batch: int,
+    hdim_q: int,
+    nhead_q: int,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    deterministic: bool = True,
+    bn0: int = MIN_BN0,
+) -> int:
     """Workspace bytes that suffice for every problem within these maxima (reads no per-sequence length)."""
-    for name, v in (("max_batch", max_batch), ("hdim_q", hdim_q), ("nhead_q", nhead_q),
-                    ("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k), ("bn0", bn0)):
+    for name, v in (
+        ("max_batch", max_batch),
+        ("hdim_q", hdim_q),
+        ("nhead_q", nhead_q),
+        ("max_seqlen_q", max_seqlen_q),
+        ("max_seqlen_k", max_seqlen_k),
+        ("bn0", bn0),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "max_seqlen_k" else 0):
             raise ValueError(f"{name}: expected a positive int, found {v!r}")
     return _sizes(max_batch * max_seqlen_q, nhead_q, hdim_q, dq_acc_splits(max_seqlen_k, bn0, deterministic))

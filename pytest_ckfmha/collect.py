@@ -18,8 +18,9 @@ dispatcher at run time with the item's kernel pinned.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ckfmha.plan import main_role  # noqa: F401  (public here too)
 
@@ -66,9 +67,15 @@ def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
     from ckfmha.filters import combine
     from ckfmha.selection import KernelQuery
 
-    q = KernelQuery.build(settings.arch, receipt=settings.receipt, profile=settings.profile,
-                          mask_mode=settings.mask_mode, sweep=settings.sweep, filter_expr=settings.filter,
-                          filter_file=settings.filter_file)
+    q = KernelQuery.build(
+        settings.arch,
+        receipt=settings.receipt,
+        profile=settings.profile,
+        mask_mode=settings.mask_mode,
+        sweep=settings.sweep,
+        filter_expr=settings.filter,
+        filter_file=settings.filter_file,
+    )
     given = config.hook.pytest_ckfmha_kernels(config=config, arch=settings.arch)
     if given is None:
         return q.run(allow_empty=settings.allow_empty)  # EmptySelectionError names the selection

@@ -112,10 +112,13 @@ def make_plan(rt: Runtime, problem, kernel, backend):
         try:
             Dispatcher(reg).select(problem)
         except NoKernelError:
-            raise ItemSkip(f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "
-                           f"{_short_explanation(e)}") from None
-        raise ItemSkip(f"backend {backend.name} cannot realize the kernels that serve this shape: "
-                       f"{_short_explanation(e)}") from None
+            raise ItemSkip(
+                f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "
+                f"{_short_explanation(e)}"
+            ) from None
+        raise ItemSkip(
+            f"backend {backend.name} cannot realize the kernels that serve this shape: {_short_explanation(e)}"
+        ) from None
 
 
 def _short_explanation(e) -> str:
@@ -149,8 +152,16 @@ def execute_plan(backend, plan, tensors: dict, timing: bool, reduce: bool, built
     from ckfmha.runner import StageCrash, execute
 
     try:
-        return execute(backend, plan, tensors, timing=timing, reduce=reduce, built=built, contain=True,
-                       passthrough=(ItemSkip, OutcomeException))
+        return execute(
+            backend,
+            plan,
+            tensors,
+            timing=timing,
+            reduce=reduce,
+            built=built,
+            contain=True,
+            passthrough=(ItemSkip, OutcomeException),
+        )
     except StageCrash as e:
         raise ItemFailure(str(e), raised=True) from None
     except RawLayoutError as e:
@@ -170,16 +181,21 @@ def _start(rt: Runtime, p, kernel, props: dict):
         raise ItemSkip(f"backend {backend.name} is not available: {getattr(avail, 'reason', '') or 'no GPU'}")
     props["device"] = backend.device()
     if backend.name == "cpu" and flops(p) > s.cpu_max_flops:
-        raise ItemSkip(f"shape has {flops(p):.3g} FLOPs, over the cpu backend's limit {s.cpu_max_flops:.3g} "
-                       "(--ckfmha-cpu-max-flops)")
+        raise ItemSkip(
+            f"shape has {flops(p):.3g} FLOPs, over the cpu backend's limit {s.cpu_max_flops:.3g} "
+            "(--ckfmha-cpu-max-flops)"
+        )
     if kernel is not None:
         why = backend.supports(kernel)
         if why is not None:
             raise ItemSkip(f"backend {backend.name} cannot realize this kernel: {why}")
     plan = make_plan(rt, p, kernel, backend)
     role = main_role(p)
-    kernel_id = kernel.kernel_id if kernel is not None else \
-        next((st.kernel.kernel_id for st in plan.stages if st.role is role), plan.stages[0].kernel.kernel_id)
+    kernel_id = (
+        kernel.kernel_id
+        if kernel is not None
+        else next((st.kernel.kernel_id for st in plan.stages if st.role is role), plan.stages[0].kernel.kernel_id)
+    )
     props["kernel_id"] = kernel_id
     props["plan_kernels"] = ";".join(st.kernel.kernel_id for st in plan.stages)
     return backend, plan, kernel_id
@@ -220,7 +236,9 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     out.checks = validate(p, {n: tensors[n] for n in names}, ref, names=names, fp8_format=fmt)
     if s.bench:  # the stages' time: warm-up, then the median of 5 runs (built kernels reused, no reduction)
         execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built)
-        times = [execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built).total_ms
-                 for _ in range(5)]
+        times = [
+            execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built).total_ms
+            for _ in range(5)
+        ]
         out.time_ms, out.timed = float(np.median(times)), True
     return out

@@ -33,9 +33,10 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: bytes of the child's log kept for a failure reason / the captured output
 LOG_TAIL_BYTES = 64 * 1024
@@ -59,8 +60,9 @@ class ItemResult:
     @classmethod
     def error(cls, what: str, exc: BaseException, props: dict[str, Any] | None = None) -> "ItemResult":
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls("failed", "error", f"{what}: {type(exc).__name__}: {exc}\n{tb}", dict(props or {}),
-                   fresh_process_next=True)
+        return cls(
+            "failed", "error", f"{what}: {type(exc).__name__}: {exc}\n{tb}", dict(props or {}), fresh_process_next=True
+        )
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -83,8 +85,8 @@ def tail_lines(text: str, n: int = REASON_TAIL_LINES) -> str:
     fatal = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), None)
     if fatal is None:
         return "\n".join(lines[-n:])
-    before = lines[max(0, fatal - n // 2):fatal]
-    return "\n".join(before + lines[fatal:fatal + n - len(before)])
+    before = lines[max(0, fatal - n // 2) : fatal]
+    return "\n".join(before + lines[fatal : fatal + n - len(before)])
 
 
 def _read_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -143,8 +145,9 @@ def _child_main(conn, parent_end, resolve: Callable[[str], Callable[[], ItemResu
                 result = resolve(nodeid)()
             except BaseException as e:  # noqa: BLE001 - everything becomes the item's result
                 result = ItemResult.error("the item's work raised", e)
-        result.warnings = [(f"{type(w.message).__module__}:{type(w.message).__qualname__}", str(w.message))
-                           for w in caught]
+        result.warnings = [
+            (f"{type(w.message).__module__}:{type(w.message).__qualname__}", str(w.message)) for w in caught
+        ]
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -175,8 +178,12 @@ class ChildExecutor:
             # Python >= 3.12 warns about fork() in a process with threads (xdist's execnet IO thread); the child
             # touches none of that thread's state.
             warnings.simplefilter("ignore", DeprecationWarning)
-            proc = ctx.Process(target=_child_main, args=(child_conn, parent_conn, self._resolve, str(self._log)),
-                               name="ckfmha-kernel-child", daemon=False)
+            proc = ctx.Process(
+                target=_child_main,
+                args=(child_conn, parent_conn, self._resolve, str(self._log)),
+                name="ckfmha-kernel-child",
+                daemon=False,
+            )
             proc.start()
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
@@ -311,8 +318,10 @@ def result_of(item, status: str, value, output: str, last_backend: str = "") -> 
         reason = f"{item.item_id}: crashed: the kernel process {describe_exit(value)} while running {item.describe()}"
         verdict = "crashed"
     else:
-        reason = (f"{item.item_id}: timeout: still running after {settings.timeout:g} s (--ckfmha-timeout) on "
-                  f"{item.describe()}; the kernel process and its process group were killed")
+        reason = (
+            f"{item.item_id}: timeout: still running after {settings.timeout:g} s (--ckfmha-timeout) on "
+            f"{item.describe()}; the kernel process and its process group were killed"
+        )
         verdict = "timeout"
     props = item.base_report_props()
     props["reason"] = reason

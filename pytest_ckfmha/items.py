@@ -105,8 +105,10 @@ class CkfmhaItem(pytest.Item):
         if not failed:
             return ItemResult("passed", "passed", "", props)
         props["reason"] = "; ".join(f"{c.name}: {c.mismatch_count}/{c.total} mismatches" for c in failed)
-        lines = [f"{self.item_id}: output differs from the reference ({props['backend']} backend, arch "
-                 f"{st.settings.arch}, seed {st.settings.seed})"]
+        lines = [
+            f"{self.item_id}: output differs from the reference ({props['backend']} backend, arch "
+            f"{st.settings.arch}, seed {st.settings.seed})"
+        ]
         lines += [f"  {c}" for c in outcome.checks.values()]
         lines.append(f"  plan: {' -> '.join(outcome.plan_kernels)}")
         return ItemResult("failed", "failed", "\n".join(lines), props)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -43,51 +44,145 @@ def _choices(allowed: tuple[str, ...]) -> str:
 
 # (name, argparse keywords, ini type -- None: no ini key)
 _OPTIONS: list[tuple[str, dict[str, Any], str | None]] = [
-    ("category", dict(metavar=_choices(CATEGORIES),
-                      help="run the testing matrix of this category (smoke < full < nightly); without it the "
-                           "plugin creates no items"), None),
-    ("arch", dict(metavar="ARCH", help="kernel space to test (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...); "
-                  "default: detected from the GPU through torch when importable, else the arch data's default "
-                  "arch"), "string"),
-    ("backend", dict(metavar=_choices(BACKENDS), help="backend running the kernels; auto: triton with a GPU, "
-                     "hip on ROCm with hipcc and a CK root, else cpu (default auto)"), "string"),
-    ("family", dict(action="append", metavar="FAMILY",
-                    help="only these problem families (fwd, fwd_splitkv, fwd_pagedkv, fwd_appendkv, batch_prefill, "
-                         "bwd); repeatable or comma-separated"), "linelist"),
+    (
+        "category",
+        dict(
+            metavar=_choices(CATEGORIES),
+            help="run the testing matrix of this category (smoke < full < nightly); without it the "
+            "plugin creates no items",
+        ),
+        None,
+    ),
+    (
+        "arch",
+        dict(
+            metavar="ARCH",
+            help="kernel space to test (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...); "
+            "default: detected from the GPU through torch when importable, else the arch data's default "
+            "arch",
+        ),
+        "string",
+    ),
+    (
+        "backend",
+        dict(
+            metavar=_choices(BACKENDS),
+            help="backend running the kernels; auto: triton with a GPU, "
+            "hip on ROCm with hipcc and a CK root, else cpu (default auto)",
+        ),
+        "string",
+    ),
+    (
+        "family",
+        dict(
+            action="append",
+            metavar="FAMILY",
+            help="only these problem families (fwd, fwd_splitkv, fwd_pagedkv, fwd_appendkv, batch_prefill, "
+            "bwd); repeatable or comma-separated",
+        ),
+        "linelist",
+    ),
     ("receipt", dict(metavar="N", help="CK receipt selecting the kernel set (default 0)"), "string"),
-    ("profile", dict(metavar="NAME", help="receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)"),
-     "string"),
+    (
+        "profile",
+        dict(metavar="NAME", help="receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)"),
+        "string",
+    ),
     ("mask-mode", dict(metavar=_choices(MASK_MODES), help="CK generator mask mode (default simplified)"), "string"),
     ("sweep", dict(metavar="FILE", help="tile-engine sweep JSON narrowing the kernel set"), None),
     ("filter", dict(metavar="EXPR", help="filter expression over c.<field> narrowing the kernel set"), None),
     ("filter-file", dict(metavar="FILE", help="Python file defining filter_config(c) -> bool"), None),
-    ("max-kernels-per-shape", dict(metavar="N", help="kernel items per shape (best-ranked first, then spread over "
-                                   "distinct pipeline/tile); 0 = all (default 2)"), "string"),
+    (
+        "max-kernels-per-shape",
+        dict(
+            metavar="N",
+            help="kernel items per shape (best-ranked first, then spread over "
+            "distinct pipeline/tile); 0 = all (default 2)",
+        ),
+        "string",
+    ),
     ("seed", dict(metavar="N", help="seed of the inputs (default 0)"), "string"),
-    ("report", dict(action="append", metavar="PATH", help="write the report to PATH (.json or .csv); repeatable"),
-     None),
+    (
+        "report",
+        dict(action="append", metavar="PATH", help="write the report to PATH (.json or .csv); repeatable"),
+        None,
+    ),
     ("bench", dict(action="store_true", default=None, help="time each item (warm-up + repeats, median)"), "bool"),
-    ("cpu-max-flops", dict(metavar="F", help="skip shapes above this many FLOPs on the cpu backend "
-                           f"(default {DEFAULT_CPU_MAX_FLOPS:g})"), "string"),
-    ("matrix", dict(action="append", metavar="PATH", help="matrix YAML files or directories to use instead of the "
-                    "packaged ones; repeatable"), "linelist"),
-    ("cache-dir", dict(metavar="DIR", help="build + reference cache root (default $CKFMHA_CACHE_DIR, else "
-                       "~/.cache/ckfmha)"), "string"),
-    ("parity", dict(metavar="UPSTREAM", help="parity against an upstream: tile_example or "
-                    f"torch[:{'|'.join(PARITY_TORCH_BACKENDS)}]; items: upstream's 14 parity configurations plus "
-                    "the category's shapes"), None),
-    ("upstream-bin", dict(metavar="DIR", help="directory of tile_example_fmha_fwd/_bwd (default "
-                          "$CK_TILE_EXAMPLE_DIR)"), "string"),
-    ("timeout", dict(metavar="SECONDS", help="fail an item whose kernel work runs longer than this and kill its "
-                     f"process (default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)"), "string"),
-    ("isolation", dict(metavar=_choices(ISOLATIONS), help="process (default): every item's kernel work runs in a "
-                       "child process, so a crash or hang fails that item alone; inline: in the pytest process "
-                       "(for --pdb and profilers; no containment, no timeout)"), "string"),
-    ("report-every", dict(metavar="SECONDS", help="while the run goes on, rewrite the report files (atomically) "
-                          f"at most this often, so a killed run leaves a report (default {CHECKPOINT_SECONDS:g})"),
-     "string"),
-    ("allow-empty", dict(action="store_true", default=None, help="let a run whose selection matches no kernel, or "
-                         "whose every item is skipped, pass (default: that is an error)"), "bool"),
+    (
+        "cpu-max-flops",
+        dict(
+            metavar="F",
+            help=f"skip shapes above this many FLOPs on the cpu backend (default {DEFAULT_CPU_MAX_FLOPS:g})",
+        ),
+        "string",
+    ),
+    (
+        "matrix",
+        dict(
+            action="append",
+            metavar="PATH",
+            help="matrix YAML files or directories to use instead of the packaged ones; repeatable",
+        ),
+        "linelist",
+    ),
+    (
+        "cache-dir",
+        dict(metavar="DIR", help="build + reference cache root (default $CKFMHA_CACHE_DIR, else ~/.cache/ckfmha)"),
+        "string",
+    ),
+    (
+        "parity",
+        dict(
+            metavar="UPSTREAM",
+            help="parity against an upstream: tile_example or "
+            f"torch[:{'|'.join(PARITY_TORCH_BACKENDS)}]; items: upstream's 14 parity configurations plus "
+            "the category's shapes",
+        ),
+        None,
+    ),
+    (
+        "upstream-bin",
+        dict(metavar="DIR", help="directory of tile_example_fmha_fwd/_bwd (default $CK_TILE_EXAMPLE_DIR)"),
+        "string",
+    ),
+    (
+        "timeout",
+        dict(
+            metavar="SECONDS",
+            help="fail an item whose kernel work runs longer than this and kill its "
+            f"process (default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)",
+        ),
+        "string",
+    ),
+    (
+        "isolation",
+        dict(
+            metavar=_choices(ISOLATIONS),
+            help="process (default): every item's kernel work runs in a "
+            "child process, so a crash or hang fails that item alone; inline: in the pytest process "
+            "(for --pdb and profilers; no containment, no timeout)",
+        ),
+        "string",
+    ),
+    (
+        "report-every",
+        dict(
+            metavar="SECONDS",
+            help="while the run goes on, rewrite the report files (atomically) "
+            f"at most this often, so a killed run leaves a report (default {CHECKPOINT_SECONDS:g})",
+        ),
+        "string",
+    ),
+    (
+        "allow-empty",
+        dict(
+            action="store_true",
+            default=None,
+            help="let a run whose selection matches no kernel, or "
+            "whose every item is skipped, pass (default: that is an error)",
+        ),
+        "bool",
+    ),
 ]
 
 
@@ -186,8 +281,11 @@ class _Given:
         """``text`` as a path; a relative one from the rootdir for an ini value, else from the invocation
         directory."""
         p = Path(text)
-        return p if p.is_absolute() else (self.config.rootpath if self.source == "ini"
-                                          else self.config.invocation_params.dir) / p
+        return (
+            p
+            if p.is_absolute()
+            else (self.config.rootpath if self.source == "ini" else self.config.invocation_params.dir) / p
+        )
 
 
 _Converter = Callable[[_Given], Any]
@@ -300,7 +398,7 @@ def _to_count(given: _Given) -> int:
 
 def _to_seed(given: _Given) -> int:
     seed = _int("seed", given.value, 0)
-    if seed >= 2 ** 32:
+    if seed >= 2**32:
         raise _bad("seed", given.value, "must be < 2**32")
     return seed
 
@@ -313,8 +411,7 @@ def _to_reports(given: _Given) -> tuple[Path, ...]:
             raise _bad("report", part, "must end in .json or .csv")
         why = check_writable(p)
         if why is not None:
-            raise _bad("report", part, f"{why}: the report could not be written there (checked before "
-                       "anything runs)")
+            raise _bad("report", part, f"{why}: the report could not be written there (checked before anything runs)")
         reports.append(p)
     return tuple(reports)
 
@@ -370,18 +467,26 @@ def _default_cache_dir() -> Path:
 def _to_parity(given: _Given) -> str:
     parity = str(given.value).strip()
     kind, _, torch_backend = parity.partition(":")
-    if not (parity == "tile_example"
-            or (kind == "torch" and (not torch_backend or torch_backend in PARITY_TORCH_BACKENDS))):
-        raise _bad("parity", parity, "is not an upstream; allowed: tile_example, torch, "
-                   + ", ".join(f"torch:{b}" for b in PARITY_TORCH_BACKENDS))
+    if not (
+        parity == "tile_example" or (kind == "torch" and (not torch_backend or torch_backend in PARITY_TORCH_BACKENDS))
+    ):
+        raise _bad(
+            "parity",
+            parity,
+            "is not an upstream; allowed: tile_example, torch, "
+            + ", ".join(f"torch:{b}" for b in PARITY_TORCH_BACKENDS),
+        )
     return parity
 
 
 def _to_upstream_bin(given: _Given) -> str:
     ub = given.path(str(given.value))
     if not ub.is_dir():
-        raise _bad("upstream-bin", str(given.value), "is not a directory (it should hold tile_example_fmha_fwd "
-                   "and tile_example_fmha_bwd)")
+        raise _bad(
+            "upstream-bin",
+            str(given.value),
+            "is not a directory (it should hold tile_example_fmha_fwd and tile_example_fmha_bwd)",
+        )
     return str(ub)
 
 
@@ -412,13 +517,17 @@ _CONVERTERS: dict[str, _Option] = {  # in the order parse checks them
     "report": _Option(_to_reports, ()),
     "bench": _Option(_to_flag, False),
     "allow-empty": _Option(_to_flag, False),
-    "timeout": _Option(_number("a number of seconds", lambda s: s >= 0,
-                               "must be a finite number of seconds >= 0 (0 = no limit)"), DEFAULT_TIMEOUT_S),
-    "report-every": _Option(_number("a number of seconds", lambda s: s > 0, "must be a finite number of seconds > 0"),
-                            CHECKPOINT_SECONDS),
+    "timeout": _Option(
+        _number("a number of seconds", lambda s: s >= 0, "must be a finite number of seconds >= 0 (0 = no limit)"),
+        DEFAULT_TIMEOUT_S,
+    ),
+    "report-every": _Option(
+        _number("a number of seconds", lambda s: s > 0, "must be a finite number of seconds > 0"), CHECKPOINT_SECONDS
+    ),
     "isolation": _choice(ISOLATIONS, "an isolation", "process"),
-    "cpu-max-flops": _Option(_number("a number", lambda f: f > 0, "must be a finite number > 0"),
-                             DEFAULT_CPU_MAX_FLOPS),
+    "cpu-max-flops": _Option(
+        _number("a number", lambda f: f > 0, "must be a finite number > 0"), DEFAULT_CPU_MAX_FLOPS
+    ),
     "matrix": _Option(_to_matrices),
     "cache-dir": _Option(_to_cache_dir, default_from=_default_cache_dir),
     "parity": _Option(_to_parity),
@@ -444,8 +553,12 @@ def _check_receipt_or_profile(given: dict[str, _Given], values: dict[str, Any]) 
 def _check_timeout_is_enforceable(given: dict[str, _Given], values: dict[str, Any]) -> None:
     """A --ckfmha-timeout on the command line needs the process isolation."""
     if values["isolation"] == "inline" and given["timeout"].source == "option" and values["timeout"]:
-        raise _bad("timeout", given["timeout"].value, "cannot be enforced with --ckfmha-isolation inline (nothing "
-                   "can stop a hung kernel in the pytest process); use --ckfmha-isolation process")
+        raise _bad(
+            "timeout",
+            given["timeout"].value,
+            "cannot be enforced with --ckfmha-isolation inline (nothing "
+            "can stop a hung kernel in the pytest process); use --ckfmha-isolation process",
+        )
 
 
 _CROSS_CHECKS: dict[str, Callable[[dict[str, _Given], dict[str, Any]], None]] = {
@@ -474,14 +587,33 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
 
         archs = known_archs()
         arch, src = (detected_arch, "detected") if detected_arch in archs else (default_arch(), "default")
-    return Settings(category=v["category"], arch=arch, arch_source=src, backend=v["backend"], families=v["family"],
-                    receipt=v["receipt"], profile=v["profile"], mask_mode=v["mask-mode"], sweep=v["sweep"],
-                    filter=v["filter"], filter_file=v["filter-file"],
-                    max_kernels_per_shape=v["max-kernels-per-shape"], seed=v["seed"], reports=v["report"],
-                    bench=v["bench"], cpu_max_flops=v["cpu-max-flops"], matrices=v["matrix"],
-                    cache_dir=v["cache-dir"], gpu_marker=v["backend"] in ("triton", "hip"), parity=v["parity"],
-                    upstream_bin=v["upstream-bin"], timeout=v["timeout"], isolation=v["isolation"],
-                    allow_empty=v["allow-empty"], report_every=v["report-every"])
+    return Settings(
+        category=v["category"],
+        arch=arch,
+        arch_source=src,
+        backend=v["backend"],
+        families=v["family"],
+        receipt=v["receipt"],
+        profile=v["profile"],
+        mask_mode=v["mask-mode"],
+        sweep=v["sweep"],
+        filter=v["filter"],
+        filter_file=v["filter-file"],
+        max_kernels_per_shape=v["max-kernels-per-shape"],
+        seed=v["seed"],
+        reports=v["report"],
+        bench=v["bench"],
+        cpu_max_flops=v["cpu-max-flops"],
+        matrices=v["matrix"],
+        cache_dir=v["cache-dir"],
+        gpu_marker=v["backend"] in ("triton", "hip"),
+        parity=v["parity"],
+        upstream_bin=v["upstream-bin"],
+        timeout=v["timeout"],
+        isolation=v["isolation"],
+        allow_empty=v["allow-empty"],
+        report_every=v["report-every"],
+    )
 
 
 _DETECT_SCRIPT = """
@@ -511,8 +643,13 @@ def detect_arch() -> str | None:
     if os.environ.get("CKFMHA_NO_DETECT") or importlib.util.find_spec("torch") is None:
         return None
     try:
-        out = subprocess.run([sys.executable, "-c", _DETECT_SCRIPT], capture_output=True, text=True,
-                             timeout=DETECT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [sys.executable, "-c", _DETECT_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=DETECT_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError):  # detection is best effort
         return None
     arch = out.stdout.strip().splitlines()[-1].strip() if out.returncode == 0 and out.stdout.strip() else ""

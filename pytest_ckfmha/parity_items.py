@@ -67,8 +67,12 @@ class ParityItem(pytest.Item):
         if outcome == "skipped":
             return ItemResult("skipped", "skipped", f"{self.label}: {message}", props)
         if outcome == "failed":
-            return ItemResult("failed", "failed", f"parity {st.settings.parity} vs {ours.name} on {self.label}: "
-                              f"{row.status.value}\n{message}", props)
+            return ItemResult(
+                "failed",
+                "failed",
+                f"parity {st.settings.parity} vs {ours.name} on {self.label}: {row.status.value}\n{message}",
+                props,
+            )
         return ItemResult("passed", "passed", "", props)
 
     def runtest(self) -> None:

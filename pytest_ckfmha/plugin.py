@@ -82,9 +82,13 @@ def pytest_configure(config) -> None:
 
         settings = dataclasses.replace(settings, arch_source=config.workerinput.get("ckfmha_arch_source", "controller"))
     if detected is not None and not worker and settings.arch_source == "default" and not config.option.quiet:
-        config.issue_config_time_warning(pytest.PytestConfigWarning(
-            f"ckfmha: detected GPU arch {detected!r} has no kernel space; testing the default arch "
-            f"{settings.arch!r} (name one with --ckfmha-arch)"), stacklevel=2)
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(
+                f"ckfmha: detected GPU arch {detected!r} has no kernel space; testing the default arch "
+                f"{settings.arch!r} (name one with --ckfmha-arch)"
+            ),
+            stacklevel=2,
+        )
     if not settings.active:
         return
     from pytest_ckfmha.state import STATE_KEY, State
@@ -149,13 +153,19 @@ def pytest_make_collect_report(collector):
             if settings.category is not None:
                 from pytest_ckfmha.items import ROOT_NAME, MatrixCollector
 
-                rep.result.append(MatrixCollector.from_parent(collector, name=ROOT_NAME, nodeid=ROOT_NAME,
-                                                              path=collector.config.rootpath))
+                rep.result.append(
+                    MatrixCollector.from_parent(
+                        collector, name=ROOT_NAME, nodeid=ROOT_NAME, path=collector.config.rootpath
+                    )
+                )
             if settings.parity is not None:
                 from pytest_ckfmha.parity_items import PARITY_ROOT, ParityCollector
 
-                rep.result.append(ParityCollector.from_parent(collector, name=PARITY_ROOT, nodeid=PARITY_ROOT,
-                                                              path=collector.config.rootpath))
+                rep.result.append(
+                    ParityCollector.from_parent(
+                        collector, name=PARITY_ROOT, nodeid=PARITY_ROOT, path=collector.config.rootpath
+                    )
+                )
     return rep
 
 
@@ -167,8 +177,10 @@ def pytest_report_header(config):
     from pytest_ckfmha.state import get_state
 
     s = get_state(config).settings
-    return (f"ckfmha: category {s.category}, arch {s.arch} ({s.arch_source}), backend {s.backend}, "
-            f"max {s.max_kernels_per_shape or 'all'} kernel(s)/shape, seed {s.seed}")
+    return (
+        f"ckfmha: category {s.category}, arch {s.arch} ({s.arch_source}), backend {s.backend}, "
+        f"max {s.max_kernels_per_shape or 'all'} kernel(s)/shape, seed {s.seed}"
+    )
 
 
 class _Recorder:
@@ -226,8 +238,14 @@ class _Recorder:
     def _meta(self, rows: list[dict], run: dict) -> dict:
         from pytest_ckfmha.reporting import meta_for
 
-        run = {"interrupted": False, "exit_status": None, "signal": self.signal,
-               "collected": len(self.book.collected), "completed": self.book.completed(), **run}
+        run = {
+            "interrupted": False,
+            "exit_status": None,
+            "signal": self.signal,
+            "collected": len(self.book.collected),
+            "completed": self.book.completed(),
+            **run,
+        }
         return meta_for(self.state.settings, rows, self.state.collect_seconds, self._command(), run)
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
@@ -237,17 +255,22 @@ class _Recorder:
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or self.signal is not None
         stop = getattr(session, "shouldfail", False) or getattr(session, "shouldstop", False)
-        why = ("the session was interrupted (" + (self.signal or "KeyboardInterrupt") + ") before it ran"
-               if interrupted else f"the session stopped before it ran: {stop}" if stop else
-               "never ran (the session ended before it; see pytest's output)")
+        why = (
+            "the session was interrupted (" + (self.signal or "KeyboardInterrupt") + ") before it ran"
+            if interrupted
+            else f"the session stopped before it ran: {stop}"
+            if stop
+            else "never ran (the session ended before it; see pytest's output)"
+        )
         self.rows = self.book.complete(why)
         if not interrupted:
             self.problems, status = end_of_session_problems(self.state.settings, self.rows)
             if self.problems and int(session.exitstatus) == 0:
                 session.exitstatus = status
         state = "interrupted" if interrupted else "complete"
-        self.meta = self._meta(self.rows, {"state": state, "interrupted": interrupted,
-                                           "exit_status": int(session.exitstatus)})
+        self.meta = self._meta(
+            self.rows, {"state": state, "interrupted": interrupted, "exit_status": int(session.exitstatus)}
+        )
         if self.state.settings.reports:
             self.writer.final(self.rows, self.meta)
             if self.writer.error is not None:

@@ -98,7 +98,9 @@ def _load(path: Path) -> dict:
         raise ValueError(f"unreadable: {type(e).__name__}: {e}") from None
 
 
-def get_reference(problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_format: str = "ocp") -> tuple[dict, bool]:
+def get_reference(
+    problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_format: str = "ocp"
+) -> tuple[dict, bool]:
     """(reference outputs, was_cached)."""
     from ckfmha.reference import reference
 

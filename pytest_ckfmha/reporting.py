@@ -22,30 +22,99 @@ import csv
 import datetime as _dt
 import io
 import json
-import math
 import os
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 REPORT_SCHEMA = "ckfmha.report"
 REPORT_VERSION = 2
 #: row verdicts, in summary order
-VERDICTS = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
 #: seconds between checkpoint writes of a running session's report
 CHECKPOINT_SECONDS = 30.0
-PROBLEM_FIELDS = ("family", "dtype", "mode", "batch", "nhead_q", "nhead_k", "seqlen_q", "seqlen_k", "seqlens_q",
-                  "seqlens_k", "s_kpad", "hdim_q", "hdim_v", "mask", "bias", "bias_rank", "lse", "p_drop",
-                  "logits_soft_cap", "sink", "qscale", "input_layout", "output_layout", "vlayout", "scale",
-                  "page_block_size", "kv_lookup", "kv_layout", "cache_batch_idx", "seqlen_knew", "rotary_dim", "rope",
-                  "num_splits", "min_seqlen_q", "deterministic", "dbias")
-ROW_FIELDS = ("id", "nodeid", "kind", "matrix", "entry", "category", *PROBLEM_FIELDS, "kernel_id", "plan_kernels",
-              "backend", "device", "arch", "seed", "verdict", "reason", "max_abs_err", "max_rel_err", "mismatches",
-              "elements", "unwritten", "time_ms", "timed", "tflops", "gbps", "flops", "bytes", "build_s",
-              "build_cached", "ref_cached", "duration_s", "parity", "parity_status", "compared", "upstream_verdict",
-              "upstream_words", "ckfmha_verdict", "ckfmha_words", "parity_rule", "elementwise_passed", "noise_passed",
-              "error_ratio")
+PROBLEM_FIELDS = (
+    "family",
+    "dtype",
+    "mode",
+    "batch",
+    "nhead_q",
+    "nhead_k",
+    "seqlen_q",
+    "seqlen_k",
+    "seqlens_q",
+    "seqlens_k",
+    "s_kpad",
+    "hdim_q",
+    "hdim_v",
+    "mask",
+    "bias",
+    "bias_rank",
+    "lse",
+    "p_drop",
+    "logits_soft_cap",
+    "sink",
+    "qscale",
+    "input_layout",
+    "output_layout",
+    "vlayout",
+    "scale",
+    "page_block_size",
+    "kv_lookup",
+    "kv_layout",
+    "cache_batch_idx",
+    "seqlen_knew",
+    "rotary_dim",
+    "rope",
+    "num_splits",
+    "min_seqlen_q",
+    "deterministic",
+    "dbias",
+)
+ROW_FIELDS = (
+    "id",
+    "nodeid",
+    "kind",
+    "matrix",
+    "entry",
+    "category",
+    *PROBLEM_FIELDS,
+    "kernel_id",
+    "plan_kernels",
+    "backend",
+    "device",
+    "arch",
+    "seed",
+    "verdict",
+    "reason",
+    "max_abs_err",
+    "max_rel_err",
+    "mismatches",
+    "elements",
+    "unwritten",
+    "time_ms",
+    "timed",
+    "tflops",
+    "gbps",
+    "flops",
+    "bytes",
+    "build_s",
+    "build_cached",
+    "ref_cached",
+    "duration_s",
+    "parity",
+    "parity_status",
+    "compared",
+    "upstream_verdict",
+    "upstream_words",
+    "ckfmha_verdict",
+    "ckfmha_words",
+    "parity_rule",
+    "elementwise_passed",
+    "noise_passed",
+    "error_ratio",
+)
 NODE_PREFIXES = ("ckfmha::", "ckfmha-parity::")
 
 
@@ -74,27 +143,60 @@ def problem_props(problem) -> dict[str, Any]:
     """The Problem's report fields (family as the matrix names it: ``bwd`` for the backward)."""
     from pytest_ckfmha.ids import family_token
 
-    return {f: family_token(problem) if f == "family" else problem.mask.to_ck() if f == "mask"
-            else plain(getattr(problem, f)) for f in PROBLEM_FIELDS}
+    return {
+        f: family_token(problem)
+        if f == "family"
+        else problem.mask.to_ck()
+        if f == "mask"
+        else plain(getattr(problem, f))
+        for f in PROBLEM_FIELDS
+    }
 
 
 def base_props(item, settings) -> dict[str, Any]:
     shape = item.spec.shape
-    props: dict[str, Any] = {"id": item.item_id, "kind": "plan" if item.kernel is None else "kernel",
-                             "matrix": shape.file, "entry": shape.entry, "category": shape.category}
+    props: dict[str, Any] = {
+        "id": item.item_id,
+        "kind": "plan" if item.kernel is None else "kernel",
+        "matrix": shape.file,
+        "entry": shape.entry,
+        "category": shape.category,
+    }
     props.update(problem_props(shape.problem))
-    props.update({"kernel_id": item.kernel.kernel_id if item.kernel is not None else "", "plan_kernels": "",
-                  "backend": settings.backend, "arch": settings.arch, "seed": settings.seed, "reason": ""})
+    props.update(
+        {
+            "kernel_id": item.kernel.kernel_id if item.kernel is not None else "",
+            "plan_kernels": "",
+            "backend": settings.backend,
+            "arch": settings.arch,
+            "seed": settings.seed,
+            "reason": "",
+        }
+    )
     return props
 
 
 def parity_base_props(item, settings) -> dict[str, Any]:
     """A parity item's report values before (or without) a comparison."""
-    props: dict[str, Any] = {"id": item.item_id, "kind": "parity", "matrix": "", "entry": "",
-                             "category": settings.category or ""}
+    props: dict[str, Any] = {
+        "id": item.item_id,
+        "kind": "parity",
+        "matrix": "",
+        "entry": "",
+        "category": settings.category or "",
+    }
     props.update(problem_props(item.problem))
-    props.update({"kernel_id": "", "plan_kernels": "", "backend": settings.backend, "arch": settings.arch,
-                  "seed": settings.seed, "reason": "", "parity": settings.parity})
+    props.update(
+        {
+            "kernel_id": "",
+            "plan_kernels": "",
+            "backend": settings.backend,
+            "arch": settings.arch,
+            "seed": settings.seed,
+            "reason": "",
+            "parity": settings.parity,
+        }
+    )
     return props
 
 
@@ -104,13 +206,22 @@ def parity_props(item, settings, row) -> dict[str, Any]:
     and the worst error ratio; empty when no outputs were compared)."""
     props = parity_base_props(item, settings)
     right_kernels = row.right.fields.get("kernels") or ()
-    props.update({"plan_kernels": " -> ".join(str(k) for k in right_kernels),
-                  "reason": "" if row.passed else " ".join(row.detail.split()),
-                  "parity_status": row.status.value, "compared": row.compared,
-                  "upstream_verdict": row.left.verdict.value, "upstream_words": " ".join(row.left.reason.split()),
-                  "ckfmha_verdict": row.right.verdict.value, "ckfmha_words": " ".join(row.right.reason.split()),
-                  "parity_rule": row.rule or "", "elementwise_passed": row.elementwise_passed,
-                  "noise_passed": row.noise_passed, "error_ratio": row.error_ratio})
+    props.update(
+        {
+            "plan_kernels": " -> ".join(str(k) for k in right_kernels),
+            "reason": "" if row.passed else " ".join(row.detail.split()),
+            "parity_status": row.status.value,
+            "compared": row.compared,
+            "upstream_verdict": row.left.verdict.value,
+            "upstream_words": " ".join(row.left.reason.split()),
+            "ckfmha_verdict": row.right.verdict.value,
+            "ckfmha_words": " ".join(row.right.reason.split()),
+            "parity_rule": row.rule or "",
+            "elementwise_passed": row.elementwise_passed,
+            "noise_passed": row.noise_passed,
+            "error_ratio": row.error_ratio,
+        }
+    )
     checks = list(row.output_checks.values()) if isinstance(row.output_checks, dict) else []
     if checks and all(isinstance(c, dict) for c in checks):
         props["max_abs_err"] = max(float(c.get("max_abs_err", 0.0)) for c in checks)
@@ -145,7 +256,7 @@ def _reason(report) -> str:
     lr = report.longrepr
     if report.skipped and isinstance(lr, tuple) and len(lr) == 3:
         msg = str(lr[2])
-        return msg[len("Skipped: "):] if msg.startswith("Skipped: ") else msg
+        return msg[len("Skipped: ") :] if msg.startswith("Skipped: ") else msg
     text = getattr(report, "longreprtext", "") or ""
     return text.strip()[:2000]
 
@@ -228,40 +339,32 @@ class RowBook:
         return sum(1 for r in self.rows.values() if r["verdict"] != "not_run")
 
 
-def _atomic_write(path: Path, write: Callable[[io.TextIOBase], None]) -> None:
-    """Write through a temporary file in the same directory and rename it over ``path``: a reader sees the old
-    file or the new one, never a truncated one (a full disk leaves the old file and raises)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
-    """Write every report file atomically; raises OSError naming the file when one cannot be written."""
+    """Write every report file atomically (:func:`ckfmha.runreport.atomic_write_text`); raises OSError naming the
+    file when one cannot be written."""
+    from ckfmha.runreport import atomic_write_text, summarize
+
     written = []
     for p in paths:
         p = Path(p)
-        p.parent.mkdir(parents=True, exist_ok=True)
         if p.suffix.lower() == ".json":
-            doc = {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, **meta, "summary": summarize(rows),
-                   "fields": list(ROW_FIELDS), "rows": rows}
+            doc = {
+                "schema": REPORT_SCHEMA,
+                "version": REPORT_VERSION,
+                **meta,
+                "summary": summarize(rows),
+                "fields": list(ROW_FIELDS),
+                "rows": rows,
+            }
             text = json.dumps(doc, indent=1, default=str) + "\n"
-            _atomic_write(p, lambda fh: fh.write(text))
         else:
-            def csv_rows(fh) -> None:
-                w = csv.DictWriter(fh, fieldnames=list(ROW_FIELDS), extrasaction="ignore")
-                w.writeheader()
-                for r in rows:
-                    w.writerow(r)
-
-            _atomic_write(p, csv_rows)
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=list(ROW_FIELDS), extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow(r)
+            text = buf.getvalue()
+        atomic_write_text(p, text)
         written.append(p)
     return written
 
@@ -311,44 +414,22 @@ class ReportWriter:
             self.error = f"report not written: {e}"
 
 
-def _num(v) -> float | None:
-    if v in ("", None) or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if not math.isnan(f) else None
-
-
-def summarize(rows: list[dict]) -> dict[str, dict]:
-    """Per family: a count per verdict, worst error (largest max_abs_err) and best TFLOPS."""
-    out: dict[str, dict] = {}
-    for r in rows:
-        fam = r.get("family") or "?"
-        s = out.setdefault(fam, {**{v: 0 for v in VERDICTS}, "worst_abs_err": None, "worst_id": "",
-                                 "best_tflops": None, "best_id": ""})
-        s[r["verdict"]] = s.get(r["verdict"], 0) + 1
-        e = _num(r.get("max_abs_err"))
-        if e is not None and r["verdict"] in ("passed", "failed") and (s["worst_abs_err"] is None or e > s["worst_abs_err"]):
-            s["worst_abs_err"], s["worst_id"] = e, r["id"]
-        t = _num(r.get("tflops"))
-        if t is not None and r["verdict"] == "passed" and (s["best_tflops"] is None or t > s["best_tflops"]):
-            s["best_tflops"], s["best_id"] = t, r["id"]
-    return out
-
-
 def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path], problems: Sequence[str] = ()) -> None:
     tr.section("ckfmha summary")
     devices = (meta.get("environment") or {}).get("devices") or ["-"]
-    tr.write_line(f"category {meta.get('category')}  arch {meta.get('arch')}  backends "
-                  f"{', '.join(meta.get('backends') or ['-'])}  device {', '.join(devices)}  seed {meta.get('seed')}  "
-                  f"items {len(rows)}")
+    tr.write_line(
+        f"category {meta.get('category')}  arch {meta.get('arch')}  backends "
+        f"{', '.join(meta.get('backends') or ['-'])}  device {', '.join(devices)}  seed {meta.get('seed')}  "
+        f"items {len(rows)}"
+    )
+    from ckfmha.runreport import VERDICTS, summarize
+
     summ = summarize(rows)
     shown = [v for v in VERDICTS if v in ("passed", "failed", "skipped", "error") or any(s[v] for s in summ.values())]
     heads = {"passed": 8, "failed": 8, "skipped": 9, "error": 7, "crashed": 9, "timeout": 9, "not_run": 9}
-    tr.write_line(f"{'family':<14}" + "".join(f"{v:>{heads[v]}}" for v in shown)
-                  + f"  {'worst abs err':>14}  {'best TFLOPS':>12}")
+    tr.write_line(
+        f"{'family':<14}" + "".join(f"{v:>{heads[v]}}" for v in shown) + f"  {'worst abs err':>14}  {'best TFLOPS':>12}"
+    )
     for fam, s in summ.items():
         worst = "-" if s["worst_abs_err"] is None else f"{s['worst_abs_err']:.3g}"
         best = "-" if s["best_tflops"] is None else f"{s['best_tflops']:.4g}"
@@ -360,8 +441,10 @@ def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path], prob
     if cold:
         times = sorted(cold.values())
         slow_id, slow = max(cold.items(), key=lambda kv: kv[1])
-        tr.write_line(f"cold builds: {len(times)} kernel(s), median {times[len(times) // 2]:.3g} s, "
-                      f"total {sum(times):.3g} s, slowest {slow:.3g} s ({slow_id})")
+        tr.write_line(
+            f"cold builds: {len(times)} kernel(s), median {times[len(times) // 2]:.3g} s, "
+            f"total {sum(times):.3g} s, slowest {slow:.3g} s ({slow_id})"
+        )
     for p in written:
         tr.write_line(f"ckfmha report: {p}")
     for msg in problems:
@@ -373,7 +456,12 @@ def build_times(rows: list[dict]) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in rows:
         b = r.get("build_s")
-        if r.get("kernel_id") and isinstance(b, (int, float)) and not isinstance(b, bool) and r.get("build_cached") is False:
+        if (
+            r.get("kernel_id")
+            and isinstance(b, (int, float))
+            and not isinstance(b, bool)
+            and r.get("build_cached") is False
+        ):
             out[r["kernel_id"]] = max(out.get(r["kernel_id"], 0.0), float(b))
     return out
 
@@ -394,18 +482,30 @@ def environment(command: Sequence[str], rows: list[dict]) -> dict:
         except metadata.PackageNotFoundError:
             return None
 
-    return {"command": shlex.join(command), "python": platform.python_version(), "platform": platform.platform(),
-            "packages": {n: version(n) for n in ENV_PACKAGES},
-            "devices": sorted({r["device"] for r in rows if r.get("device")})}
+    return {
+        "command": shlex.join(command),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {n: version(n) for n in ENV_PACKAGES},
+        "devices": sorted({r["device"] for r in rows if r.get("device")}),
+    }
 
 
-def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str] = (),
-             run: dict | None = None) -> dict:
+def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str] = (), run: dict | None = None) -> dict:
     """The report's header. ``run``: ``state`` (running / complete / interrupted), ``exit_status``,
     ``interrupted``, ``collected``, ``completed`` (see docs/report_schema.md)."""
-    return {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **(run or {}),
-            "category": settings.category, "arch": settings.arch, "arch_source": settings.arch_source,
-            "backend_option": settings.backend, "backends": sorted({r["backend"] for r in rows if r.get("backend")}),
-            "seed": settings.seed, "max_kernels_per_shape": settings.max_kernels_per_shape,
-            "receipt": settings.receipt, "profile": settings.profile, "collect_seconds": collect_seconds,
-            "environment": environment(command, rows)}
+    return {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **(run or {}),
+        "category": settings.category,
+        "arch": settings.arch,
+        "arch_source": settings.arch_source,
+        "backend_option": settings.backend,
+        "backends": sorted({r["backend"] for r in rows if r.get("backend")}),
+        "seed": settings.seed,
+        "max_kernels_per_shape": settings.max_kernels_per_shape,
+        "receipt": settings.receipt,
+        "profile": settings.profile,
+        "collect_seconds": collect_seconds,
+        "environment": environment(command, rows),
+    }

@@ -16,7 +16,8 @@ Grouping reads node ids only, never xdist's ``@group`` node-id suffix, so it wor
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 PLAN_NAME = "plan"
 KERNEL_ROOT = "ckfmha::"
@@ -30,7 +31,7 @@ def kernel_groups(nodeids: Sequence[str]) -> dict[str, str]:
         if not nid.startswith(KERNEL_ROOT):
             groups[nid] = nid
             continue
-        shape, _, name = nid[len(KERNEL_ROOT):].rpartition("::")
+        shape, _, name = nid[len(KERNEL_ROOT) :].rpartition("::")
         if name != PLAN_NAME:
             groups[nid] = "kernel:" + name
             first_of_shape.setdefault(shape, groups[nid])

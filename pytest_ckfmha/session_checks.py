@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_ckfmha.options import Settings
     from pytest_ckfmha.state import State
 
+
 def describe_selection(s: "Settings") -> str:
     parts = [f"arch {s.arch}", f"backend {s.backend}"]
     if s.category is not None:
@@ -65,21 +66,26 @@ def check_selection(st: "State") -> None:
             return
         kernels = list(st.registry())
         if not kernels and not s.allow_empty:
-            raise pytest.UsageError(f"ckfmha: the kernel selection matches no kernel ({describe_selection(s)}); "
-                                    "pass --ckfmha-allow-empty to run anyway")
+            raise pytest.UsageError(
+                f"ckfmha: the kernel selection matches no kernel ({describe_selection(s)}); "
+                "pass --ckfmha-allow-empty to run anyway"
+            )
         specs = st.specs()
     except MatrixError as e:
         raise pytest.UsageError(f"ckfmha: malformed matrix file: {e}") from None
     except EmptySelectionError as e:
-        raise pytest.UsageError(f"ckfmha: {e}\n(selection: {describe_selection(s)}; pass --ckfmha-allow-empty to "
-                                "run anyway)") from None
+        raise pytest.UsageError(
+            f"ckfmha: {e}\n(selection: {describe_selection(s)}; pass --ckfmha-allow-empty to run anyway)"
+        ) from None
     except ValueError as e:  # filters, sweeps, enumeration: their messages name the field and the rule
         raise pytest.UsageError(f"ckfmha: {e}") from None
     if not specs:
         raise pytest.UsageError(f"ckfmha: the selection holds no shape of the matrices ({describe_selection(s)})")
     if not s.allow_empty and not any(spec.kernels for spec in specs):
-        raise pytest.UsageError(f"ckfmha: no kernel of the selection serves any of its {len(specs)} shapes "
-                                f"({describe_selection(s)}); pass --ckfmha-allow-empty to run anyway")
+        raise pytest.UsageError(
+            f"ckfmha: no kernel of the selection serves any of its {len(specs)} shapes "
+            f"({describe_selection(s)}); pass --ckfmha-allow-empty to run anyway"
+        )
 
 
 def end_of_session_problems(s: "Settings", rows: list[dict]) -> tuple[list[str], int]:
@@ -96,16 +102,22 @@ def end_of_session_problems(s: "Settings", rows: list[dict]) -> tuple[list[str],
             except ValueError:
                 return False
 
-        for side, vkey, wkey in (("the upstream side", "upstream_verdict", "upstream_words"),
-                                 ("ckfmha's side", "ckfmha_verdict", "ckfmha_words")):
+        for side, vkey, wkey in (
+            ("the upstream side", "upstream_verdict", "upstream_words"),
+            ("ckfmha's side", "ckfmha_verdict", "ckfmha_words"),
+        ):
             if not any(answered(r.get(vkey)) for r in parity):
-                problems.append(f"{side} ran for none of the {len(parity)} parity items ({s.parity}); nothing was "
-                                f"compared: {_most_common(r.get(wkey) or r.get('reason') for r in parity)}")
+                problems.append(
+                    f"{side} ran for none of the {len(parity)} parity items ({s.parity}); nothing was "
+                    f"compared: {_most_common(r.get(wkey) or r.get('reason') for r in parity)}"
+                )
                 status = int(pytest.ExitCode.TESTS_FAILED)
     if rows and not s.allow_empty and all(r.get("verdict") == "skipped" for r in rows):
-        problems.append(f"every one of the {len(rows)} ckfmha items was skipped, so this run tested nothing "
-                        f"({describe_selection(s)}): {_most_common(_why(r) for r in rows)}; pass "
-                        "--ckfmha-allow-empty to accept such a run")
+        problems.append(
+            f"every one of the {len(rows)} ckfmha items was skipped, so this run tested nothing "
+            f"({describe_selection(s)}): {_most_common(_why(r) for r in rows)}; pass "
+            "--ckfmha-allow-empty to accept such a run"
+        )
         if status == int(pytest.ExitCode.OK):
             status = int(pytest.ExitCode.USAGE_ERROR)
     return problems, status
@@ -115,4 +127,4 @@ def _why(row: dict) -> str:
     """A skip reason without its shape id prefix, so equal reasons are counted together."""
     reason = str(row.get("reason") or "")
     sid = str(row.get("id") or "").split("::", 1)[0]
-    return reason[len(sid) + 2:] if sid and reason.startswith(sid + ": ") else reason
+    return reason[len(sid) + 2 :] if sid and reason.startswith(sid + ": ") else reason

@@ -23,8 +23,9 @@ class State:
             from ckfmha.registry import Registry
             from pytest_ckfmha.collect import kernel_set
 
-            self._registry = Registry(self.settings.arch, kernel_set(self.config, self.settings),
-                                      source="pytest-ckfmha")
+            self._registry = Registry(
+                self.settings.arch, kernel_set(self.config, self.settings), source="pytest-ckfmha"
+            )
         return self._registry
 
     def specs(self):
@@ -45,8 +46,14 @@ class State:
             from ckfmha.receipts import resolve_receipt
 
             s = self.settings
-            self._parity = make_pair(s.parity, f"ckfmha:{s.backend}", bin_dir=s.upstream_bin, arch=s.arch,
-                                     receipt=resolve_receipt(s.receipt, profile=s.profile), mask_mode=s.mask_mode)
+            self._parity = make_pair(
+                s.parity,
+                f"ckfmha:{s.backend}",
+                bin_dir=s.upstream_bin,
+                arch=s.arch,
+                receipt=resolve_receipt(s.receipt, profile=s.profile),
+                mask_mode=s.mask_mode,
+            )
         return self._parity
 
     def executor(self, session):

@@ -52,7 +52,7 @@ def _extract(wheel: Path, dest: Path) -> None:
         if not members:
             raise RuntimeError(f"{wheel.name}: no {CK_PREFIX} in the wheel")
         for m in members:
-            target = (base / m.filename[len(CK_PREFIX):]).resolve()
+            target = (base / m.filename[len(CK_PREFIX) :]).resolve()
             if base not in target.parents:
                 raise RuntimeError(f"{wheel.name}: member {m.filename!r} would leave the tree")
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -71,8 +71,22 @@ def ensure_ck_tree() -> Path:
         if marker.is_file() and (root / GENERATOR).is_file():
             return root
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=d) as td:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "--timeout", "30", "--retries", "1", "-q", "-d", td, REQUIREMENT]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--timeout",
+                "30",
+                "--retries",
+                "1",
+                "-q",
+                "-d",
+                td,
+                REQUIREMENT,
+            ]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
             except subprocess.TimeoutExpired:

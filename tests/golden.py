@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -34,25 +34,31 @@ def golden_path(mask_mode: str, api: str, arch: str, receipt: int) -> Path | Non
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_golden(mask_mode: str, api: str, arch: str, receipt: int) -> tuple[str, ...]:
     p = golden_path(mask_mode, api, arch, receipt)
     if p is None:
-        pytest.fail(f"no golden list for {mask_mode}/{api}/{arch}/r{receipt} (looked in "
-                    f"{EXTRA_GOLDEN or '$CKFMHA_GOLDEN_DIR unset'} and {LOCAL_GOLDEN})")
+        pytest.fail(
+            f"no golden list for {mask_mode}/{api}/{arch}/r{receipt} (looked in "
+            f"{EXTRA_GOLDEN or '$CKFMHA_GOLDEN_DIR unset'} and {LOCAL_GOLDEN})"
+        )
     with gzip.open(p, "rt", encoding="utf-8") as fh:
         return tuple(line.strip() for line in fh if line.strip())
 
 
-def diff_message(ours: list[str] | tuple[str, ...], golden: list[str] | tuple[str, ...], label: str, show: int = 8) -> str:
+def diff_message(
+    ours: list[str] | tuple[str, ...], golden: list[str] | tuple[str, ...], label: str, show: int = 8
+) -> str:
     """'' when equal, else counts plus the first missing/extra names."""
     a, b = set(ours), set(golden)
     if a == b and len(ours) == len(golden):
         return ""
     missing = sorted(b - a)
     extra = sorted(a - b)
-    lines = [f"{label}: ours {len(ours)} names ({len(a)} unique), golden {len(golden)}; "
-             f"{len(missing)} missing, {len(extra)} extra"]
+    lines = [
+        f"{label}: ours {len(ours)} names ({len(a)} unique), golden {len(golden)}; "
+        f"{len(missing)} missing, {len(extra)} extra"
+    ]
     lines += [f"  missing: {n}" for n in missing[:show]]
     lines += [f"  extra:   {n}" for n in extra[:show]]
     return "\n".join(lines)

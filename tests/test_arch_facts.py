@@ -40,10 +40,12 @@ def test_derived_facts() -> None:
 
 
 # ------------------------------------------------------------------------------------- the loader's checks
-GOOD = {"gfx942": "vendor: amd\nnum_cus: 304\nfp8_format: fnuz\ndefault: true\n",
-        "gfx1100": "vendor: amd\nnum_cus: 96\nfp8_format: fnuz\n",
-        "sm90": "vendor: nvidia\nnum_cus: 132\nfp8_format: ocp\n",
-        "gfx90a": "vendor: amd\nnum_cus: 110\nfp8_format: fnuz\n"}
+GOOD = {
+    "gfx942": "vendor: amd\nnum_cus: 304\nfp8_format: fnuz\ndefault: true\n",
+    "gfx1100": "vendor: amd\nnum_cus: 96\nfp8_format: fnuz\n",
+    "sm90": "vendor: nvidia\nnum_cus: 132\nfp8_format: ocp\n",
+    "gfx90a": "vendor: amd\nnum_cus: 110\nfp8_format: fnuz\n",
+}
 
 
 @pytest.fixture
@@ -70,16 +72,22 @@ def test_a_private_data_directory_gives_its_own_facts(data) -> None:
     assert Dispatcher(Registry("gfx1100", [])).num_cus == 96
 
 
-@pytest.mark.parametrize("body, words", [
-    ("vendor: amd\nfp8_format: fnuz\n", "num_cus: expected a positive int (compute units of one device), found None"),
-    ("vendor: amd\nnum_cus: true\nfp8_format: fnuz\n", "num_cus: expected a positive int"),
-    ("vendor: amd\nnum_cus: 0\nfp8_format: fnuz\n", "num_cus: expected a positive int"),
-    ("vendor: amd\nnum_cus: 96\nfp8_format: e4m3\n", "fp8_format: expected one of fnuz, ocp, found 'e4m3'"),
-    ("vendor: amd\nnum_cus: 96\n", "fp8_format: expected one of fnuz, ocp, found None"),
-    ("num_cus: 96\nfp8_format: ocp\n", "vendor: expected 'amd' or 'nvidia', found None"),
-    ("vendor: amd\nnum_cus: 96\nfp8_format: ocp\ndefault: 'yes'\n", "default: expected true or false, found 'yes'"),
-    ("vendor: amd\nnum_cus: 96\nfp8_format: ocp\ncus: 3\n", "top level: unknown key(s) ['cus']"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (
+            "vendor: amd\nfp8_format: fnuz\n",
+            "num_cus: expected a positive int (compute units of one device), found None",
+        ),
+        ("vendor: amd\nnum_cus: true\nfp8_format: fnuz\n", "num_cus: expected a positive int"),
+        ("vendor: amd\nnum_cus: 0\nfp8_format: fnuz\n", "num_cus: expected a positive int"),
+        ("vendor: amd\nnum_cus: 96\nfp8_format: e4m3\n", "fp8_format: expected one of fnuz, ocp, found 'e4m3'"),
+        ("vendor: amd\nnum_cus: 96\n", "fp8_format: expected one of fnuz, ocp, found None"),
+        ("num_cus: 96\nfp8_format: ocp\n", "vendor: expected 'amd' or 'nvidia', found None"),
+        ("vendor: amd\nnum_cus: 96\nfp8_format: ocp\ndefault: 'yes'\n", "default: expected true or false, found 'yes'"),
+        ("vendor: amd\nnum_cus: 96\nfp8_format: ocp\ncus: 3\n", "top level: unknown key(s) ['cus']"),
+    ],
+)
 def test_bad_facts_name_the_file_the_key_and_the_value(data, body: str, words: str) -> None:
     path = data("gfx1100", body)
     with pytest.raises(ArchSpecError) as ei:

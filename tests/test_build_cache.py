@@ -33,8 +33,10 @@ def test_concurrent_processes_build_once(tmp_path) -> None:
     q = ctx.Queue()
     counter = tmp_path / "builds.txt"
     start = time.time() + 0.5
-    procs = [ctx.Process(target=_build_in_process, args=(str(tmp_path / "c"), "fwd.k1", str(counter), start, q))
-             for _ in range(4)]
+    procs = [
+        ctx.Process(target=_build_in_process, args=(str(tmp_path / "c"), "fwd.k1", str(counter), start, q))
+        for _ in range(4)
+    ]
     for p in procs:
         p.start()
     results = [q.get(timeout=30) for _ in procs]
@@ -73,11 +75,14 @@ def _build(tmp: Path) -> dict:
     return {"backend": "test"}
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda e: (e / "meta.json").write_text('{"kernel_id": "k", "fi'), "meta.json unreadable: JSONDecodeError"),
-    (lambda e: (e / "artifact.bin").write_bytes(b"kern"), "artifact.bin does not match its checksum"),
-    (lambda e: (e / "artifact.bin").unlink(), "meta.json unreadable: FileNotFoundError"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda e: (e / "meta.json").write_text('{"kernel_id": "k", "fi'), "meta.json unreadable: JSONDecodeError"),
+        (lambda e: (e / "artifact.bin").write_bytes(b"kern"), "artifact.bin does not match its checksum"),
+        (lambda e: (e / "artifact.bin").unlink(), "meta.json unreadable: FileNotFoundError"),
+    ],
+)
 def test_a_corrupt_entry_is_rebuilt_with_one_warning(tmp_path, damage, words) -> None:
     from ckfmha.backends.cache import CacheWarning
 

@@ -53,8 +53,12 @@ def test_keep_threshold_p06_is_cks_101() -> None:
 
 def test_keep_threshold_matches_ck_float32_for_many_p() -> None:
     # a sweep, and the p where (1 - p) * 255 is (nearly) an integer: there the float32 rounding decides
-    ps = [float(x) for x in np.linspace(0.0, 1.0, 4001)] + [n / 255 for n in range(256)] + \
-        [1 - n / 255 for n in range(256)] + [0.6, 0.1, 0.2, 0.3, 0.7, 0.9, 1 / 3, 0.05, 0.999]
+    ps = (
+        [float(x) for x in np.linspace(0.0, 1.0, 4001)]
+        + [n / 255 for n in range(256)]
+        + [1 - n / 255 for n in range(256)]
+        + [0.6, 0.1, 0.2, 0.3, 0.7, 0.9, 1 / 3, 0.05, 0.999]
+    )
     got = [rng.p_undrop_u8(p) for p in ps]
     assert got == [_ck_threshold(p) for p in ps]
     # the sweep discriminates: float64 arithmetic differs from CK's for many of these p
@@ -91,10 +95,21 @@ def test_p06_elements_with_randval_102_are_dropped() -> None:
 
 
 # ============================================================================ 2. dropout tile order
-@pytest.mark.parametrize("r,c,lane,byte", [
-    (0, 0, 0, 0), (7, 5, 5, 7), (8, 0, 32, 0), (15, 31, 63, 7), (16, 3, 3, 8), (20, 10, 10, 12), (24, 0, 32, 8),
-    (31, 31, 63, 15), (4, 0, 0, 4), (12, 1, 33, 4),
-])
+@pytest.mark.parametrize(
+    "r,c,lane,byte",
+    [
+        (0, 0, 0, 0),
+        (7, 5, 5, 7),
+        (8, 0, 32, 0),
+        (15, 31, 63, 7),
+        (16, 3, 3, 8),
+        (20, 10, 10, 12),
+        (24, 0, 32, 8),
+        (31, 31, 63, 15),
+        (4, 0, 0, 4),
+        (12, 1, 33, 4),
+    ],
+)
 def test_tile_lane_byte_known_answers(r: int, c: int, lane: int, byte: int) -> None:
     # hand-computed from lane = c + 32 * ((r // 8) % 2), byte = 8 * (r // 16) + r % 8; (4, 0) was (32, 0) in the
     # unswizzled order ckfmha used before
@@ -142,8 +157,17 @@ def _ck_host_randval(seed: int, offset: int, batch: int, nhead: int, head: int, 
 
 
 def test_reference_randval_follows_cks_host_reference() -> None:
-    p = Problem(dtype="fp16", batch=2, nhead_q=2, seqlen_q=32, seqlen_k=40, hdim_q=32, p_drop=0.3,
-                drop_seed=0x1234_5678_9ABC, drop_offset=(1 << 32) - 70)  # the offset carries into the high word
+    p = Problem(
+        dtype="fp16",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=32,
+        seqlen_k=40,
+        hdim_q=32,
+        p_drop=0.3,
+        drop_seed=0x1234_5678_9ABC,
+        drop_offset=(1 << 32) - 70,
+    )  # the offset carries into the high word
     ref = reference_forward(p, make_inputs(p, 1), return_randval=True)
     for b in range(2):
         for h in range(2):
@@ -167,8 +191,18 @@ def test_split_ranges_follow_cks_get_tile_range_along_x() -> None:
 def test_splitkv_short_keys_many_splits_each_split_sees_its_key() -> None:
     """fwd_splitkv fp16 b=2 h=2 s=4 s_k=3 d=64, 6 splits, LSE and sink: split 1 covers key 1 (the cpu backend
     used to give it no key: -inf)."""
-    p = Problem(family="fwd_splitkv", dtype="fp16", batch=2, nhead_q=2, seqlen_q=4, seqlen_k=3, hdim_q=64,
-                num_splits=6, lse=True, sink=True)
+    p = Problem(
+        family="fwd_splitkv",
+        dtype="fp16",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=4,
+        seqlen_k=3,
+        hdim_q=64,
+        num_splits=6,
+        lse=True,
+        sink=True,
+    )
     inp = make_inputs(p, 0)
     res = run(p, inp, backend="cpu")
     ref = reference(p, inp)
@@ -177,8 +211,12 @@ def test_splitkv_short_keys_many_splits_each_split_sees_its_key() -> None:
     for i in (1, 2):  # one key each: lse = its logit, o = its value row
         s = np.einsum("bhrd,bhd->bhr", q, k[:, :, i]) * p.softmax_scale
         np.testing.assert_allclose(lse_acc[i], s, rtol=1e-3, atol=1e-3)
-        np.testing.assert_allclose(o_acc[i], np.broadcast_to(inp["v"][:, :, i:i + 1].astype(np.float32),
-                                                             o_acc[i].shape), rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(
+            o_acc[i],
+            np.broadcast_to(inp["v"][:, :, i : i + 1].astype(np.float32), o_acc[i].shape),
+            rtol=1e-3,
+            atol=1e-3,
+        )
     assert np.isneginf(lse_acc[3:]).all() and (o_acc[3:] == 0).all()
     np.testing.assert_allclose(lse_acc, ref["lse_acc"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(o_acc, ref["o_acc"], rtol=2e-3, atol=2e-3)
@@ -187,8 +225,19 @@ def test_splitkv_short_keys_many_splits_each_split_sees_its_key() -> None:
 
 @pytest.mark.parametrize("seqlen_k,seqlen_knew,num_splits", [(266, 10, 3), (70, 7, 4), (9, 2, 6)])
 def test_appendkv_with_splits_partials_match_reference(seqlen_k: int, seqlen_knew: int, num_splits: int) -> None:
-    p = Problem(family="fwd_appendkv", dtype="fp16", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=seqlen_k,
-                seqlen_knew=seqlen_knew, hdim_q=64, num_splits=num_splits, mask="b", lse=True)
+    p = Problem(
+        family="fwd_appendkv",
+        dtype="fp16",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=seqlen_k,
+        seqlen_knew=seqlen_knew,
+        hdim_q=64,
+        num_splits=num_splits,
+        mask="b",
+        lse=True,
+    )
     inp = make_inputs(p, 4)
     res = run(p, inp, backend="cpu")
     assert [s.role.value for s in res.plan.stages] == ["appendkv", "splitkv", "combine"]
@@ -277,8 +326,9 @@ def test_generic_mask_reference_and_cpu_backend_follow_the_kernel(sq: int, sk: i
 def test_attention_after_appendkv_gets_a_seqlen_k_padded_kernel() -> None:
     # the cache holds 256 keys before the append (a multiple of 128), 266 after: the unpadded split kernel the
     # dispatcher used to pick then failed its host check
-    p = Problem(family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=32,
-                page_block_size=128)
+    p = Problem(
+        family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=32, page_block_size=128
+    )
     inp = make_inputs(p, 0)
     res = run(p, inp, backend="cpu")
     attention = [s for s in res.plan.stages if s.role.value in ("fwd", "pagedkv", "splitkv")]

@@ -23,10 +23,18 @@ from tests.ck_tree import GENERATOR, ck_tree, generator_names  # noqa: F401 - ck
 ARCHS = ("gfx942", "gfx950")
 # What the tree's generator lists at receipt 0 (the kernels, without the per-api dispatch file)
 TREE_COUNTS = {
-    ("gfx942", "fwd"): 2908, ("gfx942", "fwd_splitkv"): 1146, ("gfx942", "fwd_appendkv"): 99,
-    ("gfx942", "pagedkv_prefill"): 120, ("gfx942", "batch_prefill"): 384, ("gfx942", "bwd"): 6900,
-    ("gfx950", "fwd"): 3004, ("gfx950", "fwd_splitkv"): 1146, ("gfx950", "fwd_appendkv"): 99,
-    ("gfx950", "pagedkv_prefill"): 120, ("gfx950", "batch_prefill"): 384, ("gfx950", "bwd"): 8256,
+    ("gfx942", "fwd"): 2908,
+    ("gfx942", "fwd_splitkv"): 1146,
+    ("gfx942", "fwd_appendkv"): 99,
+    ("gfx942", "pagedkv_prefill"): 120,
+    ("gfx942", "batch_prefill"): 384,
+    ("gfx942", "bwd"): 6900,
+    ("gfx950", "fwd"): 3004,
+    ("gfx950", "fwd_splitkv"): 1146,
+    ("gfx950", "fwd_appendkv"): 99,
+    ("gfx950", "pagedkv_prefill"): 120,
+    ("gfx950", "batch_prefill"): 384,
+    ("gfx950", "bwd"): 8256,
 }
 
 
@@ -50,8 +58,7 @@ def test_every_tree_name_parses_and_round_trips_in_its_scheme(ck_tree):
     assert not failures, f"{len(failures)} names fail, e.g.\n" + "\n".join(failures[:10])
     assert count == 24_566
     # the names the pre-scheme parser rejected are exactly those only the 2025-11 scheme spells
-    assert schemes == {(CKNamingScheme.CK_2025_11,): 9_188,
-                       (CKNamingScheme.CURRENT, CKNamingScheme.CK_2025_11): 15_378}
+    assert schemes == {(CKNamingScheme.CK_2025_11,): 9_188, (CKNamingScheme.CURRENT, CKNamingScheme.CK_2025_11): 15_378}
 
 
 def test_tree_tokens_map_to_the_current_fields(ck_tree):
@@ -61,9 +68,13 @@ def test_tree_tokens_map_to_the_current_fields(ck_tree):
     assert {(c.sink, c.fp8_static_quant) for c in fwd.values()} == {(False, False)}
     bp = [parse_ck_name(n).config for n in generator_names(ck_tree, "batch_prefill", "gfx942")]
     assert {(c.page_size, c.kv_load, c.kv_memory_layout, c.kv_lookup_table) for c in bp} == {
-        (1, KVLoad.NONE, KVMemoryLayout.LINEAR, KVLookupTable.SGLANG)}
-    cdq = [parse_ck_name(n).config for n in generator_names(ck_tree, "bwd", "gfx950")
-           if n.startswith("fmha_bwd_convert_dq_")]
+        (1, KVLoad.NONE, KVMemoryLayout.LINEAR, KVLookupTable.SGLANG)
+    }
+    cdq = [
+        parse_ck_name(n).config
+        for n in generator_names(ck_tree, "bwd", "gfx950")
+        if n.startswith("fmha_bwd_convert_dq_")
+    ]
     assert Counter(c.tile for c in cdq) == {(64, 0): 60, (64, 128): 48, (64, 64): 12, (64, 192): 12}
     assert {c.tile[1] == 0 for c in cdq if not c.deterministic} == {True}
 
@@ -116,10 +127,16 @@ def test_parity_enum_all_archs_skips_what_the_tree_does_not_support(ck_tree, cap
     rc = main(["parity-enum", "--ck-root", str(ck_tree), "--arch", "all", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err
-    assert ("skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
-            "'Unsupported device target gfx1100')") in out.out
-    assert [ln.split()[0] for ln in out.out.splitlines() if "(total)" in ln] == ["gfx90a", "gfx942", "gfx950",
-                                                                                 "gfx1201"]
+    assert (
+        "skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
+        "'Unsupported device target gfx1100')"
+    ) in out.out
+    assert [ln.split()[0] for ln in out.out.splitlines() if "(total)" in ln] == [
+        "gfx90a",
+        "gfx942",
+        "gfx950",
+        "gfx1201",
+    ]
     rc = main(["parity-enum", "--ck-root", str(ck_tree), "--arch", "gfx1100", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 2 and "does not support arch gfx1100" in out.err

@@ -24,16 +24,35 @@ def test_list_ck_names_equals_the_enumeration(capsys) -> None:
 
 
 def test_list_ids_json_and_table(capsys) -> None:
-    code, out, _ = run_cli(capsys, "list", "--arch", "gfx950", "--family", "fwd_appendkv", "--filter",
-                           "c.hdim_q == 128 and c.rope == 'half_rotated'")
+    code, out, _ = run_cli(
+        capsys,
+        "list",
+        "--arch",
+        "gfx950",
+        "--family",
+        "fwd_appendkv",
+        "--filter",
+        "c.hdim_q == 128 and c.rope == 'half_rotated'",
+    )
     ids = out.split()
     assert code == 0 and ids and all(".d128x128." in i and "rope=half_rotated" in i for i in ids)
-    code, out, _ = run_cli(capsys, "list", "--arch", "gfx950", "--family", "fwd_appendkv", "--format", "json",
-                           "--filter", "c.hdim_q == 64")
+    code, out, _ = run_cli(
+        capsys, "list", "--arch", "gfx950", "--family", "fwd_appendkv", "--format", "json", "--filter", "c.hdim_q == 64"
+    )
     rows = json.loads(out)
     assert rows and all(r["hdim_q"] == 64 and r["kernel_id"] for r in rows)
-    code, out, _ = run_cli(capsys, "list", "--arch", "gfx950", "--family", "fwd_appendkv", "--format", "table",
-                           "--filter", "c.hdim_q == 32 and not c.paged_kv")
+    code, out, _ = run_cli(
+        capsys,
+        "list",
+        "--arch",
+        "gfx950",
+        "--family",
+        "fwd_appendkv",
+        "--format",
+        "table",
+        "--filter",
+        "c.hdim_q == 32 and not c.paged_kv",
+    )
     assert out.splitlines()[0].split()[:3] == ["family", "dtype", "mode"]
 
 
@@ -42,8 +61,9 @@ def test_count_table_and_profiles(capsys) -> None:
     assert code == 0
     lines = {ln.split()[0]: ln.split() for ln in out.splitlines()[2:]}
     assert int(lines["fwd_splitkv_combine"][1]) == 138 and int(lines["total"][1]) == 2106
-    code, out, _ = run_cli(capsys, "count", "--arch", "gfx942", "--api", "fwd_splitkv", "--profile", "pytorch",
-                           "--format", "json")
+    code, out, _ = run_cli(
+        capsys, "count", "--arch", "gfx942", "--api", "fwd_splitkv", "--profile", "pytorch", "--format", "json"
+    )
     doc = json.loads(out)
     assert doc["total"] == 138  # upstream's receipt-4 quirk: only the combine kernels
 
@@ -58,21 +78,26 @@ def test_sweep_and_filter_file(tmp_path, capsys) -> None:
     assert code == 0 and ids and all(i.startswith("fwd_appendkv.bf16.") and ".d256x256." in i for i in ids)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--arch", "gfx999"], "arch: unknown arch 'gfx999'; known archs:"),
-    (["--arch", "gfx942", "--api", "fwdd"], "api: unknown value 'fwdd'; allowed:"),
-    (["--arch", "gfx942", "--family", "fwd_bogus"], "family: 'fwd_bogus' is not a family; allowed: fwd, "),
-    (["--arch", "gfx942", "--filter", "c.pipeline == 'qr_asnyc'"],
-     "'qr_asnyc' is not a pipeline value (did you mean 'qr_async'?); pipeline is one of: qr, qr_async,"),
-    (["--arch", "gfx942", "--filter", "c.hdim_q == '128'"], "hdim_q is an int, '128' is a str"),
-    (["--arch", "gfx942", "--filter", "c.tile[99] == 1"], "index 99 is out of range"),
-    (["--arch", "gfx942", "--receipt", "5"], "receipt: unknown receipt 5"),
-    (["--arch", "gfx942", "--profile", "flashy"], "profile: unknown profile 'flashy'"),
-    (["--arch", "gfx942", "--mask-mode", "loose"], "mask_mode: unknown value 'loose'"),
-    (["--arch", "gfx942", "--filter", "c.hdimq == 1"], "unknown field 'hdimq'"),
-    (["--arch", "gfx942", "--filter", "open('x')"], "function calls are not allowed"),
-    (["--arch", "gfx942", "--filter", "c.hdim_q =="], "does not parse"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--arch", "gfx999"], "arch: unknown arch 'gfx999'; known archs:"),
+        (["--arch", "gfx942", "--api", "fwdd"], "api: unknown value 'fwdd'; allowed:"),
+        (["--arch", "gfx942", "--family", "fwd_bogus"], "family: 'fwd_bogus' is not a family; allowed: fwd, "),
+        (
+            ["--arch", "gfx942", "--filter", "c.pipeline == 'qr_asnyc'"],
+            "'qr_asnyc' is not a pipeline value (did you mean 'qr_async'?); pipeline is one of: qr, qr_async,",
+        ),
+        (["--arch", "gfx942", "--filter", "c.hdim_q == '128'"], "hdim_q is an int, '128' is a str"),
+        (["--arch", "gfx942", "--filter", "c.tile[99] == 1"], "index 99 is out of range"),
+        (["--arch", "gfx942", "--receipt", "5"], "receipt: unknown receipt 5"),
+        (["--arch", "gfx942", "--profile", "flashy"], "profile: unknown profile 'flashy'"),
+        (["--arch", "gfx942", "--mask-mode", "loose"], "mask_mode: unknown value 'loose'"),
+        (["--arch", "gfx942", "--filter", "c.hdimq == 1"], "unknown field 'hdimq'"),
+        (["--arch", "gfx942", "--filter", "open('x')"], "function calls are not allowed"),
+        (["--arch", "gfx942", "--filter", "c.hdim_q =="], "does not parse"),
+    ],
+)
 def test_errors_name_field_value_and_rule(capsys, args, message: str) -> None:
     code, _, err = run_cli(capsys, "count", *args)
     assert code == 2
@@ -112,8 +137,10 @@ def test_empty_selection_is_an_error_naming_the_selection(capsys) -> None:
     code, out, err = run_cli(capsys, "count", "--arch", "gfx942", "--profile", "flash", "--filter", "c.hdim_q == 1000")
     assert code == 1 and out == ""
     lines = err.splitlines()
-    assert lines[0] == ("ckfmha count: error: no kernel matches the selection: arch gfx942, families all, receipt 2 "
-                        "(profile flash), mask mode simplified, filter 'c.hdim_q == 1000'")
+    assert lines[0] == (
+        "ckfmha count: error: no kernel matches the selection: arch gfx942, families all, receipt 2 "
+        "(profile flash), mask mode simplified, filter 'c.hdim_q == 1000'"
+    )
     assert "the filter expression and filter file keep none" in lines[1]
     assert lines[2].startswith("  before the filter, hdim_q takes: 32, 64, ")
     code, out, err = run_cli(capsys, "list", "--arch", "gfx942", "--filter", "c.hdim_q == 1000")
@@ -125,20 +152,32 @@ def test_allow_empty_prints_the_empty_result(capsys) -> None:
     assert code == 0 and err == "" and out.splitlines()[-1].split() == ["total", "0"]
     code, out, err = run_cli(capsys, "list", "--arch", "gfx942", "--filter", "c.hdim_q == 1000", "--allow-empty")
     assert code == 0 and out == "" and err == ""
-    code, out, _ = run_cli(capsys, "count", "--arch", "gfx942", "--filter", "c.hdim_q == 1000", "--allow-empty",
-                           "--format", "json")
+    code, out, _ = run_cli(
+        capsys, "count", "--arch", "gfx942", "--filter", "c.hdim_q == 1000", "--allow-empty", "--format", "json"
+    )
     assert code == 0 and json.loads(out)["total"] == 0
 
 
 def test_empty_because_of_the_mask_mode_names_the_values(capsys) -> None:
-    code, _, err = run_cli(capsys, "list", "--arch", "gfx942", "--family", "fwd", "--filter",
-                           "c.mask == 'causal' and c.hdim_q == 128")
+    code, _, err = run_cli(
+        capsys, "list", "--arch", "gfx942", "--family", "fwd", "--filter", "c.mask == 'causal' and c.hdim_q == 128"
+    )
     assert code == 1
     assert "mask mode simplified" in err
     assert "  before the filter, mask takes: none, any\n" in err
     assert "  before the filter, hdim_q takes: " in err
-    code, out, _ = run_cli(capsys, "count", "--arch", "gfx942", "--family", "fwd", "--mask-mode", "generic",
-                           "--filter", "c.mask == 'causal'")
+    code, out, _ = run_cli(
+        capsys,
+        "count",
+        "--arch",
+        "gfx942",
+        "--family",
+        "fwd",
+        "--mask-mode",
+        "generic",
+        "--filter",
+        "c.mask == 'causal'",
+    )
     assert code == 0 and int(out.splitlines()[-1].split()[1]) > 0
 
 
@@ -184,8 +223,7 @@ def test_broken_pipe_ends_quietly(tmp_path) -> None:
     import sys
 
     err = tmp_path / "err.txt"
-    script = (f"{sys.executable} -m ckfmha.cli list --arch gfx942 --api fwd 2>{err} | head -1; "
-              "exit ${PIPESTATUS[0]}")
+    script = f"{sys.executable} -m ckfmha.cli list --arch gfx942 --api fwd 2>{err} | head -1; exit ${{PIPESTATUS[0]}}"
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert r.returncode == 0, err.read_text()
     assert err.read_text() == ""
@@ -213,23 +251,27 @@ def test_run_backward_as_one_string_with_the_program_name(capsys) -> None:
     assert out.startswith("problem: bwd_dq_dk_dv: -prec=bf16 -b=1 -h=2 -s=64")
     assert "seed 3" in out
     assert [ln.split(":")[0].strip() for ln in out.splitlines() if "PASS max_abs_err" in ln] == ["dq", "dk", "dv"]
-    code, out2, _ = run_cli(capsys, "run", "--binary", "bwd", "-prec=bf16", "-b=1", "-h=2", "-s=64", "-d=64",
-                            "--seed=3")
+    code, out2, _ = run_cli(
+        capsys, "run", "--binary", "bwd", "-prec=bf16", "-b=1", "-h=2", "-s=64", "-d=64", "--seed=3"
+    )
     assert code == 0 and out2 == out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-prec=fp17"], "ckfmha run: error: -prec: 'fp17' unsupported precision"),
-    (["-prec=fp16", "-bogus=1"], "-bogus: no such argument for tile_example_fmha_fwd"),
-    (["-b"], "args: '-b' should be a -key=value pair"),
-    ([], "problem: no tile_example arguments given"),
-    (["tile_example_fmha_fwd", "-b=1", "--binary", "bwd"], "--binary: 'bwd' contradicts the program name"),
-    ([*SMALL, "--arch", "gfx999"], "arch: unknown arch 'gfx999'"),
-    ([*SMALL, "--profile", "flashy"], "profile: unknown profile 'flashy'"),
-    ([*SMALL, "--mask-mode", "loose"], "mask_mode: unknown value 'loose'"),
-    ([*SMALL, "--backend", "hip"], "--backend: backend 'hip'"),
-    (["-prec=fp16 -b='2"], "problem arguments"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-prec=fp17"], "ckfmha run: error: -prec: 'fp17' unsupported precision"),
+        (["-prec=fp16", "-bogus=1"], "-bogus: no such argument for tile_example_fmha_fwd"),
+        (["-b"], "args: '-b' should be a -key=value pair"),
+        ([], "problem: no tile_example arguments given"),
+        (["tile_example_fmha_fwd", "-b=1", "--binary", "bwd"], "--binary: 'bwd' contradicts the program name"),
+        ([*SMALL, "--arch", "gfx999"], "arch: unknown arch 'gfx999'"),
+        ([*SMALL, "--profile", "flashy"], "profile: unknown profile 'flashy'"),
+        ([*SMALL, "--mask-mode", "loose"], "mask_mode: unknown value 'loose'"),
+        ([*SMALL, "--backend", "hip"], "--backend: backend 'hip'"),
+        (["-prec=fp16 -b='2"], "problem arguments"),
+    ],
+)
 def test_run_bad_arguments_exit_2(capsys, args, message: str) -> None:
     code, _, err = run_cli(capsys, "run", *args)
     assert code == 2 and message in err
@@ -292,7 +334,10 @@ def test_explain(capsys) -> None:
     assert code == 1 and "0 can serve it" in out
     code, out, _ = run_cli(capsys, "explain", "tile_example_fmha_bwd", "-prec=fp16", "-b=1", "-h=2", "-s=64", "-d=64")
     assert code == 0 and [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("stage")] == [
-        "stage dot_do_o", "stage dq_dk_dv", "stage convert_dq"]
+        "stage dot_do_o",
+        "stage dq_dk_dv",
+        "stage convert_dq",
+    ]
 
 
 def test_explain_help_is_long_only(capsys) -> None:

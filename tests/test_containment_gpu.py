@@ -120,11 +120,21 @@ def _run(pytester, monkeypatch, tmp_path, mode: str, *extra):
     monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CKFMHA_NO_DETECT", "1")
     monkeypatch.setenv("CKG_MODE", mode)
-    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckfmha-matrix", "small.yaml",
-                                        "--ckfmha-category", "smoke", "--ckfmha-report", "r.json", *extra,
-                                        timeout=300)
-    rows = {r["id"].split("::")[0] + "::" + r["kind"]: r
-            for r in json.loads((pytester.path / "r.json").read_text())["rows"]}
+    res = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--ckfmha-matrix",
+        "small.yaml",
+        "--ckfmha-category",
+        "smoke",
+        "--ckfmha-report",
+        "r.json",
+        *extra,
+        timeout=300,
+    )
+    rows = {
+        r["id"].split("::")[0] + "::" + r["kind"]: r for r in json.loads((pytester.path / "r.json").read_text())["rows"]
+    }
     return res, rows
 
 

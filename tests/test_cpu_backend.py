@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gzip
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckfmha import rng as _rng
 from ckfmha.backends import get_backend
@@ -31,14 +32,14 @@ GOLDEN = LOCAL_GOLDEN / "simplified"
 APIS = ("fwd", "fwd_splitkv", "pagedkv_prefill", "fwd_appendkv", "batch_prefill", "bwd")
 
 
-@lru_cache(maxsize=None)
+@cache
 def golden_configs(api: str, *tokens: str) -> tuple[KernelConfig, ...]:
     """Real CK kernels (gfx942, receipt 0, simplified masks) whose instance names hold every token."""
     names = gzip.open(GOLDEN / api / "gfx942" / "r0.txt.gz", "rt").read().split()
     return tuple(parse_ck_instance_name(n) for n in names if all(t in n for t in tokens))
 
 
-@lru_cache(maxsize=None)
+@cache
 def cpu_registry() -> Registry:
     """fp16 d64 + d128 and bf16 d64 kernels of every api, plus fp32 copies of the fp16 d64 fwd/bwd kernels (CK's
     receipt 0 lists no fp32 kernels)."""
@@ -46,8 +47,10 @@ def cpu_registry() -> Registry:
     for api in APIS:
         cs += golden_configs(api, "_d64_", "_fp16_") + golden_configs(api, "_d128_", "_fp16_")
         cs += golden_configs(api, "_d64_", "_bf16_")
-    cs += [c.replace(dtype="fp32") for c in golden_configs("fwd", "_d64_", "_fp16_")
-           + golden_configs("bwd", "_d64_", "_fp16_")]
+    cs += [
+        c.replace(dtype="fp32")
+        for c in golden_configs("fwd", "_d64_", "_fp16_") + golden_configs("bwd", "_d64_", "_fp16_")
+    ]
     return Registry("gfx942", cs, source="golden gfx942 r0 subset")
 
 
@@ -69,55 +72,224 @@ def run_and_check(p: Problem, seed: int = 0, registry: Registry | None = None):
 
 # ------------------------------------------------------------------------------------------- every family
 FAMILY_CASES = {
-    "fwd-gqa-causal-lse": Problem(batch=2, nhead_q=4, nhead_k=2, seqlen_q=100, seqlen_k=77, hdim_q=64, mask="b",
-                                  lse=True),
-    "fwd-bf16-bshd-alibi": Problem(dtype="bf16", batch=2, nhead_q=3, seqlen_q=70, seqlen_k=90, hdim_q=64,
-                                   input_layout="bshd", output_layout="bshd", bias="alibi", mask="t", lse=True),
+    "fwd-gqa-causal-lse": Problem(
+        batch=2, nhead_q=4, nhead_k=2, seqlen_q=100, seqlen_k=77, hdim_q=64, mask="b", lse=True
+    ),
+    "fwd-bf16-bshd-alibi": Problem(
+        dtype="bf16",
+        batch=2,
+        nhead_q=3,
+        seqlen_q=70,
+        seqlen_k=90,
+        hdim_q=64,
+        input_layout="bshd",
+        output_layout="bshd",
+        bias="alibi",
+        mask="t",
+        lse=True,
+    ),
     "fwd-fp32-hdim40": Problem(dtype="fp32", batch=1, nhead_q=2, seqlen_q=50, seqlen_k=140, hdim_q=40, lse=True),
-    "fwd-group-window-bias": Problem(mode="group", batch=3, nhead_q=4, seqlens_q=(5, 70, 33),
-                                     seqlens_k=(40, 0, 130), hdim_q=64, mask="t:10,3", lse=True,
-                                     bias="elementwise", bias_rank=1),
-    "fwd-group-skpad": Problem(mode="group", batch=2, nhead_q=2, seqlens_q=(17, 40), seqlens_k=(30, 65),
-                               s_kpad=(32, 70), hdim_q=64, mask="b", lse=True),
-    "fwd-sink-softcap": Problem(batch=2, nhead_q=4, seqlen_q=64, seqlen_k=200, hdim_q=64, sink=True, lse=True,
-                                logits_soft_cap=30.0),
-    "fwd-dropout": Problem(batch=2, nhead_q=2, seqlen_q=60, seqlen_k=70, hdim_q=64, p_drop=0.3, lse=True,
-                           drop_seed=7, drop_offset=1234),
-    "splitkv-causal-gqa": Problem(family="fwd_splitkv", batch=2, nhead_q=4, nhead_k=1, seqlen_q=33, seqlen_k=500,
-                                  hdim_q=64, num_splits=3, lse=True, mask="b"),
-    "splitkv-paged": Problem(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=8, seqlen_k=300, hdim_q=128,
-                             num_splits=4, page_block_size=128, lse=True),
-    "splitkv-cache-batch-idx": Problem(family="fwd_splitkv", batch=3, nhead_q=2, seqlen_q=4, seqlen_k=150,
-                                       hdim_q=64, cache_batch_idx=True, num_splits=2),
-    "pagedkv": Problem(family="fwd_pagedkv", batch=2, nhead_q=4, seqlen_q=33, seqlen_k=500, hdim_q=128,
-                       page_block_size=128),  # receipt 0 pagedkv kernels have no LSE
-    "pagedkv-bshd": Problem(family="fwd_pagedkv", batch=2, nhead_q=2, seqlen_q=20, seqlen_k=200, hdim_q=128,
-                            page_block_size=128, input_layout="bshd", mask="b"),
-    "appendkv-half-rope": Problem(family="fwd_appendkv", batch=2, nhead_q=4, seqlen_q=16, seqlen_k=300,
-                                  seqlen_knew=20, rotary_dim=32, rope="half_rotated", hdim_q=128, mask="b"),
-    "appendkv-inter-paged": Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=260,
-                                    seqlen_knew=9, rotary_dim=64, rope="interleaved", hdim_q=64,
-                                    page_block_size=128, lse=True),
-    "appendkv-cache-batch-idx": Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=5, seqlen_k=100,
-                                        seqlen_knew=7, hdim_q=64, cache_batch_idx=True),
-    "batch-prefill-sglang-vec": Problem(family="batch_prefill", mode="group", batch=2, nhead_q=4, nhead_k=2,
-                                        seqlens_q=(30, 50), seqlens_k=(100, 200), hdim_q=128, page_block_size=16,
-                                        kv_lookup="sglang", kv_layout="vectorized", lse=True, mask="b"),
-    "batch-prefill-vllm-linear": Problem(family="batch_prefill", mode="group", batch=2, nhead_q=2,
-                                         seqlens_q=(9, 20), seqlens_k=(40, 1500), hdim_q=128, page_block_size=1024,
-                                         kv_lookup="vllm", kv_layout="linear", p_drop=0.2),
-    "bwd-gqa-causal-dropout-alibi": Problem(family="bwd", batch=2, nhead_q=4, nhead_k=2, seqlen_q=100,
-                                            seqlen_k=130, hdim_q=64, mask="t", p_drop=0.1, bias="alibi"),
-    "bwd-det-dbias": Problem(family="bwd", batch=2, nhead_q=2, seqlen_q=64, seqlen_k=200, hdim_q=64,
-                             deterministic=True, bias="elementwise", bias_rank=2, dbias=True),
-    "bwd-group-window": Problem(family="bwd", mode="group", batch=3, nhead_q=2, seqlens_q=(10, 64, 1),
-                                seqlens_k=(50, 31, 0), hdim_q=64, mask="b:20,5", dbias=True, bias="elementwise"),
-    "bwd-bf16-hdim48-det": Problem(family="bwd", dtype="bf16", batch=1, nhead_q=2, seqlen_q=40, seqlen_k=300,
-                                   hdim_q=48, deterministic=True, mask="b"),
-    "bwd-fp32": Problem(family="bwd", dtype="fp32", batch=1, nhead_q=2, nhead_k=1, seqlen_q=33, seqlen_k=65,
-                        hdim_q=64, mask="t"),
-    "bwd-group-empty-q": Problem(family="bwd", mode="group", batch=3, nhead_q=4, nhead_k=2, seqlens_q=(20, 0, 7),
-                                 seqlens_k=(40, 70, 9), hdim_q=64, bias="elementwise", dbias=True),
+    "fwd-group-window-bias": Problem(
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        seqlens_q=(5, 70, 33),
+        seqlens_k=(40, 0, 130),
+        hdim_q=64,
+        mask="t:10,3",
+        lse=True,
+        bias="elementwise",
+        bias_rank=1,
+    ),
+    "fwd-group-skpad": Problem(
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(17, 40),
+        seqlens_k=(30, 65),
+        s_kpad=(32, 70),
+        hdim_q=64,
+        mask="b",
+        lse=True,
+    ),
+    "fwd-sink-softcap": Problem(
+        batch=2, nhead_q=4, seqlen_q=64, seqlen_k=200, hdim_q=64, sink=True, lse=True, logits_soft_cap=30.0
+    ),
+    "fwd-dropout": Problem(
+        batch=2, nhead_q=2, seqlen_q=60, seqlen_k=70, hdim_q=64, p_drop=0.3, lse=True, drop_seed=7, drop_offset=1234
+    ),
+    "splitkv-causal-gqa": Problem(
+        family="fwd_splitkv",
+        batch=2,
+        nhead_q=4,
+        nhead_k=1,
+        seqlen_q=33,
+        seqlen_k=500,
+        hdim_q=64,
+        num_splits=3,
+        lse=True,
+        mask="b",
+    ),
+    "splitkv-paged": Problem(
+        family="fwd_splitkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=8,
+        seqlen_k=300,
+        hdim_q=128,
+        num_splits=4,
+        page_block_size=128,
+        lse=True,
+    ),
+    "splitkv-cache-batch-idx": Problem(
+        family="fwd_splitkv",
+        batch=3,
+        nhead_q=2,
+        seqlen_q=4,
+        seqlen_k=150,
+        hdim_q=64,
+        cache_batch_idx=True,
+        num_splits=2,
+    ),
+    "pagedkv": Problem(
+        family="fwd_pagedkv", batch=2, nhead_q=4, seqlen_q=33, seqlen_k=500, hdim_q=128, page_block_size=128
+    ),  # receipt 0 pagedkv kernels have no LSE
+    "pagedkv-bshd": Problem(
+        family="fwd_pagedkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=20,
+        seqlen_k=200,
+        hdim_q=128,
+        page_block_size=128,
+        input_layout="bshd",
+        mask="b",
+    ),
+    "appendkv-half-rope": Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=4,
+        seqlen_q=16,
+        seqlen_k=300,
+        seqlen_knew=20,
+        rotary_dim=32,
+        rope="half_rotated",
+        hdim_q=128,
+        mask="b",
+    ),
+    "appendkv-inter-paged": Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=260,
+        seqlen_knew=9,
+        rotary_dim=64,
+        rope="interleaved",
+        hdim_q=64,
+        page_block_size=128,
+        lse=True,
+    ),
+    "appendkv-cache-batch-idx": Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=5,
+        seqlen_k=100,
+        seqlen_knew=7,
+        hdim_q=64,
+        cache_batch_idx=True,
+    ),
+    "batch-prefill-sglang-vec": Problem(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=4,
+        nhead_k=2,
+        seqlens_q=(30, 50),
+        seqlens_k=(100, 200),
+        hdim_q=128,
+        page_block_size=16,
+        kv_lookup="sglang",
+        kv_layout="vectorized",
+        lse=True,
+        mask="b",
+    ),
+    "batch-prefill-vllm-linear": Problem(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(9, 20),
+        seqlens_k=(40, 1500),
+        hdim_q=128,
+        page_block_size=1024,
+        kv_lookup="vllm",
+        kv_layout="linear",
+        p_drop=0.2,
+    ),
+    "bwd-gqa-causal-dropout-alibi": Problem(
+        family="bwd",
+        batch=2,
+        nhead_q=4,
+        nhead_k=2,
+        seqlen_q=100,
+        seqlen_k=130,
+        hdim_q=64,
+        mask="t",
+        p_drop=0.1,
+        bias="alibi",
+    ),
+    "bwd-det-dbias": Problem(
+        family="bwd",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=64,
+        seqlen_k=200,
+        hdim_q=64,
+        deterministic=True,
+        bias="elementwise",
+        bias_rank=2,
+        dbias=True,
+    ),
+    "bwd-group-window": Problem(
+        family="bwd",
+        mode="group",
+        batch=3,
+        nhead_q=2,
+        seqlens_q=(10, 64, 1),
+        seqlens_k=(50, 31, 0),
+        hdim_q=64,
+        mask="b:20,5",
+        dbias=True,
+        bias="elementwise",
+    ),
+    "bwd-bf16-hdim48-det": Problem(
+        family="bwd",
+        dtype="bf16",
+        batch=1,
+        nhead_q=2,
+        seqlen_q=40,
+        seqlen_k=300,
+        hdim_q=48,
+        deterministic=True,
+        mask="b",
+    ),
+    "bwd-fp32": Problem(
+        family="bwd", dtype="fp32", batch=1, nhead_q=2, nhead_k=1, seqlen_q=33, seqlen_k=65, hdim_q=64, mask="t"
+    ),
+    "bwd-group-empty-q": Problem(
+        family="bwd",
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        nhead_k=2,
+        seqlens_q=(20, 0, 7),
+        seqlens_k=(40, 70, 9),
+        hdim_q=64,
+        bias="elementwise",
+        dbias=True,
+    ),
 }
 
 
@@ -154,7 +326,7 @@ def test_empty_query_sequence_backward_matches_reference_and_zeroes_its_keys() -
     keys = slice(p.seqstart_k[1], p.seqstart_k[2])
     for n in ("dk", "dv", "dk_raw", "dv_raw"):
         assert np.all(res.outputs[n][0, :, keys] == 0) and np.all(ref[n][0, :, keys] == 0), n
-        assert np.any(res.outputs[n][0, :, :keys.start] != 0), n
+        assert np.any(res.outputs[n][0, :, : keys.start] != 0), n
 
 
 def test_fp32_backward_has_no_convert_stage() -> None:
@@ -177,8 +349,7 @@ def test_masks_backward(mask: str) -> None:
 
 def test_fully_masked_rows_give_zero_and_minus_inf() -> None:
     # bottom-right causal with seqlen_q > seqlen_k: the first rows see no key
-    res, ref, _ = run_and_check(Problem(batch=1, nhead_q=2, seqlen_q=100, seqlen_k=20, hdim_q=64, mask="b",
-                                        lse=True))
+    res, ref, _ = run_and_check(Problem(batch=1, nhead_q=2, seqlen_q=100, seqlen_k=20, hdim_q=64, mask="b", lse=True))
     assert np.all(res.outputs["o"][:, :, :80] == 0)
     assert np.all(np.isneginf(res.outputs["lse"][:, :, :80]))
 
@@ -198,8 +369,9 @@ def test_masked_key_tiles_are_skipped() -> None:
 def test_dropout_keep_pattern_is_bit_exact() -> None:
     """With V = identity (hdim_v = seqlen_k) each output row is the dropped probability row: its zeros are the
     dropped keys, which must be exactly the reference generator's."""
-    p = Problem(batch=2, nhead_q=2, seqlen_q=64, seqlen_k=64, hdim_q=64, p_drop=0.4, drop_seed=123,
-                drop_offset=77, dtype="fp32")
+    p = Problem(
+        batch=2, nhead_q=2, seqlen_q=64, seqlen_k=64, hdim_q=64, p_drop=0.4, drop_seed=123, drop_offset=77, dtype="fp32"
+    )
     inp = make_inputs(p, 3)
     inp["v"] = np.broadcast_to(np.eye(64, dtype=np.float32), inp["v"].shape).copy()
     res = run(p, inp, registry=cpu_registry())
@@ -236,8 +408,18 @@ def test_split_key_ranges_are_cks_key_ranges() -> None:
 
 @pytest.mark.parametrize("num_splits", [2, 5, 8])
 def test_splitkv_partials_are_attention_over_their_keys(num_splits: int) -> None:
-    p = Problem(family="fwd_splitkv", batch=1, nhead_q=2, seqlen_q=20, seqlen_k=600, hdim_q=64,
-                num_splits=num_splits, lse=True, mask="b:300,0", sink=True)
+    p = Problem(
+        family="fwd_splitkv",
+        batch=1,
+        nhead_q=2,
+        seqlen_q=20,
+        seqlen_k=600,
+        hdim_q=64,
+        num_splits=num_splits,
+        lse=True,
+        mask="b:300,0",
+        sink=True,
+    )
     res, ref, inp = run_and_check(p)
     o_acc, lse_acc = res.outputs["o_acc"], res.outputs["lse_acc"]
     q, k, v = (inp[n][0].astype(np.float32) for n in ("q", "k", "v"))
@@ -255,22 +437,49 @@ def test_splitkv_partials_are_attention_over_their_keys(num_splits: int) -> None
 
 def _splitkv_kernel(bn0: int, *, mask: bool, sink: bool) -> KernelConfig:
     """A padded d64 fp16 split-KV kernel with LSE, retiled to key tile ``bn0``."""
-    c = _one("fwd_splitkv", "fmha_fwd_splitkv_d64_", "_fp16_", "_batch_",
-             pred=lambda c: c.pad_s and c.pad_sk and c.lse and c.tile[1] == 64)
+    c = _one(
+        "fwd_splitkv",
+        "fmha_fwd_splitkv_d64_",
+        "_fp16_",
+        "_batch_",
+        pred=lambda c: c.pad_s and c.pad_sk and c.lse and c.tile[1] == 64,
+    )
     t = c.tile
-    return c.replace(tile=(t[0], bn0) + tuple(t[2:]), mask="any" if mask else "none", sink=sink, bias="none",
-                     logits_soft_cap=False)
+    return c.replace(
+        tile=(t[0], bn0) + tuple(t[2:]), mask="any" if mask else "none", sink=sink, bias="none", logits_soft_cap=False
+    )
 
 
-@pytest.mark.parametrize("seqlen_k,num_splits,bn0", [
-    (3, 6, 64), (600, 5, 64), (600, 7, 32), (129, 2, 128), (1000, 16, 16), (70, 3, 32), (64, 4, 64), (1, 3, 16),
-])
+@pytest.mark.parametrize(
+    "seqlen_k,num_splits,bn0",
+    [
+        (3, 6, 64),
+        (600, 5, 64),
+        (600, 7, 32),
+        (129, 2, 128),
+        (1000, 16, 16),
+        (70, 3, 32),
+        (64, 4, 64),
+        (1, 3, 16),
+    ],
+)
 @pytest.mark.parametrize("mask", ["0", "b:40,0", "t:5,90"])
-def test_splitkv_partials_match_the_reference_for_any_key_tile(seqlen_k: int, num_splits: int, bn0: int,
-                                                                mask: str) -> None:
+def test_splitkv_partials_match_the_reference_for_any_key_tile(
+    seqlen_k: int, num_splits: int, bn0: int, mask: str
+) -> None:
     """The partials of CK's splits do not depend on the key tile: split i covers the same keys whatever bn0."""
-    p = Problem(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=37, seqlen_k=seqlen_k, hdim_q=64,
-                num_splits=num_splits, lse=True, mask=mask, sink=True)
+    p = Problem(
+        family="fwd_splitkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=37,
+        seqlen_k=seqlen_k,
+        hdim_q=64,
+        num_splits=num_splits,
+        lse=True,
+        mask=mask,
+        sink=True,
+    )
     c = _splitkv_kernel(bn0, mask=mask != "0", sink=True)
     inp = make_inputs(p, 5)
     be = make_backend()
@@ -294,15 +503,23 @@ def _one(api: str, *tokens: str, pred=lambda c: True) -> KernelConfig:
 
 def _plain(c: KernelConfig) -> bool:
     """No mask, bias, LSE, dropout, soft-cap, sink or skip."""
-    return (c.mask.value == "none" and c.bias.value == "none" and not c.lse and c.dropout.value == "none"
-            and not c.logits_soft_cap and not c.sink and not c.skip_min_seqlen_q)
+    return (
+        c.mask.value == "none"
+        and c.bias.value == "none"
+        and not c.lse
+        and c.dropout.value == "none"
+        and not c.logits_soft_cap
+        and not c.sink
+        and not c.skip_min_seqlen_q
+    )
 
 
 def _plain_npad_d64() -> KernelConfig:
     """A d64 fp16 batch-mode qr kernel without any pad, made plain (receipt 0 has such kernels only with features)."""
     c = _one("fwd", "_d64_", "_fp16_", "_batch_", "_npad_")
-    return c.replace(mask="none", bias="none", lse=False, dropout="none", logits_soft_cap=False, sink=False,
-                     skip_min_seqlen_q=False)
+    return c.replace(
+        mask="none", bias="none", lse=False, dropout="none", logits_soft_cap=False, sink=False, skip_min_seqlen_q=False
+    )
 
 
 def test_unaligned_seqlen_on_nopad_kernel_raises_precondition() -> None:
@@ -335,8 +552,13 @@ def test_head_dim_preconditions() -> None:
     with pytest.raises(PreconditionError, match=r"hdim_q=96: exceeds the kernel's head dim 64"):
         be.run_stage(k, _stage(c, StageRole.FWD), p, dict(make_inputs(p, 0)))
     # bwd pad 8: 8-element alignment
-    c8 = _one("bwd", "fmha_bwd_d64_", "_fp16_", "_batch_",
-              pred=lambda c: c.pad_d == 8 and c.pad_dv == 8 and _plain(c) and not c.deterministic)
+    c8 = _one(
+        "bwd",
+        "fmha_bwd_d64_",
+        "_fp16_",
+        "_batch_",
+        pred=lambda c: c.pad_d == 8 and c.pad_dv == 8 and _plain(c) and not c.deterministic,
+    )
     p = Problem(family="bwd", batch=1, nhead_q=1, seqlen_q=10, hdim_q=36)
     with pytest.raises(PreconditionError, match=r"hdim_q=36: is not a multiple of 8"):
         be.run_stage(be.build(c8), _stage(c8, StageRole.DQ_DK_DV), p, dict(make_inputs(p, 0)))
@@ -376,8 +598,9 @@ def test_supports_reasons() -> None:
     assert be.name == "cpu" and be.available()
     fp16 = _one("fwd", "_d64_", "_fp16_")
     assert be.supports(fp16) is None
-    fp8 = _one("fwd", "_d128_", "_fp8bf16_", "_batch_", "_psskddv_",
-               pred=lambda c: _plain(c) and c.qscale.value == "pertensor")
+    fp8 = _one(
+        "fwd", "_d128_", "_fp8bf16_", "_batch_", "_psskddv_", pred=lambda c: _plain(c) and c.qscale.value == "pertensor"
+    )
     assert "fp8" in be.supports(fp8)
     assert "triton" in be.supports(fp16.replace(pipeline=Pipeline.TRITON))
     assert be.supports(fp16.replace(skip_min_seqlen_q=True)) is None  # emulated: short sequences are skipped
@@ -386,8 +609,9 @@ def test_supports_reasons() -> None:
         be.build(fp8)
     # the dispatcher bound to the cpu backend explains the rejection
     reg = Registry("gfx942", [fp8])
-    exp = Dispatcher(reg, be).explain(Problem(dtype="fp8bf16", batch=1, nhead_q=1, seqlen_q=128, hdim_q=128,
-                                                    qscale="pertensor"))
+    exp = Dispatcher(reg, be).explain(
+        Problem(dtype="fp8bf16", batch=1, nhead_q=1, seqlen_q=128, hdim_q=128, qscale="pertensor")
+    )
     assert "backend cpu: dtype fp8bf16" in str(exp)
 
 
@@ -441,8 +665,9 @@ def _problems():
             ks = tuple(draw(st.lists(st.integers(0, 150), min_size=n, max_size=n)))
             kw.update(mode="group", batch=n, seqlens_q=qs, seqlens_k=ks)
         else:
-            kw.update(batch=draw(st.integers(1, 2)), seqlen_q=draw(st.integers(1, 70)),
-                      seqlen_k=draw(st.integers(1, 260)))
+            kw.update(
+                batch=draw(st.integers(1, 2)), seqlen_q=draw(st.integers(1, 70)), seqlen_k=draw(st.integers(1, 260))
+            )
         if fam == "fwd_splitkv":
             kw.update(num_splits=draw(st.integers(2, 6)), lse=True)
         elif fam == "fwd":
@@ -456,6 +681,7 @@ def _problems():
         if fam != "fwd_splitkv" and mask[0] != "g" and draw(st.booleans()):
             kw.update(bias="alibi")
         return Problem(**kw), draw(st.randoms(use_true_random=False))
+
     return build()
 
 
@@ -468,8 +694,7 @@ def test_random_problems_and_random_matching_kernels(case) -> None:
     chosen: dict[StageRole, KernelConfig] = {}
     disp = Dispatcher(reg, get_backend("cpu"))
     for role in disp.roles(p):
-        sub = Registry("gfx942", list(chosen.values()) + reg.candidates(
-            Family(_FAMILY_OF_ROLE[role]), p.dtype, p.mode))
+        sub = Registry("gfx942", list(chosen.values()) + reg.candidates(Family(_FAMILY_OF_ROLE[role]), p.dtype, p.mode))
         exp = Dispatcher(sub, get_backend("cpu")).explain(p)
         ok = [v.config for s in exp.stages if s.role is role for v in s.verdicts if v.ok]
         assert ok, str(exp)
@@ -477,19 +702,40 @@ def test_random_problems_and_random_matching_kernels(case) -> None:
     run_and_check(p, registry=Registry("gfx942", chosen.values()))
 
 
-_FAMILY_OF_ROLE = {StageRole.FWD: "fwd", StageRole.SPLITKV: "fwd_splitkv", StageRole.COMBINE: "fwd_splitkv_combine",
-                   StageRole.DOT_DO_O: "bwd_dot_do_o", StageRole.DQ_DK_DV: "bwd_dq_dk_dv",
-                   StageRole.CONVERT_DQ: "bwd_convert_dq"}
+_FAMILY_OF_ROLE = {
+    StageRole.FWD: "fwd",
+    StageRole.SPLITKV: "fwd_splitkv",
+    StageRole.COMBINE: "fwd_splitkv_combine",
+    StageRole.DOT_DO_O: "bwd_dot_do_o",
+    StageRole.DQ_DK_DV: "bwd_dq_dk_dv",
+    StageRole.CONVERT_DQ: "bwd_convert_dq",
+}
 
 
 def test_skip_min_seqlen_q_kernel_leaves_short_sequences_untouched() -> None:
     # a real CK skip kernel (gfx942, group mode): short sequences keep the NaN poison, like the reference says
-    skip = [c for c in golden_configs("fwd", "_d64_", "_fp16_", "_group_") if c.skip_min_seqlen_q and not c.lse
-            and c.mask == "none" and c.bias == "none" and c.dropout == "none" and not c.sink
-            and not c.logits_soft_cap]
+    skip = [
+        c
+        for c in golden_configs("fwd", "_d64_", "_fp16_", "_group_")
+        if c.skip_min_seqlen_q
+        and not c.lse
+        and c.mask == "none"
+        and c.bias == "none"
+        and c.dropout == "none"
+        and not c.sink
+        and not c.logits_soft_cap
+    ]
     assert skip
-    p = Problem(dtype="fp16", mode="group", batch=3, nhead_q=2, seqlens_q=(1, 20, 7), seqlens_k=(5, 33, 9),
-                hdim_q=64, min_seqlen_q=7)
+    p = Problem(
+        dtype="fp16",
+        mode="group",
+        batch=3,
+        nhead_q=2,
+        seqlens_q=(1, 20, 7),
+        seqlens_k=(5, 33, 9),
+        hdim_q=64,
+        min_seqlen_q=7,
+    )
     inp = make_inputs(p, 0)
     res = run(p, inp, registry=Registry("gfx942", skip))
     assert res.plan.stages[0].kernel.skip_min_seqlen_q

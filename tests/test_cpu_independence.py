@@ -65,7 +65,7 @@ def reference_imports(source: str, module: str) -> list[tuple[str, str]]:
         if isinstance(node, ast.Import):
             found += [(a.name, "*") for a in node.names if is_reference(a.name)]
         elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             full = ".".join(base + ([node.module] if node.module else []))
             for a in node.names:
                 if is_reference(full):
@@ -89,24 +89,38 @@ def _module_name(path: Path) -> str:
 def test_the_cpu_package_imports_no_semantic_helper_from_the_reference() -> None:
     files = sorted(CPU_PACKAGE.rglob("*.py"))
     assert {"stages.py", "engine.py", "kv.py", "rope.py", "bias.py", "sequences.py"} <= {f.name for f in files}
-    offending = [(f.name, mod, name) for f in files
-                 for mod, name in reference_imports(f.read_text(), _module_name(f))
-                 if name == "*" or name not in NEUTRAL_REFERENCE_NAMES]
+    offending = [
+        (f.name, mod, name)
+        for f in files
+        for mod, name in reference_imports(f.read_text(), _module_name(f))
+        if name == "*" or name not in NEUTRAL_REFERENCE_NAMES
+    ]
     assert offending == []
 
 
-@pytest.mark.parametrize("source, found", [
-    ("from ckfmha.reference._core import alibi_bias, to_hsd", [("ckfmha.reference._core", "alibi_bias"),
-                                                              ("ckfmha.reference._core", "to_hsd")]),
-    ("from ckfmha.reference.pagedkv import kv_sources as ks", [("ckfmha.reference.pagedkv", "kv_sources")]),
-    ("import ckfmha.reference.appendkv", [("ckfmha.reference.appendkv", "*")]),
-    ("from ckfmha import reference", [("ckfmha.reference", "*")]),
-    ("from ...reference.forward import sequences", [("ckfmha.reference.forward", "sequences")]),
-    ("from ... import reference", [("ckfmha.reference", "*")]),
-    ("def f():\n    from ckfmha.reference.appendkv import apply_rope\n", [("ckfmha.reference.appendkv", "apply_rope")]),
-    ("import importlib\nm = importlib.import_module('ckfmha.reference.pagedkv')", [("ckfmha.reference.pagedkv", "*")]),
-    ("from ckfmha.inputs import storage_dtype\nfrom . import kv\nfrom ckfmha.masking import MaskKind", []),
-])
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        (
+            "from ckfmha.reference._core import alibi_bias, to_hsd",
+            [("ckfmha.reference._core", "alibi_bias"), ("ckfmha.reference._core", "to_hsd")],
+        ),
+        ("from ckfmha.reference.pagedkv import kv_sources as ks", [("ckfmha.reference.pagedkv", "kv_sources")]),
+        ("import ckfmha.reference.appendkv", [("ckfmha.reference.appendkv", "*")]),
+        ("from ckfmha import reference", [("ckfmha.reference", "*")]),
+        ("from ...reference.forward import sequences", [("ckfmha.reference.forward", "sequences")]),
+        ("from ... import reference", [("ckfmha.reference", "*")]),
+        (
+            "def f():\n    from ckfmha.reference.appendkv import apply_rope\n",
+            [("ckfmha.reference.appendkv", "apply_rope")],
+        ),
+        (
+            "import importlib\nm = importlib.import_module('ckfmha.reference.pagedkv')",
+            [("ckfmha.reference.pagedkv", "*")],
+        ),
+        ("from ckfmha.inputs import storage_dtype\nfrom . import kv\nfrom ckfmha.masking import MaskKind", []),
+    ],
+)
 def test_the_import_scan_finds_every_form_of_import(source: str, found) -> None:
     assert reference_imports(source, "ckfmha.backends.cpu.stages") == found
 
@@ -120,23 +134,38 @@ def test_alibi_reproduces_the_pictures_of_ck_block_position_encoding() -> None:
     top_left = Alibi(slopes, AlibiMode.FROM_TOP_LEFT, 4, 6).tile(rows, cols)
     assert (-top_left[0]).tolist() == [[0, 1, 2, 3, 4, 5], [1, 0, 1, 2, 3, 4], [2, 1, 0, 1, 2, 3], [3, 2, 1, 0, 1, 2]]
     bottom_right = Alibi(slopes, AlibiMode.FROM_BOTTOM_RIGHT, 4, 6).tile(rows, cols)
-    assert (-bottom_right[0]).tolist() == [[2, 1, 0, 1, 2, 3], [3, 2, 1, 0, 1, 2], [4, 3, 2, 1, 0, 1],
-                                           [5, 4, 3, 2, 1, 0]]
+    assert (-bottom_right[0]).tolist() == [
+        [2, 1, 0, 1, 2, 3],
+        [3, 2, 1, 0, 1, 2],
+        [4, 3, 2, 1, 0, 1],
+        [5, 4, 3, 2, 1, 0],
+    ]
     assert (-bottom_right[1]).tolist() == (0.5 * -bottom_right[0]).tolist()
     tall = Alibi(slopes, AlibiMode.FROM_BOTTOM_RIGHT, 6, 4).tile(np.arange(6), np.arange(4))  # sq > sk
     assert (-tall[0]).tolist()[2:] == [[0, 1, 2, 3], [1, 0, 1, 2], [2, 1, 0, 1], [3, 2, 1, 0]]
 
 
-@pytest.mark.parametrize("mask, mode", [("0", AlibiMode.FROM_BOTTOM_RIGHT), ("t", AlibiMode.VERTICAL),
-                                        ("b", AlibiMode.VERTICAL), ("t:3,0", AlibiMode.FROM_TOP_LEFT),
-                                        ("b:-1,4", AlibiMode.FROM_BOTTOM_RIGHT), ("xt:7", AlibiMode.FROM_TOP_LEFT)])
+@pytest.mark.parametrize(
+    "mask, mode",
+    [
+        ("0", AlibiMode.FROM_BOTTOM_RIGHT),
+        ("t", AlibiMode.VERTICAL),
+        ("b", AlibiMode.VERTICAL),
+        ("t:3,0", AlibiMode.FROM_TOP_LEFT),
+        ("b:-1,4", AlibiMode.FROM_BOTTOM_RIGHT),
+        ("xt:7", AlibiMode.FROM_TOP_LEFT),
+    ],
+)
 def test_alibi_mode_is_make_alibi_from_lr_mask(mask: str, mode: AlibiMode) -> None:
     assert alibi_mode(MaskSpec.parse(mask)) is mode
 
 
 def test_alibi_mode_of_a_generic_mask_is_an_error() -> None:
-    with pytest.raises(KernelInputError, match=r"mask: g:2,1 with ALiBi: CK's make_alibi_from_lr_mask casts "
-                                               r"mask_type 3 to an AlibiMode that has no meaning"):
+    with pytest.raises(
+        KernelInputError,
+        match=r"mask: g:2,1 with ALiBi: CK's make_alibi_from_lr_mask casts "
+        r"mask_type 3 to an AlibiMode that has no meaning",
+    ):
         alibi_mode(MaskSpec.parse("g:2,1"))
 
 
@@ -161,16 +190,31 @@ def test_rope_is_cks_float32_rotation() -> None:
     cos = np.array([[0.5, 0.25]], dtype=np.float32)
     sin = np.array([[0.75, -1.0]], dtype=np.float32)
     inter = rotate(x, cos, sin, "interleaved", 4)
-    assert inter[0, 0].tolist() == [1 * 0.5 - 2 * 0.75, 2 * 0.5 + 1 * 0.75, 3 * 0.25 - 4 * -1.0,
-                                    4 * 0.25 + 3 * -1.0, 5.0]
+    assert inter[0, 0].tolist() == [
+        1 * 0.5 - 2 * 0.75,
+        2 * 0.5 + 1 * 0.75,
+        3 * 0.25 - 4 * -1.0,
+        4 * 0.25 + 3 * -1.0,
+        5.0,
+    ]
     half = rotate(x, cos, sin, "half_rotated", 4)
-    assert half[0, 0].tolist() == [1 * 0.5 - 3 * 0.75, 2 * 0.25 - 4 * -1.0, 3 * 0.5 + 1 * 0.75,
-                                   4 * 0.25 + 2 * -1.0, 5.0]
+    assert half[0, 0].tolist() == [
+        1 * 0.5 - 3 * 0.75,
+        2 * 0.25 - 4 * -1.0,
+        3 * 0.5 + 1 * 0.75,
+        4 * 0.25 + 2 * -1.0,
+        5.0,
+    ]
     assert inter.dtype == half.dtype == np.float32 and x[0, 0, 0] == 1.0  # a new array
     # float32, not float64: (1 + 2^-23) * (1 - 2^-24) rounds in float32
-    e = np.float32(2.0 ** -23)
-    y = rotate(np.array([[[1 + e, 0.0]]], dtype=np.float32), np.array([[1 - e / 2]], dtype=np.float32),
-               np.array([[0.0]], dtype=np.float32), "interleaved", 2)
+    e = np.float32(2.0**-23)
+    y = rotate(
+        np.array([[[1 + e, 0.0]]], dtype=np.float32),
+        np.array([[1 - e / 2]], dtype=np.float32),
+        np.array([[0.0]], dtype=np.float32),
+        "interleaved",
+        2,
+    )
     assert y[0, 0, 0] == np.float32(1 + e) * np.float32(1 - e / 2)
 
 
@@ -200,29 +244,79 @@ def test_rope_agrees_with_the_reference_on_random_rows(dtype: str, rope: str, se
 # ------------------------------------------------------------------------------------ K/V gathers
 GATHER_CASES = {
     "fwd-batch": dict(batch=3, nhead_q=4, nhead_k=2, seqlen_q=5, seqlen_k=77, hdim_q=32),
-    "fwd-bshd": dict(batch=2, nhead_q=2, seqlen_q=5, seqlen_k=40, hdim_q=32, input_layout="bshd",
-                     output_layout="bshd"),
-    "fwd-group-skpad": dict(mode="group", batch=3, nhead_q=2, seqlens_q=(3, 1, 4), seqlens_k=(30, 0, 17),
-                            s_kpad=(32, 5, 20), hdim_q=32),
-    "splitkv-cache-batch-idx": dict(family="fwd_splitkv", batch=4, nhead_q=2, seqlen_q=3, seqlen_k=50, hdim_q=32,
-                                    cache_batch_idx=True, num_splits=2),
-    "splitkv-paged": dict(family="fwd_splitkv", batch=3, nhead_q=2, seqlen_q=3, seqlen_k=300, hdim_q=32,
-                          num_splits=2, page_block_size=128),
-    "pagedkv-bhsd": dict(family="fwd_pagedkv", batch=2, nhead_q=2, nhead_k=1, seqlen_q=3, seqlen_k=290, hdim_q=32,
-                         page_block_size=128),
-    "pagedkv-bshd": dict(family="fwd_pagedkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=257, hdim_q=32,
-                         page_block_size=256, input_layout="bshd", output_layout="bshd"),
-    "prefill-sglang-vectorized": dict(family="batch_prefill", mode="group", batch=3, nhead_q=4, nhead_k=2,
-                                      seqlens_q=(2, 5, 1), seqlens_k=(41, 16, 0), hdim_q=32, page_block_size=16,
-                                      kv_lookup="sglang", kv_layout="vectorized"),
-    "prefill-sglang-linear": dict(family="batch_prefill", mode="group", batch=2, nhead_q=2, seqlens_q=(2, 5),
-                                  seqlens_k=(9, 33), hdim_q=32, page_block_size=4, kv_lookup="sglang",
-                                  kv_layout="linear"),
-    "prefill-vllm-vectorized": dict(family="batch_prefill", mode="group", batch=2, nhead_q=2, seqlens_q=(2, 5),
-                                    seqlens_k=(70, 8), hdim_q=64, page_block_size=32, kv_lookup="vllm",
-                                    kv_layout="vectorized"),
-    "prefill-vllm-linear": dict(family="batch_prefill", mode="group", batch=2, nhead_q=2, seqlens_q=(2, 5),
-                                seqlens_k=(3, 21), hdim_q=32, page_block_size=1, kv_lookup="vllm", kv_layout="linear"),
+    "fwd-bshd": dict(batch=2, nhead_q=2, seqlen_q=5, seqlen_k=40, hdim_q=32, input_layout="bshd", output_layout="bshd"),
+    "fwd-group-skpad": dict(
+        mode="group", batch=3, nhead_q=2, seqlens_q=(3, 1, 4), seqlens_k=(30, 0, 17), s_kpad=(32, 5, 20), hdim_q=32
+    ),
+    "splitkv-cache-batch-idx": dict(
+        family="fwd_splitkv", batch=4, nhead_q=2, seqlen_q=3, seqlen_k=50, hdim_q=32, cache_batch_idx=True, num_splits=2
+    ),
+    "splitkv-paged": dict(
+        family="fwd_splitkv", batch=3, nhead_q=2, seqlen_q=3, seqlen_k=300, hdim_q=32, num_splits=2, page_block_size=128
+    ),
+    "pagedkv-bhsd": dict(
+        family="fwd_pagedkv", batch=2, nhead_q=2, nhead_k=1, seqlen_q=3, seqlen_k=290, hdim_q=32, page_block_size=128
+    ),
+    "pagedkv-bshd": dict(
+        family="fwd_pagedkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=257,
+        hdim_q=32,
+        page_block_size=256,
+        input_layout="bshd",
+        output_layout="bshd",
+    ),
+    "prefill-sglang-vectorized": dict(
+        family="batch_prefill",
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        nhead_k=2,
+        seqlens_q=(2, 5, 1),
+        seqlens_k=(41, 16, 0),
+        hdim_q=32,
+        page_block_size=16,
+        kv_lookup="sglang",
+        kv_layout="vectorized",
+    ),
+    "prefill-sglang-linear": dict(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(2, 5),
+        seqlens_k=(9, 33),
+        hdim_q=32,
+        page_block_size=4,
+        kv_lookup="sglang",
+        kv_layout="linear",
+    ),
+    "prefill-vllm-vectorized": dict(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(2, 5),
+        seqlens_k=(70, 8),
+        hdim_q=64,
+        page_block_size=32,
+        kv_lookup="vllm",
+        kv_layout="vectorized",
+    ),
+    "prefill-vllm-linear": dict(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(2, 5),
+        seqlens_k=(3, 21),
+        hdim_q=32,
+        page_block_size=1,
+        kv_lookup="vllm",
+        kv_layout="linear",
+    ),
 }
 
 
@@ -248,7 +342,7 @@ def test_gathers_agree_with_the_reference(name: str, seed: int) -> None:
         assert np.array_equal(got_k.view(np.uint16), want_k.view(np.uint16)), b
         assert np.array_equal(got_v.view(np.uint16), want_v.view(np.uint16)), b
         if sk > 2:  # a window in the middle of the sequence, across page boundaries
-            np.testing.assert_array_equal(k_src.read(1, sk - 1), want_k[:, 1:sk - 1])
+            np.testing.assert_array_equal(k_src.read(1, sk - 1), want_k[:, 1 : sk - 1])
 
 
 def test_the_navigator_walks_pages_like_ck() -> None:
@@ -257,23 +351,38 @@ def test_the_navigator_walks_pages_like_ck() -> None:
     page, off = nav.locate(np.array([0, 3, 4, 9, 11]))
     assert page.tolist() == [3, 3, 0, 4, 4] and off.tolist() == [0, 3, 0, 1, 3]
     assert np.array_equal(nav.read(3, 6)[0], np.stack([pool[3, 0, 3], pool[0, 0, 0], pool[0, 0, 1]]))
-    with pytest.raises(KernelInputError, match=r"k_cache: key 12 lies in logical block 3, the sequence has 3 "
-                                               r"block\(s\)"):
+    with pytest.raises(
+        KernelInputError,
+        match=r"k_cache: key 12 lies in logical block 3, the sequence has 3 "
+        r"block\(s\)",
+    ):
         nav.read(10, 13)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(),
-    dict(input_layout="bshd", output_layout="bshd"),
-    dict(cache_batch_idx=True, batch=3),
-    dict(page_block_size=128, seqlen_k=140),
-    dict(page_block_size=128, seqlen_k=300, input_layout="bshd", output_layout="bshd"),
-    dict(rotary_dim=16, rope="interleaved", page_block_size=128, seqlen_k=260),
-    dict(rotary_dim=32, rope="half_rotated", mask="0"),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(input_layout="bshd", output_layout="bshd"),
+        dict(cache_batch_idx=True, batch=3),
+        dict(page_block_size=128, seqlen_k=140),
+        dict(page_block_size=128, seqlen_k=300, input_layout="bshd", output_layout="bshd"),
+        dict(rotary_dim=16, rope="interleaved", page_block_size=128, seqlen_k=260),
+        dict(rotary_dim=32, rope="half_rotated", mask="0"),
+    ],
+)
 def test_cache_writes_agree_with_the_reference(kw: dict) -> None:
-    base = dict(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=120, seqlen_knew=9, hdim_q=64,
-                dtype="fp16", mask="b")
+    base = dict(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=120,
+        seqlen_knew=9,
+        hdim_q=64,
+        dtype="fp16",
+        mask="b",
+    )
     base.update(kw)
     p = Problem(**base)
     x = make_inputs(p, 2)
@@ -322,24 +431,90 @@ def _wrong_kv_sources(p, inputs):
 
 
 FAULTS = {
-    "alibi_bias": (alibi_bias, _wrong_alibi, [
-        Problem(batch=2, nhead_q=4, seqlen_q=40, seqlen_k=70, hdim_q=64, bias="alibi", mask="t:20,5", lse=True),
-        Problem(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=8, seqlen_k=300, hdim_q=64, num_splits=3,
-                bias="alibi", lse=True),
-        Problem(family="bwd", batch=1, nhead_q=2, seqlen_q=40, seqlen_k=64, hdim_q=64, bias="alibi", mask="b")]),
-    "apply_rope": (apply_rope, _wrong_rope, [
-        Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=260, seqlen_knew=9, rotary_dim=64,
-                rope="interleaved", hdim_q=64, page_block_size=128, lse=True),
-        Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=16, seqlen_k=300, seqlen_knew=20,
-                rotary_dim=32, rope="half_rotated", hdim_q=128, mask="b")]),
-    "kv_sources": (kv_sources, _wrong_kv_sources, [
-        Problem(family="fwd_pagedkv", batch=2, nhead_q=2, seqlen_q=20, seqlen_k=200, hdim_q=128,
-                page_block_size=128),
-        Problem(family="fwd_splitkv", batch=3, nhead_q=2, seqlen_q=4, seqlen_k=150, hdim_q=64, cache_batch_idx=True,
-                num_splits=2),
-        Problem(family="batch_prefill", mode="group", batch=2, nhead_q=4, nhead_k=2, seqlens_q=(30, 50),
-                seqlens_k=(100, 100), hdim_q=128, page_block_size=16, kv_lookup="sglang", kv_layout="vectorized",
-                lse=True, mask="b")]),
+    "alibi_bias": (
+        alibi_bias,
+        _wrong_alibi,
+        [
+            Problem(batch=2, nhead_q=4, seqlen_q=40, seqlen_k=70, hdim_q=64, bias="alibi", mask="t:20,5", lse=True),
+            Problem(
+                family="fwd_splitkv",
+                batch=2,
+                nhead_q=2,
+                seqlen_q=8,
+                seqlen_k=300,
+                hdim_q=64,
+                num_splits=3,
+                bias="alibi",
+                lse=True,
+            ),
+            Problem(family="bwd", batch=1, nhead_q=2, seqlen_q=40, seqlen_k=64, hdim_q=64, bias="alibi", mask="b"),
+        ],
+    ),
+    "apply_rope": (
+        apply_rope,
+        _wrong_rope,
+        [
+            Problem(
+                family="fwd_appendkv",
+                batch=2,
+                nhead_q=2,
+                seqlen_q=3,
+                seqlen_k=260,
+                seqlen_knew=9,
+                rotary_dim=64,
+                rope="interleaved",
+                hdim_q=64,
+                page_block_size=128,
+                lse=True,
+            ),
+            Problem(
+                family="fwd_appendkv",
+                batch=2,
+                nhead_q=2,
+                seqlen_q=16,
+                seqlen_k=300,
+                seqlen_knew=20,
+                rotary_dim=32,
+                rope="half_rotated",
+                hdim_q=128,
+                mask="b",
+            ),
+        ],
+    ),
+    "kv_sources": (
+        kv_sources,
+        _wrong_kv_sources,
+        [
+            Problem(
+                family="fwd_pagedkv", batch=2, nhead_q=2, seqlen_q=20, seqlen_k=200, hdim_q=128, page_block_size=128
+            ),
+            Problem(
+                family="fwd_splitkv",
+                batch=3,
+                nhead_q=2,
+                seqlen_q=4,
+                seqlen_k=150,
+                hdim_q=64,
+                cache_batch_idx=True,
+                num_splits=2,
+            ),
+            Problem(
+                family="batch_prefill",
+                mode="group",
+                batch=2,
+                nhead_q=4,
+                nhead_k=2,
+                seqlens_q=(30, 50),
+                seqlens_k=(100, 100),
+                hdim_q=128,
+                page_block_size=16,
+                kv_lookup="sglang",
+                kv_layout="vectorized",
+                lse=True,
+                mask="b",
+            ),
+        ],
+    ),
 }
 
 
@@ -368,8 +543,16 @@ def test_a_fault_in_the_reference_cache_write_leaves_the_cpu_backend_unchanged(m
     def shifted(p, inputs, cache, new_hsd, b, pos, paged):
         write_cache(p, inputs, cache, new_hsd, b, pos - 1, paged)  # one key too early
 
-    p = Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=5, seqlen_k=100, seqlen_knew=7, hdim_q=64,
-                cache_batch_idx=True)
+    p = Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=5,
+        seqlen_k=100,
+        seqlen_knew=7,
+        hdim_q=64,
+        cache_batch_idx=True,
+    )
     x = make_inputs(p, 1)
     before = _cpu_outputs(p, x)
     assert _rebind(monkeypatch, write_cache, shifted)
@@ -379,22 +562,101 @@ def test_a_fault_in_the_reference_cache_write_leaves_the_cpu_backend_unchanged(m
 
 EVERY_FAMILY = [
     Problem(batch=2, nhead_q=4, nhead_k=2, seqlen_q=40, seqlen_k=77, hdim_q=64, bias="alibi", mask="b", lse=True),
-    Problem(mode="group", batch=2, nhead_q=2, seqlens_q=(17, 40), seqlens_k=(30, 65), s_kpad=(32, 70), hdim_q=64,
-            bias="elementwise", bias_rank=1, sink=True, lse=True),
-    Problem(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=8, seqlen_k=300, hdim_q=128, num_splits=4,
-            page_block_size=128, lse=True),
-    Problem(family="fwd_pagedkv", batch=2, nhead_q=2, seqlen_q=20, seqlen_k=200, hdim_q=128, page_block_size=128,
-            input_layout="bshd", mask="b"),
-    Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=260, seqlen_knew=9, rotary_dim=64,
-            rope="interleaved", hdim_q=64, page_block_size=128, lse=True),
-    Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=5, seqlen_k=100, seqlen_knew=7, hdim_q=64,
-            cache_batch_idx=True),
-    Problem(family="batch_prefill", mode="group", batch=2, nhead_q=2, seqlens_q=(9, 20), seqlens_k=(40, 150),
-            hdim_q=128, page_block_size=16, kv_lookup="sglang", kv_layout="vectorized", p_drop=0.2),
-    Problem(family="bwd", batch=2, nhead_q=4, nhead_k=2, seqlen_q=50, seqlen_k=70, hdim_q=64, mask="t", p_drop=0.1,
-            bias="alibi"),
-    Problem(family="bwd", mode="group", batch=3, nhead_q=2, seqlens_q=(10, 64, 1), seqlens_k=(50, 31, 0),
-            hdim_q=64, mask="b:20,5", dbias=True, bias="elementwise"),
+    Problem(
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(17, 40),
+        seqlens_k=(30, 65),
+        s_kpad=(32, 70),
+        hdim_q=64,
+        bias="elementwise",
+        bias_rank=1,
+        sink=True,
+        lse=True,
+    ),
+    Problem(
+        family="fwd_splitkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=8,
+        seqlen_k=300,
+        hdim_q=128,
+        num_splits=4,
+        page_block_size=128,
+        lse=True,
+    ),
+    Problem(
+        family="fwd_pagedkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=20,
+        seqlen_k=200,
+        hdim_q=128,
+        page_block_size=128,
+        input_layout="bshd",
+        mask="b",
+    ),
+    Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=260,
+        seqlen_knew=9,
+        rotary_dim=64,
+        rope="interleaved",
+        hdim_q=64,
+        page_block_size=128,
+        lse=True,
+    ),
+    Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=5,
+        seqlen_k=100,
+        seqlen_knew=7,
+        hdim_q=64,
+        cache_batch_idx=True,
+    ),
+    Problem(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(9, 20),
+        seqlens_k=(40, 150),
+        hdim_q=128,
+        page_block_size=16,
+        kv_lookup="sglang",
+        kv_layout="vectorized",
+        p_drop=0.2,
+    ),
+    Problem(
+        family="bwd",
+        batch=2,
+        nhead_q=4,
+        nhead_k=2,
+        seqlen_q=50,
+        seqlen_k=70,
+        hdim_q=64,
+        mask="t",
+        p_drop=0.1,
+        bias="alibi",
+    ),
+    Problem(
+        family="bwd",
+        mode="group",
+        batch=3,
+        nhead_q=2,
+        seqlens_q=(10, 64, 1),
+        seqlens_k=(50, 31, 0),
+        hdim_q=64,
+        mask="b:20,5",
+        dbias=True,
+        bias="elementwise",
+    ),
 ]
 
 
@@ -410,17 +672,34 @@ def test_every_family_runs_with_every_forward_reference_function_broken(monkeypa
             fwd = reference(p, x)
             x["o"], x["lse"] = fwd["o"].astype(x["q"].dtype), fwd["lse"]
         prepared.append((p, x, _cpu_outputs(p, x)))
-    names = ("ckfmha.reference", *(f"ckfmha.reference.{m}" for m in
-                                   ("_core", "forward", "pagedkv", "appendkv", "splitkv", "batch_prefill")))
+    names = (
+        "ckfmha.reference",
+        *(f"ckfmha.reference.{m}" for m in ("_core", "forward", "pagedkv", "appendkv", "splitkv", "batch_prefill")),
+    )
     modules = [sys.modules[n] for n in names]
-    functions = {id(f): f for m in modules for f in vars(m).values()
-                 if isinstance(f, types.FunctionType) and f.__module__.startswith("ckfmha.reference")}
-    assert {"alibi_bias", "apply_rope", "kv_sources", "write_cache", "sequence_extras", "sequences",
-            "to_hsd", "from_hsd", "attend"} <= {f.__name__ for f in functions.values()}
+    functions = {
+        id(f): f
+        for m in modules
+        for f in vars(m).values()
+        if isinstance(f, types.FunctionType) and f.__module__.startswith("ckfmha.reference")
+    }
+    assert {
+        "alibi_bias",
+        "apply_rope",
+        "kv_sources",
+        "write_cache",
+        "sequence_extras",
+        "sequences",
+        "to_hsd",
+        "from_hsd",
+        "attend",
+    } <= {f.__name__ for f in functions.values()}
     keep = sys.modules["ckfmha.reference.backward"]
     for f in functions.values():
+
         def broken(*args, _name=f.__name__, **kwargs):
             raise AssertionError(f"the cpu backend called the reference's {_name}")
+
         for name, mod in list(sys.modules.items()):
             if name.startswith("ckfmha") and isinstance(mod, types.ModuleType) and mod is not keep:
                 for attr, value in list(vars(mod).items()):
@@ -437,8 +716,18 @@ def _appendkv_stage(p: Problem):
 
 
 def _paged_appendkv() -> tuple[Problem, dict]:
-    p = Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=260, seqlen_knew=9, hdim_q=64,
-                page_block_size=128, rotary_dim=16, rope="interleaved")
+    p = Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=260,
+        seqlen_knew=9,
+        hdim_q=64,
+        page_block_size=128,
+        rotary_dim=16,
+        rope="interleaved",
+    )
     return p, make_inputs(p, 0)
 
 
@@ -451,8 +740,9 @@ def test_a_bad_block_table_entry_is_refused_before_anything_is_written() -> None
     k_before, v_before, q_before = x["k_cache"].copy(), x["v_cache"].copy(), x["q"].copy()
     with pytest.raises(KernelInputError) as e:
         stages.run_appendkv(plan, cfg, None, p, x)
-    assert str(e.value) == (f"block_table[1, 2]: {n} (sequence 1, logical block 2) is not a page of the K/V pools; "
-                            f"allowed 0..{n - 1}")
+    assert str(e.value) == (
+        f"block_table[1, 2]: {n} (sequence 1, logical block 2) is not a page of the K/V pools; allowed 0..{n - 1}"
+    )
     assert isinstance(e.value, ValueError)
     assert np.array_equal(x["k_cache"], k_before) and np.array_equal(x["v_cache"], v_before)  # sequence 0 too
     assert np.array_equal(x["q"], q_before)
@@ -462,29 +752,55 @@ def test_a_short_rotary_table_is_refused() -> None:
     p, x = _paged_appendkv()
     plan, cfg = _appendkv_stage(p)
     x["rotary_cos"] = x["rotary_cos"][:255]  # the cache holds 251 keys, knew row 8 reads table row 259
-    with pytest.raises(KernelInputError, match=r"^rotary_cos: 255 rows, the append reads row 259 \(cache length \+ "
-                                               r"appended position\); the table needs at least 260 rows$"):
+    with pytest.raises(
+        KernelInputError,
+        match=r"^rotary_cos: 255 rows, the append reads row 259 \(cache length \+ "
+        r"appended position\); the table needs at least 260 rows$",
+    ):
         stages.run_appendkv(plan, cfg, None, p, x)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda x: x.update(kv_last_page_lens=np.array([3, 4], dtype=np.int32)),
-     "kv_indptr, kv_last_page_lens: sequence 0's page table holds 35 keys ((pages - 1) * page_block_size + last "
-     "page length), seqlens_k[0] = 40"),
-    (lambda x: x.update(kv_last_page_lens=np.array([8, 17], dtype=np.int32)),
-     "kv_last_page_lens[1]: 17 must be in 1..page_block_size=16 (sequence 1 has 10 page(s))"),
-    (lambda x: x.update(kv_indptr=np.array([0, 3, 2], dtype=np.int32)),
-     "kv_indptr[1], kv_indptr[2]: (3, 2) must satisfy 0 <= kv_indptr[b] <= kv_indptr[b + 1] <= "
-     "len(kv_page_indices) = 13"),
-    (lambda x: x.update(kv_page_indices=np.where(np.arange(13) == 4, -1, x["kv_page_indices"]).astype(np.int32)),
-     "kv_page_indices[4]: -1 (sequence 1, logical block 1) is not a page of the K/V pools; allowed 0..13"),
-    (lambda x: x.update(kv_page_indices=x["kv_page_indices"].astype(np.float32)),
-     "kv_page_indices: dtype float32 is not an integer type (the kernel reads int32 indices)"),
-    (lambda x: x.pop("kv_indptr"), None),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda x: x.update(kv_last_page_lens=np.array([3, 4], dtype=np.int32)),
+            "kv_indptr, kv_last_page_lens: sequence 0's page table holds 35 keys ((pages - 1) * page_block_size + last "
+            "page length), seqlens_k[0] = 40",
+        ),
+        (
+            lambda x: x.update(kv_last_page_lens=np.array([8, 17], dtype=np.int32)),
+            "kv_last_page_lens[1]: 17 must be in 1..page_block_size=16 (sequence 1 has 10 page(s))",
+        ),
+        (
+            lambda x: x.update(kv_indptr=np.array([0, 3, 2], dtype=np.int32)),
+            "kv_indptr[1], kv_indptr[2]: (3, 2) must satisfy 0 <= kv_indptr[b] <= kv_indptr[b + 1] <= "
+            "len(kv_page_indices) = 13",
+        ),
+        (
+            lambda x: x.update(kv_page_indices=np.where(np.arange(13) == 4, -1, x["kv_page_indices"]).astype(np.int32)),
+            "kv_page_indices[4]: -1 (sequence 1, logical block 1) is not a page of the K/V pools; allowed 0..13",
+        ),
+        (
+            lambda x: x.update(kv_page_indices=x["kv_page_indices"].astype(np.float32)),
+            "kv_page_indices: dtype float32 is not an integer type (the kernel reads int32 indices)",
+        ),
+        (lambda x: x.pop("kv_indptr"), None),
+    ],
+)
 def test_sglang_page_tables_are_checked(edit, message) -> None:
-    p = Problem(family="batch_prefill", mode="group", batch=2, nhead_q=2, seqlens_q=(9, 20), seqlens_k=(40, 150),
-                hdim_q=128, page_block_size=16, kv_lookup="sglang", kv_layout="vectorized")
+    p = Problem(
+        family="batch_prefill",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(9, 20),
+        seqlens_k=(40, 150),
+        hdim_q=128,
+        page_block_size=16,
+        kv_lookup="sglang",
+        kv_layout="vectorized",
+    )
     x = make_inputs(p, 0)
     assert x["kv_indptr"].tolist() == [0, 3, 13] and x["kv_last_page_lens"].tolist() == [8, 6]
     edit(x)
@@ -496,13 +812,24 @@ def test_sglang_page_tables_are_checked(edit, message) -> None:
         assert str(e.value) == message
 
 
-@pytest.mark.parametrize("bad, message", [
-    (3, "cache_batch_idx[1]: 3 is not a row of k; allowed 0..2"),
-    (-1, "cache_batch_idx[1]: -1 is not a row of k; allowed 0..2"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (3, "cache_batch_idx[1]: 3 is not a row of k; allowed 0..2"),
+        (-1, "cache_batch_idx[1]: -1 is not a row of k; allowed 0..2"),
+    ],
+)
 def test_cache_batch_idx_rows_are_checked(bad: int, message: str) -> None:
-    p = Problem(family="fwd_splitkv", batch=3, nhead_q=2, seqlen_q=4, seqlen_k=150, hdim_q=64, cache_batch_idx=True,
-                num_splits=2)
+    p = Problem(
+        family="fwd_splitkv",
+        batch=3,
+        nhead_q=2,
+        seqlen_q=4,
+        seqlen_k=150,
+        hdim_q=64,
+        cache_batch_idx=True,
+        num_splits=2,
+    )
     x = make_inputs(p, 0)
     x["cache_batch_idx"] = np.array([0, bad, 1], dtype=np.int32)
     with pytest.raises(KernelInputError) as e:
@@ -516,8 +843,9 @@ def test_contiguous_kv_too_short_is_refused() -> None:
     x["v"] = x["v"][:, :, :64]
     with pytest.raises(KernelInputError) as e:
         run(p, x, registry=cpu_registry())
-    assert str(e.value) == ("v: shape (2, 2, 64, 64) (bhsd) holds 2 row(s) of 64 keys; sequence 0 reads row 0, "
-                            "keys 0..69")
+    assert str(e.value) == (
+        "v: shape (2, 2, 64, 64) (bhsd) holds 2 row(s) of 64 keys; sequence 0 reads row 0, keys 0..69"
+    )
 
 
 def test_alibi_slopes_of_the_wrong_shape_are_refused() -> None:

@@ -9,8 +9,19 @@ import pytest
 import yaml
 
 import ckfmha.datafile as datafile
-from ckfmha.datafile import (MAX_NESTING_DEPTH, DataFileError, DuplicateKeyError, MissingDataFileError, NestingError,
-                             StrictYAMLLoader, key_path, load_json, load_yaml, parse_json, parse_yaml)
+from ckfmha.datafile import (
+    MAX_NESTING_DEPTH,
+    DataFileError,
+    DuplicateKeyError,
+    MissingDataFileError,
+    NestingError,
+    StrictYAMLLoader,
+    key_path,
+    load_json,
+    load_yaml,
+    parse_json,
+    parse_yaml,
+)
 
 
 def test_errors_are_value_errors():
@@ -32,12 +43,15 @@ def test_key_path():
     assert key_path((0, "a")) == "[0].a"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a: 1\na: 2\n", "x.yaml: top level: duplicate key 'a' at line 2 (first at line 1)"),
-    ("e:\n  - n: 1\n  - n: 2\n    m: 3\n    n: 4\n", "x.yaml: e[1]: duplicate key 'n' at line 5 (first at line 3)"),
-    ("p: {x: 1, y: 2, x: 3}\n", "x.yaml: p: duplicate key 'x' at line 1 (first at line 1)"),
-    ("1: a\n0x1: b\n", "x.yaml: top level: duplicate key 1 at line 2 (first at line 1)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: 1\na: 2\n", "x.yaml: top level: duplicate key 'a' at line 2 (first at line 1)"),
+        ("e:\n  - n: 1\n  - n: 2\n    m: 3\n    n: 4\n", "x.yaml: e[1]: duplicate key 'n' at line 5 (first at line 3)"),
+        ("p: {x: 1, y: 2, x: 3}\n", "x.yaml: p: duplicate key 'x' at line 1 (first at line 1)"),
+        ("1: a\n0x1: b\n", "x.yaml: top level: duplicate key 1 at line 2 (first at line 1)"),
+    ],
+)
 def test_yaml_duplicate_keys(text, message):
     with pytest.raises(DuplicateKeyError) as e:
         parse_yaml(text, "x.yaml")
@@ -45,22 +59,27 @@ def test_yaml_duplicate_keys(text, message):
 
 
 def test_yaml_merge_keys_are_overrides_not_duplicates():
-    doc = parse_yaml(textwrap.dedent("""\
+    doc = parse_yaml(
+        textwrap.dedent("""\
         base: &b {x: 1, y: 2}
         d: {<<: *b, x: 3}
         e:
           <<: *b
           y: 5
-        """))
+        """)
+    )
     assert doc["d"] == {"x": 3, "y": 2} and doc["e"] == {"x": 1, "y": 5}
     with pytest.raises(DuplicateKeyError, match="d: duplicate key 'x'"):
         parse_yaml("base: &b {x: 1}\nd: {<<: *b, x: 3, x: 4}\n")
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"a": 1, "a": 2}', "x.json: top level: duplicate key 'a'"),
-    ('{"a": {"b": [0, {"c": 1, "d": 2, "c": 3}]}}', "x.json: a.b[1]: duplicate key 'c'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"a": 1, "a": 2}', "x.json: top level: duplicate key 'a'"),
+        ('{"a": {"b": [0, {"c": 1, "d": 2, "c": 3}]}}', "x.json: a.b[1]: duplicate key 'c'"),
+    ],
+)
 def test_json_duplicate_keys(text, message):
     with pytest.raises(DuplicateKeyError) as e:
         parse_json(text, "x.json")
@@ -71,15 +90,20 @@ def test_json_same_key_in_different_objects_is_fine():
     assert parse_json('[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]
 
 
-@pytest.mark.parametrize("parse, text", [
-    (parse_yaml, "[" * 100_000 + "]" * 100_000),
-    (parse_yaml, "a:\n" + "".join("  " * i + "- \n" for i in range(1, 80))),
-    (parse_json, "[" * 100_000 + "]" * 100_000),
-    (parse_json, '{"a": ' * 100_000 + "1" + "}" * 100_000),
-], ids=["yaml-flow", "yaml-block", "json-array", "json-object"])
+@pytest.mark.parametrize(
+    "parse, text",
+    [
+        (parse_yaml, "[" * 100_000 + "]" * 100_000),
+        (parse_yaml, "a:\n" + "".join("  " * i + "- \n" for i in range(1, 80))),
+        (parse_json, "[" * 100_000 + "]" * 100_000),
+        (parse_json, '{"a": ' * 100_000 + "1" + "}" * 100_000),
+    ],
+    ids=["yaml-flow", "yaml-block", "json-array", "json-object"],
+)
 def test_deep_nesting_is_a_named_error_not_a_recursion_error(parse, text):
-    with pytest.raises(NestingError, match=f"f.txt: line \\d+: nested deeper than MAX_NESTING_DEPTH = "
-                                           f"{MAX_NESTING_DEPTH} levels"):
+    with pytest.raises(
+        NestingError, match=f"f.txt: line \\d+: nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels"
+    ):
         parse(text, "f.txt")
 
 
@@ -133,7 +157,7 @@ def test_missing_unreadable_and_malformed(tmp_path):
         parse_yaml("a: [1,\n", "x.yaml")
 
 
-@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', '[-Infinity]'])
+@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', "[-Infinity]"])
 def test_json_nonstandard_constants(text):
     with pytest.raises(DataFileError, match="is not JSON"):
         parse_json(text, "x.json")

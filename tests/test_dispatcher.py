@@ -7,7 +7,7 @@ tests do not depend on our own enumeration.
 from __future__ import annotations
 
 import gzip
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -26,14 +26,14 @@ from ckfmha.registry import Registry
 from tests.golden import LOCAL_GOLDEN
 
 
-@lru_cache(maxsize=None)
+@cache
 def golden(mask_mode: str, api: str, *tokens: str) -> tuple[KernelConfig, ...]:
     with gzip.open(LOCAL_GOLDEN / mask_mode / api / "gfx942" / "r0.txt.gz", "rt") as fh:
         names = fh.read().split()
     return tuple(parse_ck_instance_name(n) for n in names if all(t in n for t in tokens))
 
 
-@lru_cache(maxsize=None)
+@cache
 def disp(mask_mode: str = "simplified") -> Dispatcher:
     cs: list[KernelConfig] = []
     for api in ("fwd", "fwd_splitkv", "pagedkv_prefill", "fwd_appendkv", "batch_prefill", "bwd"):
@@ -64,21 +64,25 @@ def test_no_pad_kernel_is_rejected_on_unaligned_lengths_with_a_reason() -> None:
 
 
 def test_group_mode_needs_seqlen_pads() -> None:
-    p = Problem(dtype="fp16", mode="group", batch=3, nhead_q=4, seqlens_q=(64, 128, 7), seqlens_k=(64, 300, 9),
-                hdim_q=64)
+    p = Problem(
+        dtype="fp16", mode="group", batch=3, nhead_q=4, seqlens_q=(64, 128, 7), seqlens_k=(64, 300, 9), hdim_q=64
+    )
     k = chosen(p)
     assert k.mode == "group" and k.pad_s == 1 and k.pad_sk == 1
 
 
 # ----------------------------------------------------------------------------------------------- masks
-@pytest.mark.parametrize("mask, simplified, generic", [
-    ("0", MaskImpl.NONE, MaskImpl.NONE),
-    ("t", MaskImpl.ANY, MaskImpl.CAUSAL),
-    ("b", MaskImpl.ANY, MaskImpl.CAUSAL),
-    ("t:64,0", MaskImpl.ANY, MaskImpl.GENERIC),
-    ("b:10,10", MaskImpl.ANY, MaskImpl.GENERIC),
-    ("g:5,9", MaskImpl.ANY, MaskImpl.GENERIC),
-])
+@pytest.mark.parametrize(
+    "mask, simplified, generic",
+    [
+        ("0", MaskImpl.NONE, MaskImpl.NONE),
+        ("t", MaskImpl.ANY, MaskImpl.CAUSAL),
+        ("b", MaskImpl.ANY, MaskImpl.CAUSAL),
+        ("t:64,0", MaskImpl.ANY, MaskImpl.GENERIC),
+        ("b:10,10", MaskImpl.ANY, MaskImpl.GENERIC),
+        ("g:5,9", MaskImpl.ANY, MaskImpl.GENERIC),
+    ],
+)
 def test_masks_as_ck_serves_them(mask: str, simplified: MaskImpl, generic: MaskImpl) -> None:
     p = Problem(dtype="fp16", batch=1, nhead_q=2, seqlen_q=128, seqlen_k=128, hdim_q=128, mask=mask)
     assert chosen(p, "simplified").mask is simplified
@@ -86,13 +90,16 @@ def test_masks_as_ck_serves_them(mask: str, simplified: MaskImpl, generic: MaskI
 
 
 # ----------------------------------------------------------------------------------------------- head dims
-@pytest.mark.parametrize("hq, hv, kernel_hq, kernel_hv", [
-    (80, 80, 80, 96),  # CK's (80, 96) kernels serve hdim_v 80 with the hdim_v pad
-    (96, 96, 96, 128),
-    (160, 160, 192, 192),  # no 160 kernels on gfx942: the 192 bucket with hdim pads
-    (192, 128, 192, 128),
-    (48, 48, 64, 64),
-])
+@pytest.mark.parametrize(
+    "hq, hv, kernel_hq, kernel_hv",
+    [
+        (80, 80, 80, 96),  # CK's (80, 96) kernels serve hdim_v 80 with the hdim_v pad
+        (96, 96, 96, 128),
+        (160, 160, 192, 192),  # no 160 kernels on gfx942: the 192 bucket with hdim pads
+        (192, 128, 192, 128),
+        (48, 48, 64, 64),
+    ],
+)
 def test_head_dims_equal_or_larger_with_pads(hq: int, hv: int, kernel_hq: int, kernel_hv: int) -> None:
     p = Problem(dtype="fp16", batch=1, nhead_q=2, seqlen_q=100, seqlen_k=100, hdim_q=hq, hdim_v=hv)
     k = chosen(p)
@@ -109,13 +116,16 @@ def test_smallest_head_dim_bucket_wins() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- features
-@pytest.mark.parametrize("kw, field, value", [
-    (dict(lse=True), "lse", True),
-    (dict(p_drop=0.1), "dropout", Dropout.ENABLED),
-    (dict(bias="alibi"), "bias", "alibi"),
-    (dict(logits_soft_cap=20.0), "logits_soft_cap", True),
-    (dict(sink=True), "sink", True),
-])
+@pytest.mark.parametrize(
+    "kw, field, value",
+    [
+        (dict(lse=True), "lse", True),
+        (dict(p_drop=0.1), "dropout", Dropout.ENABLED),
+        (dict(bias="alibi"), "bias", "alibi"),
+        (dict(logits_soft_cap=20.0), "logits_soft_cap", True),
+        (dict(sink=True), "sink", True),
+    ],
+)
 def test_exact_feature_match(kw, field: str, value) -> None:
     p = Problem(dtype="fp16", batch=1, nhead_q=2, seqlen_q=128, seqlen_k=128, hdim_q=128, **kw)
     assert getattr(chosen(p), field) == value
@@ -146,18 +156,51 @@ def test_explain_names_the_first_failed_rule_in_plain_words() -> None:
 def test_plans_per_family() -> None:
     d = disp()
     assert [s.role for s in d.select(Problem(dtype="fp16", seqlen_q=64, hdim_q=64)).stages] == [StageRole.FWD]
-    sp = d.select(Problem(family="fwd_splitkv", dtype="fp16", batch=2, nhead_q=4, seqlen_q=1, seqlen_k=1000,
-                          hdim_q=128, num_splits=4, lse=True))
+    sp = d.select(
+        Problem(
+            family="fwd_splitkv",
+            dtype="fp16",
+            batch=2,
+            nhead_q=4,
+            seqlen_q=1,
+            seqlen_k=1000,
+            hdim_q=128,
+            num_splits=4,
+            lse=True,
+        )
+    )
     assert [s.role for s in sp.stages] == [StageRole.SPLITKV, StageRole.COMBINE]
     assert all(s.args["num_splits"] == 4 for s in sp.stages)
     main, comb = sp.kernels
     assert (comb.pad_s, comb.pad_dv) == (main.pad_s, main.pad_dv)  # combine reuses the split kernel's pads
-    pk = d.select(Problem(family="fwd_pagedkv", dtype="fp16", batch=2, nhead_q=4, seqlen_q=64, seqlen_k=512,
-                          hdim_q=128, page_block_size=128))
+    pk = d.select(
+        Problem(
+            family="fwd_pagedkv",
+            dtype="fp16",
+            batch=2,
+            nhead_q=4,
+            seqlen_q=64,
+            seqlen_k=512,
+            hdim_q=128,
+            page_block_size=128,
+        )
+    )
     assert [s.role for s in pk.stages] == [StageRole.PAGEDKV]
-    bp = d.select(Problem(family="batch_prefill", dtype="fp16", mode="group", batch=2, nhead_q=4,
-                          seqlens_q=(10, 20), seqlens_k=(100, 50), hdim_q=128, page_block_size=16,
-                          kv_lookup="vllm", kv_layout="vectorized"))
+    bp = d.select(
+        Problem(
+            family="batch_prefill",
+            dtype="fp16",
+            mode="group",
+            batch=2,
+            nhead_q=4,
+            seqlens_q=(10, 20),
+            seqlens_k=(100, 50),
+            hdim_q=128,
+            page_block_size=16,
+            kv_lookup="vllm",
+            kv_layout="vectorized",
+        )
+    )
     assert [s.role for s in bp.stages] == [StageRole.BATCH_PREFILL]
     bw = d.select(Problem(family="bwd", dtype="fp16", batch=2, nhead_q=4, seqlen_q=128, seqlen_k=128, hdim_q=64))
     assert [s.role for s in bw.stages] == [StageRole.DOT_DO_O, StageRole.DQ_DK_DV, StageRole.CONVERT_DQ]
@@ -165,8 +208,20 @@ def test_plans_per_family() -> None:
 
 
 def test_kv_cache_decode_plan_appends_then_attends() -> None:
-    p = Problem(family="fwd_appendkv", dtype="fp16", batch=2, nhead_q=8, nhead_k=2, seqlen_q=1, seqlen_k=4096,
-                hdim_q=128, seqlen_knew=1, rotary_dim=128, rope="interleaved", page_block_size=128)
+    p = Problem(
+        family="fwd_appendkv",
+        dtype="fp16",
+        batch=2,
+        nhead_q=8,
+        nhead_k=2,
+        seqlen_q=1,
+        seqlen_k=4096,
+        hdim_q=128,
+        seqlen_knew=1,
+        rotary_dim=128,
+        rope="interleaved",
+        page_block_size=128,
+    )
     plan = disp().select(p)
     assert plan.stages[0].role is StageRole.APPENDKV
     assert plan.stages[0].kernel.rope == "interleaved" and plan.stages[0].kernel.paged_kv
@@ -176,19 +231,26 @@ def test_kv_cache_decode_plan_appends_then_attends() -> None:
 def test_attention_after_appendkv_needs_the_seqlen_k_pad() -> None:
     """The cache holds 256 keys before the append, 266 after; the attention reads the post-append seqlen_k per
     batch (CK's seqlen_k_ptr), so only kernels with the seqlen_k pad qualify (fmha_fwd_splitkv.py skcheck)."""
-    p = Problem(family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=32,
-                page_block_size=128)
+    p = Problem(
+        family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=32, page_block_size=128
+    )
     exp = disp().explain(p)
     attention = [s for s in exp.stages if s.role in (StageRole.FWD, StageRole.PAGEDKV, StageRole.SPLITKV)]
     assert attention and all(s.chosen is not None and s.chosen.pad_sk for s in attention)
     rejected = [v for s in attention for v in s.verdicts if v.config.pad_sk == 0]
-    assert rejected and all(v.reason.startswith("padding: after append-KV the attention reads seqlen_k per batch")
-                            for v in rejected if v.reason and v.reason.startswith("padding"))
+    assert rejected and all(
+        v.reason.startswith("padding: after append-KV the attention reads seqlen_k per batch")
+        for v in rejected
+        if v.reason and v.reason.startswith("padding")
+    )
     assert any(v.reason and "CK's seqlen_k_ptr" in v.reason for v in rejected)
     # an aligned post-append length changes nothing: still the pad
     aligned = p.replace(seqlen_k=256 + 128, seqlen_knew=128)
-    assert all(s.kernel.pad_sk for s in disp().select(aligned).stages if s.role is not StageRole.APPENDKV
-               and s.role is not StageRole.COMBINE)
+    assert all(
+        s.kernel.pad_sk
+        for s in disp().select(aligned).stages
+        if s.role is not StageRole.APPENDKV and s.role is not StageRole.COMBINE
+    )
 
 
 def test_fp32_backward_has_no_convert_stage_unless_deterministic() -> None:

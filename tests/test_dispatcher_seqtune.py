@@ -32,11 +32,19 @@ def test_short_masked_problems_take_the_small_query_tile(hdim: int) -> None:
 
 
 def test_the_rule_is_what_decides() -> None:
-    d256 = sm90().select(Problem(dtype="fp16", batch=2, nhead_q=4, seqlen_q=1024, seqlen_k=1024, hdim_q=256,
-                                 mask="b")).stages[0].kernel
+    d256 = (
+        sm90()
+        .select(Problem(dtype="fp16", batch=2, nhead_q=4, seqlen_q=1024, seqlen_k=1024, hdim_q=256, mask="b"))
+        .stages[0]
+        .kernel
+    )
     assert tuple(d256.algorithm.tile[:2]) == (128, 64) and short_query_limit(d256) == 0  # the rule stops at d128
-    d128 = sm90().select(Problem(dtype="fp16", batch=2, nhead_q=4, seqlen_q=1024, seqlen_k=1024, hdim_q=128,
-                                 mask="b")).stages[0].kernel
+    d128 = (
+        sm90()
+        .select(Problem(dtype="fp16", batch=2, nhead_q=4, seqlen_q=1024, seqlen_k=1024, hdim_q=128, mask="b"))
+        .stages[0]
+        .kernel
+    )
     assert short_query_limit(d128) == 2048
 
 
@@ -46,15 +54,22 @@ def test_without_the_rule_a_short_masked_problem_keeps_the_big_tile(monkeypatch)
     assert tile(128, 1024, "b") == (128, 128)
 
 
-@pytest.mark.parametrize("body, words", [
-    ("short_query_tiles:\n  - {when: \"c.mask !=\", max_seqlen_q: 2048}\n", "short_query_tiles[0].when"),
-    ("short_query_tiles:\n  - {when: \"c.mask != 'none'\", max_seqlen_q: big}\n",
-     "short_query_tiles[0]: expected {when: <filter>, max_seqlen_q: <int>"),
-    ("short_query_tiles:\n  - {when: \"c.mask != 'none'\", max_seqlen_q: 2048, limit: 3}\n",
-     "short_query_tiles[0]: expected"),
-    ("short_query_tiles: {when: x}\n", "short_query_tiles: expected a list"),
-    ("tiles_short: []\n", "unknown key(s) ['tiles_short']"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ('short_query_tiles:\n  - {when: "c.mask !=", max_seqlen_q: 2048}\n', "short_query_tiles[0].when"),
+        (
+            "short_query_tiles:\n  - {when: \"c.mask != 'none'\", max_seqlen_q: big}\n",
+            "short_query_tiles[0]: expected {when: <filter>, max_seqlen_q: <int>",
+        ),
+        (
+            "short_query_tiles:\n  - {when: \"c.mask != 'none'\", max_seqlen_q: 2048, limit: 3}\n",
+            "short_query_tiles[0]: expected",
+        ),
+        ("short_query_tiles: {when: x}\n", "short_query_tiles: expected a list"),
+        ("tiles_short: []\n", "unknown key(s) ['tiles_short']"),
+    ],
+)
 def test_malformed_heuristics_file_names_the_entry(tmp_path, monkeypatch, body: str, words: str) -> None:
     (tmp_path / "heuristics.yaml").write_text("schema: 1\nrules: []\n" + body)
     monkeypatch.setattr("ckfmha.archs.data_dir", lambda: tmp_path)

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from ckfmha.archs import load_arch_spec
-from ckfmha.enumeration import ck_instance_names, enumerate_api
 from ckfmha.enumeration import batch_prefill as bp
+from ckfmha.enumeration import ck_instance_names, enumerate_api
 from ckfmha.kernel import KVLoad, MaskImpl, MaskMode
 from ckfmha.naming import ck_instance_name, parse_ck_instance_name
 from tests.golden import ALL_ARCHS, MASK_MODES, golden_path
@@ -65,10 +65,18 @@ def _section() -> dict:
 
 def _ctx(section, mask_mode: str = "simplified") -> SimpleNamespace:
     mm = MaskMode(mask_mode)
-    masks = (MaskImpl.NONE, MaskImpl.ANY) if mm is MaskMode.SIMPLIFIED else (
-        MaskImpl.NONE, MaskImpl.CAUSAL, MaskImpl.GENERIC)
-    return SimpleNamespace(section=section, mask_mode=mm, masks=masks, keep=lambda c: True,
-                           where=lambda key: f"test.yaml (apis.{API}.{key})")
+    masks = (
+        (MaskImpl.NONE, MaskImpl.ANY)
+        if mm is MaskMode.SIMPLIFIED
+        else (MaskImpl.NONE, MaskImpl.CAUSAL, MaskImpl.GENERIC)
+    )
+    return SimpleNamespace(
+        section=section,
+        mask_mode=mm,
+        masks=masks,
+        keep=lambda c: True,
+        where=lambda key: f"test.yaml (apis.{API}.{key})",
+    )
 
 
 def _error(section) -> str:

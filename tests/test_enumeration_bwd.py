@@ -14,6 +14,8 @@ from ckfmha.kernel import Api, Family, MaskMode
 from ckfmha.naming import ck_instance_name, parse_ck_instance_name
 
 LOCAL_ARCHS = ("gfx90a", "gfx1100", "gfx1201")
+
+
 @pytest.mark.parametrize("arch", ("gfx942", "gfx950"))
 def test_configs_equal_parsed_names(arch: str) -> None:
     """Each enumerated config is exactly what its CK name parses back to (no hidden extra fields)."""
@@ -60,10 +62,14 @@ def test_good_section_copy_enumerates_like_the_real_one() -> None:
         (lambda s: s["one_d"].update(bm0="64"), ["apis.bwd.one_d.bm0", "an int >= 1", "'64'"]),
         (lambda s: s["constraints"].pop("dbias_biases"), ["apis.bwd.constraints", "missing key(s) ['dbias_biases']"]),
         (lambda s: s["tiles"][0]["tiles"][0]["block"].pop(), ["apis.bwd.tiles[0].tiles[0].block", "a list of 9 ints"]),
-        (lambda s: s["tiles"][1]["tiles"][2].update(warps=[[1, 4, 1]]),
-         ["apis.bwd.tiles[1].tiles[2].warps", "a list of 3 [m, n, k] triples"]),
-        (lambda s: s["tiles"][2]["tiles"][3].update(max_seq_len_q=True),
-         ["apis.bwd.tiles[2].tiles[3].max_seq_len_q", "an int >= 0", "True"]),
+        (
+            lambda s: s["tiles"][1]["tiles"][2].update(warps=[[1, 4, 1]]),
+            ["apis.bwd.tiles[1].tiles[2].warps", "a list of 3 [m, n, k] triples"],
+        ),
+        (
+            lambda s: s["tiles"][2]["tiles"][3].update(max_seq_len_q=True),
+            ["apis.bwd.tiles[2].tiles[3].max_seq_len_q", "an int >= 0", "True"],
+        ),
         (lambda s: s["tiles"][0].update(trload="no"), ["apis.bwd.tiles[0].trload", "a bool", "'no'"]),
         (lambda s: s["tiles"][0]["tiles"][0].update(bm0=4), ["apis.bwd.tiles[0].tiles[0]", "unknown key(s) ['bm0']"]),
     ],

@@ -7,14 +7,11 @@ import copy
 import pytest
 
 from ckfmha.archs import ArchSpec, ArchSpecError, data_dir, load_arch_spec
-from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
-from ckfmha.enumeration import fwd
+from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api, fwd
 from ckfmha.filters import compile_filter
 from ckfmha.kernel import Api, ArchTag, DType, MaskImpl, MaskMode, Pipeline, VLayout
 from ckfmha.naming import ck_instance_name, parse_ck_instance_name
-
 from tests.ck_names import assert_unique_names_parse_back
-
 
 API = "fwd"
 # (exact list parity for every arch/receipt/mask mode: tests/test_enumeration_parity.py)
@@ -190,8 +187,7 @@ def test_error_unknown_feature_axis():
 
 def test_error_bad_feature_value():
     s = _good()
-    s["dtypes"]["fp32"]["pipelines"][0]["features"] = dict(s["dtypes"]["fp32"]["pipelines"][0]["features"],
-                                                           lse=["yes"])
+    s["dtypes"]["fp32"]["pipelines"][0]["features"] = dict(s["dtypes"]["fp32"]["pipelines"][0]["features"], lse=["yes"])
     msg = _error(s)
     assert "features.lse[0]" in msg and "boolean" in msg
 

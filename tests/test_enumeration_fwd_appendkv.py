@@ -6,12 +6,10 @@ from functools import partial
 
 import pytest
 
-from ckfmha.enumeration import ck_instance_names, enumerate_api
-from ckfmha.enumeration import appendkv
+from ckfmha.enumeration import appendkv, ck_instance_names, enumerate_api
 from ckfmha.kernel import DType, Rope
-from tests.ck_names import assert_unique_names_parse_back
 from tests.arch_sections import ctx_with_section, good_section, section_error
-
+from tests.ck_names import assert_unique_names_parse_back
 
 API = "fwd_appendkv"
 # (exact list parity for every arch/receipt/mask mode: tests/test_enumeration_parity.py)

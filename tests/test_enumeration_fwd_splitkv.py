@@ -7,11 +7,10 @@ from functools import partial
 import pytest
 
 from ckfmha.archs import load_arch_spec
-from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api
-from ckfmha.enumeration import splitkv
+from ckfmha.enumeration import EnumContext, ck_instance_names, enumerate_api, splitkv
 from ckfmha.kernel import Api, DType, Family, MaskMode
-from tests.ck_names import assert_unique_names_parse_back
 from tests.arch_sections import ctx_with_section, good_section, section_error
+from tests.ck_names import assert_unique_names_parse_back
 from tests.golden import MASK_MODES
 
 API = "fwd_splitkv"

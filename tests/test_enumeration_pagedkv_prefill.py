@@ -6,11 +6,10 @@ from functools import partial
 
 import pytest
 
-from ckfmha.enumeration import ck_instance_names, enumerate_api
-from ckfmha.enumeration import pagedkv
+from ckfmha.enumeration import ck_instance_names, enumerate_api, pagedkv
 from ckfmha.kernel import DType, Family, MaskImpl
-from tests.ck_names import assert_unique_names_parse_back
 from tests.arch_sections import ctx_with_section, good_section, section_error
+from tests.ck_names import assert_unique_names_parse_back
 from tests.golden import MASK_MODES
 
 API = "pagedkv_prefill"

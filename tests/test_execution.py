@@ -72,10 +72,13 @@ def test_execute_stores_the_arrays_a_stage_returns() -> None:
     assert np.all(tensors["o"].astype(np.float32) == 1)
 
 
-@pytest.mark.parametrize("fail, what, error", [
-    ("build", "build of {kid} crashed: OSError: disk full (at ", OSError),
-    ("stage", "stage fwd ({kid}) crashed: RuntimeError: boom: illegal memory access (at ", RuntimeError),
-])
+@pytest.mark.parametrize(
+    "fail, what, error",
+    [
+        ("build", "build of {kid} crashed: OSError: disk full (at ", OSError),
+        ("stage", "stage fwd ({kid}) crashed: RuntimeError: boom: illegal memory access (at ", RuntimeError),
+    ],
+)
 def test_contained_crashes_name_the_build_or_stage_and_uncontained_ones_propagate(fail, what, error) -> None:
     plan, tensors = _plan_and_tensors()
     kid = plan.stages[0].kernel.kernel_id
@@ -89,17 +92,29 @@ def test_contained_crashes_name_the_build_or_stage_and_uncontained_ones_propagat
         execute(FakeBackend(fail="skip"), plan, tensors, contain=True, passthrough=(KeyError,))
 
 
-@pytest.mark.parametrize("problem, plan_item, kernel_item", [
-    (P64, ("o",), ("o",)),
-    (P64.replace(lse=True), ("o", "lse"), ("o", "lse")),
-    (Problem(family="fwd_appendkv", seqlen_q=4, seqlen_k=256, seqlen_knew=10, hdim_q=64),
-     ("o", "k", "v"), ("o", "k", "v")),
-    (Problem(family="fwd_appendkv", seqlen_q=4, seqlen_k=256, seqlen_knew=10, hdim_q=64, page_block_size=128),
-     ("o", "k_cache", "v_cache"), ("o", "k_cache", "v_cache")),
-    (Problem(family="bwd", hdim_q=64), ("dq", "dk", "dv"), ("dq", "dk_raw", "dv_raw")),
-    (Problem(family="bwd", hdim_q=64, bias="elementwise", dbias=True), ("dq", "dk", "dv", "dbias"),
-     ("dq", "dk_raw", "dv_raw", "dbias_raw")),
-])
+@pytest.mark.parametrize(
+    "problem, plan_item, kernel_item",
+    [
+        (P64, ("o",), ("o",)),
+        (P64.replace(lse=True), ("o", "lse"), ("o", "lse")),
+        (
+            Problem(family="fwd_appendkv", seqlen_q=4, seqlen_k=256, seqlen_knew=10, hdim_q=64),
+            ("o", "k", "v"),
+            ("o", "k", "v"),
+        ),
+        (
+            Problem(family="fwd_appendkv", seqlen_q=4, seqlen_k=256, seqlen_knew=10, hdim_q=64, page_block_size=128),
+            ("o", "k_cache", "v_cache"),
+            ("o", "k_cache", "v_cache"),
+        ),
+        (Problem(family="bwd", hdim_q=64), ("dq", "dk", "dv"), ("dq", "dk_raw", "dv_raw")),
+        (
+            Problem(family="bwd", hdim_q=64, bias="elementwise", dbias=True),
+            ("dq", "dk", "dv", "dbias"),
+            ("dq", "dk_raw", "dv_raw", "dbias_raw"),
+        ),
+    ],
+)
 def test_compared_outputs_is_the_one_list(problem, plan_item, kernel_item) -> None:
     from pytest_ckfmha.execute import output_names
 
@@ -126,8 +141,16 @@ def test_dq_acc_shape_lives_in_the_workspace_module() -> None:
     p = Problem(family="bwd", batch=2, nhead_q=4, seqlen_q=100, seqlen_k=300, hdim_q=64, deterministic=True)
     assert dq_acc_shape(p, 128) == (3, 2, 4, 100, 64)
     assert dq_acc_shape(p.replace(deterministic=False), 128) == (1, 2, 4, 100, 64)
-    g = Problem(family="bwd", mode="group", batch=2, nhead_q=4, seqlens_q=(10, 20), seqlens_k=(64, 200), hdim_q=64,
-                deterministic=True)
+    g = Problem(
+        family="bwd",
+        mode="group",
+        batch=2,
+        nhead_q=4,
+        seqlens_q=(10, 20),
+        seqlens_k=(64, 200),
+        hdim_q=64,
+        deterministic=True,
+    )
     assert dq_acc_shape(g, 64) == (4, 1, 4, 30, 64)
     from ckfmha.backends.cpu import stages  # the emulation allocates the same array
 

@@ -7,8 +7,16 @@ import sys
 
 import pytest
 
-from ckfmha.families import (BWD_STAGES, FAMILY_ALIASES, PROBLEM_FAMILIES, STAGE_ONLY, FamilyError,
-                             kernel_families, plan_families, problem_family, problem_family_of)
+from ckfmha.families import (
+    BWD_STAGES,
+    PROBLEM_FAMILIES,
+    STAGE_ONLY,
+    FamilyError,
+    kernel_families,
+    plan_families,
+    problem_family,
+    problem_family_of,
+)
 from ckfmha.kernel import API_FAMILIES, Api, Family
 
 F = Family
@@ -27,26 +35,46 @@ def test_matrices_and_plugin_use_this_vocabulary() -> None:
     import pytest_ckfmha.options as options
 
     assert not hasattr(matrix, "FAMILY_ORDER") and not hasattr(options, "FAMILY_ALIASES")
-    assert [matrix._file_order(__import__("pathlib").Path(f"{f}.yaml"))[0] for f in ("bwd", "splitkv", "zz")] == \
-        [5, 1, 6]
+    assert [matrix._file_order(__import__("pathlib").Path(f"{f}.yaml"))[0] for f in ("bwd", "splitkv", "zz")] == [
+        5,
+        1,
+        6,
+    ]
 
 
-@pytest.mark.parametrize("name, canonical", [
-    ("fwd", "fwd"), ("fwd_splitkv", "fwd_splitkv"), ("splitkv", "fwd_splitkv"), ("pagedkv", "fwd_pagedkv"),
-    ("appendkv", "fwd_appendkv"), ("batch_prefill", "batch_prefill"), ("bwd", "bwd"), ("bwd_dq_dk_dv", "bwd"),
-    (F.BWD_DQ_DK_DV, "bwd"), (F.FWD_PAGEDKV, "fwd_pagedkv"), (" fwd ", "fwd"),
-])
+@pytest.mark.parametrize(
+    "name, canonical",
+    [
+        ("fwd", "fwd"),
+        ("fwd_splitkv", "fwd_splitkv"),
+        ("splitkv", "fwd_splitkv"),
+        ("pagedkv", "fwd_pagedkv"),
+        ("appendkv", "fwd_appendkv"),
+        ("batch_prefill", "batch_prefill"),
+        ("bwd", "bwd"),
+        ("bwd_dq_dk_dv", "bwd"),
+        (F.BWD_DQ_DK_DV, "bwd"),
+        (F.FWD_PAGEDKV, "fwd_pagedkv"),
+        (" fwd ", "fwd"),
+    ],
+)
 def test_problem_family_canonical_tokens(name, canonical: str) -> None:
     assert problem_family(name) == canonical
 
 
-@pytest.mark.parametrize("name, message", [
-    ("fwd_splitkv_combine", "family: 'fwd_splitkv_combine' is not a problem family; allowed: fwd, fwd_splitkv, "
-                            "fwd_pagedkv, fwd_appendkv, batch_prefill, bwd (aliases: splitkv = fwd_splitkv, "
-                            "pagedkv = fwd_pagedkv, appendkv = fwd_appendkv, bwd_dq_dk_dv = bwd)"),
-    ("backward", "family: 'backward' is not a problem family"),
-    (3, "family: 3 is a int, expected a family name"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        (
+            "fwd_splitkv_combine",
+            "family: 'fwd_splitkv_combine' is not a problem family; allowed: fwd, fwd_splitkv, "
+            "fwd_pagedkv, fwd_appendkv, batch_prefill, bwd (aliases: splitkv = fwd_splitkv, "
+            "pagedkv = fwd_pagedkv, appendkv = fwd_appendkv, bwd_dq_dk_dv = bwd)",
+        ),
+        ("backward", "family: 'backward' is not a problem family"),
+        (3, "family: 3 is a int, expected a family name"),
+    ],
+)
 def test_problem_family_errors_name_value_and_allowed(name, message: str) -> None:
     with pytest.raises(FamilyError) as e:
         problem_family(name)
@@ -61,20 +89,23 @@ def test_problem_family_of_a_problem() -> None:
     assert problem_family_of(Problem(family="fwd_splitkv", hdim_q=64, seqlen_q=64, num_splits=2)) == "fwd_splitkv"
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("fwd", (F.FWD,)),
-    ("fwd_splitkv", (F.FWD_SPLITKV, F.FWD_SPLITKV_COMBINE)),
-    ("splitkv", (F.FWD_SPLITKV, F.FWD_SPLITKV_COMBINE)),
-    ("pagedkv", (F.FWD_PAGEDKV,)),
-    ("fwd_appendkv", (F.FWD_APPENDKV,)),
-    ("batch_prefill", (F.BATCH_PREFILL,)),
-    ("bwd", (F.BWD_DOT_DO_O, F.BWD_DQ_DK_DV, F.BWD_CONVERT_DQ)),
-    ("bwd_dq_dk_dv", (F.BWD_DOT_DO_O, F.BWD_DQ_DK_DV, F.BWD_CONVERT_DQ)),
-    ("fwd_splitkv_combine", (F.FWD_SPLITKV_COMBINE,)),
-    ("bwd_dot_do_o", (F.BWD_DOT_DO_O,)),
-    ("bwd_convert_dq", (F.BWD_CONVERT_DQ,)),
-    (F.BWD_CONVERT_DQ, (F.BWD_CONVERT_DQ,)),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("fwd", (F.FWD,)),
+        ("fwd_splitkv", (F.FWD_SPLITKV, F.FWD_SPLITKV_COMBINE)),
+        ("splitkv", (F.FWD_SPLITKV, F.FWD_SPLITKV_COMBINE)),
+        ("pagedkv", (F.FWD_PAGEDKV,)),
+        ("fwd_appendkv", (F.FWD_APPENDKV,)),
+        ("batch_prefill", (F.BATCH_PREFILL,)),
+        ("bwd", (F.BWD_DOT_DO_O, F.BWD_DQ_DK_DV, F.BWD_CONVERT_DQ)),
+        ("bwd_dq_dk_dv", (F.BWD_DOT_DO_O, F.BWD_DQ_DK_DV, F.BWD_CONVERT_DQ)),
+        ("fwd_splitkv_combine", (F.FWD_SPLITKV_COMBINE,)),
+        ("bwd_dot_do_o", (F.BWD_DOT_DO_O,)),
+        ("bwd_convert_dq", (F.BWD_CONVERT_DQ,)),
+        (F.BWD_CONVERT_DQ, (F.BWD_CONVERT_DQ,)),
+    ],
+)
 def test_kernel_families(name, expected) -> None:
     assert kernel_families(name) == expected
 
@@ -87,8 +118,11 @@ def test_kernel_families_follow_the_generator_apis() -> None:
 
 
 def test_kernel_families_error_lists_stages_too() -> None:
-    with pytest.raises(FamilyError, match=r"family: 'bwd_dq' is not a family; allowed: fwd, .*aliases: .*"
-                                          r"single kernel stages: fwd_splitkv_combine, bwd_dot_do_o, bwd_convert_dq"):
+    with pytest.raises(
+        FamilyError,
+        match=r"family: 'bwd_dq' is not a family; allowed: fwd, .*aliases: .*"
+        r"single kernel stages: fwd_splitkv_combine, bwd_dot_do_o, bwd_convert_dq",
+    ):
         kernel_families("bwd_dq")
 
 
@@ -102,8 +136,17 @@ def test_plan_families_cover_every_plan_the_dispatcher_builds() -> None:
         Problem(family="fwd", hdim_q=64, seqlen_q=64),
         Problem(family="fwd_splitkv", hdim_q=64, seqlen_q=64, num_splits=2),
         Problem(family="fwd_pagedkv", hdim_q=64, seqlen_q=64, seqlen_k=256, page_block_size=128),
-        Problem(family="batch_prefill", mode="group", batch=2, hdim_q=128, seqlens_q=(64, 32), seqlens_k=(256, 128),
-                page_block_size=16, kv_lookup="vllm", kv_layout="linear"),
+        Problem(
+            family="batch_prefill",
+            mode="group",
+            batch=2,
+            hdim_q=128,
+            seqlens_q=(64, 32),
+            seqlens_k=(256, 128),
+            page_block_size=16,
+            kv_lookup="vllm",
+            kv_layout="linear",
+        ),
         Problem(family="bwd", hdim_q=64, seqlen_q=64),
         Problem(family="bwd", hdim_q=64, seqlen_q=64, dtype="fp32"),
         Problem(family="fwd_appendkv", hdim_q=64, seqlen_q=1, seqlen_k=256, seqlen_knew=1),

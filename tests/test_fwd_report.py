@@ -13,21 +13,43 @@ _spec.loader.exec_module(fwd_report)
 
 
 def prefill(hdim: int, seqlen: int, ours: float, flash: float, cudnn: float) -> dict:
-    return dict(dtype="fp16", hdim=hdim, seqlen=seqlen, causal=False, tflops=ours, flash_tflops=flash,
-                cudnn_tflops=cudnn, vs_flash=ours / flash, vs_cudnn=ours / cudnn,
-                kernel=f"fwd.fp16.batch.d{hdim}x{hdim}.triton.b128x64.r8x1x1-8x1x1.w.p0000.o-1.sm90.stages=2")
+    return dict(
+        dtype="fp16",
+        hdim=hdim,
+        seqlen=seqlen,
+        causal=False,
+        tflops=ours,
+        flash_tflops=flash,
+        cudnn_tflops=cudnn,
+        vs_flash=ours / flash,
+        vs_cudnn=ours / cudnn,
+        kernel=f"fwd.fp16.batch.d{hdim}x{hdim}.triton.b128x64.r8x1x1-8x1x1.w.p0000.o-1.sm90.stages=2",
+    )
 
 
 def doc(rows: list, fraction: float = 0.8) -> dict:
-    return dict(device="GPU", torch="t", triton="tr", copy_gbps=4000.0, prefill=rows,
-                decode=[dict(batch=1, nhead_q=8, nhead_k=2, seqlen_k=4096, num_splits=2, gbps=4000 * fraction,
-                             fraction=fraction)])
+    return dict(
+        device="GPU",
+        torch="t",
+        triton="tr",
+        copy_gbps=4000.0,
+        prefill=rows,
+        decode=[
+            dict(batch=1, nhead_q=8, nhead_k=2, seqlen_k=4096, num_splits=2, gbps=4000 * fraction, fraction=fraction)
+        ],
+    )
 
 
 def test_verdicts_and_counts() -> None:
-    text, ok = fwd_report.render(doc([prefill(64, 1024, 400, 300, 500),     # 1.33x flash; no cuDNN target
-                                      prefill(128, 4096, 400, 300, 500),    # 0.80x cuDNN at d128 s4k: FAIL
-                                      prefill(128, 1024, 380, 300, 500)]))  # 1.27x flash: FAIL
+    text, ok = fwd_report.render(
+        doc(
+            [
+                prefill(64, 1024, 400, 300, 500),  # 1.33x flash; no cuDNN target
+                prefill(128, 4096, 400, 300, 500),  # 0.80x cuDNN at d128 s4k: FAIL
+                prefill(128, 1024, 380, 300, 500),
+            ]
+        )
+    )  # 1.27x flash: FAIL
     assert not ok
     assert "| 64 | 1024 | no | 128x64 | 400.0 | 300.0 | 500.0 | 1.33 | 0.80 | PASS |" in text
     assert "| 128 | 4096 | no | 128x64 | 400.0 | 300.0 | 500.0 | 1.33 | 0.80 | FAIL |" in text

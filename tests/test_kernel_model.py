@@ -5,14 +5,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckfmha.kernel import (
     ENUM_FIELDS,
+    PAD_VALUES,
     KernelAlgorithm,
     KernelConfig,
     KernelSignature,
-    PAD_VALUES,
 )
 from ckfmha.kernel_id import KernelIdError, parse_kernel_id
 
@@ -67,8 +68,17 @@ def test_changing_one_field_changes_the_id(c: KernelConfig, data) -> None:
 
 
 def test_flat_field_access_and_str_enum_comparison() -> None:
-    c = KernelConfig.make(family="fwd", dtype="bf16", mode="group", hdim_q=192, hdim_v=128, arch_tag="gfx950",
-                          pipeline="qr_async", tile=(128, 128, 32, 128, 32, 192), mask="causal")
+    c = KernelConfig.make(
+        family="fwd",
+        dtype="bf16",
+        mode="group",
+        hdim_q=192,
+        hdim_v=128,
+        arch_tag="gfx950",
+        pipeline="qr_async",
+        tile=(128, 128, 32, 128, 32, 192),
+        mask="causal",
+    )
     assert c.hdim_q == 192 and c.tile[3] == 128
     assert c.pipeline == "qr_async" and c.mask == "causal" and c.dtype in ("fp16", "bf16")
     with pytest.raises(AttributeError, match="no field 'hdim'"):
@@ -76,10 +86,22 @@ def test_flat_field_access_and_str_enum_comparison() -> None:
 
 
 def test_as_dict_roundtrip() -> None:
-    c = KernelConfig.make(family="bwd_dq_dk_dv", dtype="fp16", mode="batch", hdim_q=128, hdim_v=128,
-                          arch_tag="gfx9", pipeline="bwd_dq_dk_dv", tile=(16, 128, 128, 16, 128, 16, 32, 128, 128),
-                          warps=((1, 4, 1), (4, 1, 1), (1, 4, 1)), warp_tiles=((16, 16, 32), (16, 16, 16)),
-                          pad_d=8, pad_dv=8, dropout="wg16_store_randval", deterministic=True)
+    c = KernelConfig.make(
+        family="bwd_dq_dk_dv",
+        dtype="fp16",
+        mode="batch",
+        hdim_q=128,
+        hdim_v=128,
+        arch_tag="gfx9",
+        pipeline="bwd_dq_dk_dv",
+        tile=(16, 128, 128, 16, 128, 16, 32, 128, 128),
+        warps=((1, 4, 1), (4, 1, 1), (1, 4, 1)),
+        warp_tiles=((16, 16, 32), (16, 16, 16)),
+        pad_d=8,
+        pad_dv=8,
+        dropout="wg16_store_randval",
+        deterministic=True,
+    )
     assert KernelConfig.from_dict(c.as_dict()) == c
 
 
@@ -104,8 +126,26 @@ def test_make_rejects_unknown_fields_and_bad_values() -> None:
     with pytest.raises(ValueError, match="unknown field"):
         KernelConfig.make(family="fwd", hdim=128)
     with pytest.raises(ValueError, match="mask: unknown value 'top'"):
-        KernelConfig.make(family="fwd", dtype="fp16", mode="batch", hdim_q=64, hdim_v=64, arch_tag="gfx9",
-                          pipeline="qr", tile=(64,), mask="top")
+        KernelConfig.make(
+            family="fwd",
+            dtype="fp16",
+            mode="batch",
+            hdim_q=64,
+            hdim_v=64,
+            arch_tag="gfx9",
+            pipeline="qr",
+            tile=(64,),
+            mask="top",
+        )
     with pytest.raises(ValueError, match="pad_s: pad must be one of"):
-        KernelConfig.make(family="fwd", dtype="fp16", mode="batch", hdim_q=64, hdim_v=64, arch_tag="gfx9",
-                          pipeline="qr", tile=(64,), pad_s=2)
+        KernelConfig.make(
+            family="fwd",
+            dtype="fp16",
+            mode="batch",
+            hdim_q=64,
+            hdim_v=64,
+            arch_tag="gfx9",
+            pipeline="qr",
+            tile=(64,),
+            pad_s=2,
+        )

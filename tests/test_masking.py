@@ -8,13 +8,22 @@ def brute(y, x, sq, sk):
     return np.array([[max(0, i + 1 - y) <= j < min(i + x, sk) for j in range(sk)] for i in range(sq)])
 
 
-@pytest.mark.parametrize("text,kind,lr", [
-    ("0", MaskKind.NONE, None), ("1", MaskKind.TOP_LEFT, (-1, 0)), ("t", MaskKind.TOP_LEFT, (-1, 0)),
-    ("2", MaskKind.BOTTOM_RIGHT, (-1, 0)), ("b", MaskKind.BOTTOM_RIGHT, (-1, 0)),
-    ("t:3,5", MaskKind.TOP_LEFT, (3, 5)), ("b:10,11", MaskKind.BOTTOM_RIGHT, (10, 11)),
-    ("xt:4", MaskKind.TOP_LEFT, (2, 1)), ("xb:16", MaskKind.BOTTOM_RIGHT, (8, 7)),
-    ("xt:-1", MaskKind.TOP_LEFT, (-1, 0)), ("t:-1,0", MaskKind.TOP_LEFT, (-1, 0)),
-])
+@pytest.mark.parametrize(
+    "text,kind,lr",
+    [
+        ("0", MaskKind.NONE, None),
+        ("1", MaskKind.TOP_LEFT, (-1, 0)),
+        ("t", MaskKind.TOP_LEFT, (-1, 0)),
+        ("2", MaskKind.BOTTOM_RIGHT, (-1, 0)),
+        ("b", MaskKind.BOTTOM_RIGHT, (-1, 0)),
+        ("t:3,5", MaskKind.TOP_LEFT, (3, 5)),
+        ("b:10,11", MaskKind.BOTTOM_RIGHT, (10, 11)),
+        ("xt:4", MaskKind.TOP_LEFT, (2, 1)),
+        ("xb:16", MaskKind.BOTTOM_RIGHT, (8, 7)),
+        ("xt:-1", MaskKind.TOP_LEFT, (-1, 0)),
+        ("t:-1,0", MaskKind.TOP_LEFT, (-1, 0)),
+    ],
+)
 def test_parse(text, kind, lr):
     m = MaskSpec.parse(text)
     assert m.kind is kind
@@ -83,17 +92,31 @@ def test_area_large_is_exact():
     assert MaskSpec().unmasked_area(100_000, 70_000) == 7_000_000_000
 
 
-@pytest.mark.parametrize("word,want", [("none", MaskSpec()), ("no_mask", MaskSpec()), ("causal", MaskSpec.causal()),
-                                       ("top_left", MaskSpec.causal()), ("bottom_right", MaskSpec.causal(True))])
+@pytest.mark.parametrize(
+    "word,want",
+    [
+        ("none", MaskSpec()),
+        ("no_mask", MaskSpec()),
+        ("causal", MaskSpec.causal()),
+        ("top_left", MaskSpec.causal()),
+        ("bottom_right", MaskSpec.causal(True)),
+    ],
+)
 def test_mask_words_are_the_same_vocabulary(word, want):
     assert MaskSpec.parse(word) == want
     assert MaskSpec.parse(f"  {word} ") == want
 
 
-@pytest.mark.parametrize("text,value", [
-    ("t:99999999999999999999,0", "99999999999999999999"), ("b:0,2147483648", "2147483648"),
-    ("g:2147483648,1", "2147483648"), ("xt:2147483648", "2147483648"), ("t:-2147483649,0", "-2147483649"),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("t:99999999999999999999,0", "99999999999999999999"),
+        ("b:0,2147483648", "2147483648"),
+        ("g:2147483648,1", "2147483648"),
+        ("xt:2147483648", "2147483648"),
+        ("t:-2147483649,0", "-2147483649"),
+    ],
+)
 def test_mask_numbers_must_fit_int32(text, value):
     with pytest.raises(MaskError) as e:
         MaskSpec.parse(text)
@@ -101,7 +124,7 @@ def test_mask_numbers_must_fit_int32(text, value):
     assert text in msg and f"({value} is outside int32 (-2147483648..2147483647" in msg
 
 
-@pytest.mark.parametrize("kw,field", [(dict(left=2**31, right=0), "left"), (dict(left=1, right=-2**31 - 1), "right")])
+@pytest.mark.parametrize("kw,field", [(dict(left=2**31, right=0), "left"), (dict(left=1, right=-(2**31) - 1), "right")])
 def test_mask_constructor_bounds(kw, field):
     with pytest.raises(MaskError, match=rf"mask\.{field}: -?\d+ is outside int32"):
         MaskSpec(MaskKind.TOP_LEFT, **kw)

@@ -18,21 +18,24 @@ def _doc(entries, **top):
 GOOD = {"name": "a", "category": "smoke", "batch": 1, "nhead_q": 2, "seqlen_q": 8, "hdim_q": 64}
 
 
-@pytest.mark.parametrize("doc, where, key", [
-    (_doc([GOOD], extra=1), "m.yaml", "extra"),
-    ({"schema": 2, "family": "fwd", "entries": [GOOD]}, "m.yaml", "schema"),
-    (_doc([{**GOOD, "bogus": 1}]), "entry 'a'", "bogus"),
-    (_doc([{**GOOD, "batch": "two"}]), "entry 'a'", "batch"),
-    (_doc([{**GOOD, "lse": 1}]), "entry 'a'", "lse"),
-    (_doc([{**GOOD, "category": "weekly"}]), "entry 'a'", "category"),
-    (_doc([{**GOOD, "hdim_q": [64, 128]}]), "entry 'a'", "hdim_q"),
-    (_doc([{**GOOD, "product": {"hdim_q": []}}]), "entry 'a'", "product.hdim_q"),
-    (_doc([{**GOOD, "product": {"batch": [1, 2]}}]), "entry 'a'", "product.batch"),
-    (_doc([{**GOOD, "zip": {"nhead_k, seqlen_k": [[2, 8], [1]]}}]), "entry 'a'", "zip.nhead_k, seqlen_k[1]"),
-    (_doc([{**GOOD, "zip": {"nhead_k, nope": [[2, 2]]}}]), "entry 'a'", "nope"),
-    (_doc([{**GOOD, "defaults_typo": 1}]), "entry 'a'", "defaults_typo"),
-    (_doc([GOOD], defaults={"dtype": 3}), "m.yaml", "dtype"),
-])
+@pytest.mark.parametrize(
+    "doc, where, key",
+    [
+        (_doc([GOOD], extra=1), "m.yaml", "extra"),
+        ({"schema": 2, "family": "fwd", "entries": [GOOD]}, "m.yaml", "schema"),
+        (_doc([{**GOOD, "bogus": 1}]), "entry 'a'", "bogus"),
+        (_doc([{**GOOD, "batch": "two"}]), "entry 'a'", "batch"),
+        (_doc([{**GOOD, "lse": 1}]), "entry 'a'", "lse"),
+        (_doc([{**GOOD, "category": "weekly"}]), "entry 'a'", "category"),
+        (_doc([{**GOOD, "hdim_q": [64, 128]}]), "entry 'a'", "hdim_q"),
+        (_doc([{**GOOD, "product": {"hdim_q": []}}]), "entry 'a'", "product.hdim_q"),
+        (_doc([{**GOOD, "product": {"batch": [1, 2]}}]), "entry 'a'", "product.batch"),
+        (_doc([{**GOOD, "zip": {"nhead_k, seqlen_k": [[2, 8], [1]]}}]), "entry 'a'", "zip.nhead_k, seqlen_k[1]"),
+        (_doc([{**GOOD, "zip": {"nhead_k, nope": [[2, 2]]}}]), "entry 'a'", "nope"),
+        (_doc([{**GOOD, "defaults_typo": 1}]), "entry 'a'", "defaults_typo"),
+        (_doc([GOOD], defaults={"dtype": 3}), "m.yaml", "dtype"),
+    ],
+)
 def test_schema_errors_name_file_entry_and_key(doc, where, key):
     with pytest.raises(MatrixError) as ei:
         parse_matrix(doc, "m.yaml")
@@ -49,9 +52,14 @@ def test_impossible_shape_is_an_error_not_dropped():
 
 
 def test_zip_pairs_and_product_crosses():
-    e = {"name": "z", "category": "smoke", "batch": 1, "hdim_q": 64,
-         "zip": {"nhead_q, nhead_k": [[8, 2], [5, 1]], "seqlen_q, seqlen_k": [[1, 10], [3, 99]]},
-         "product": {"mask": ["none", "causal", "bottom_right"]}}
+    e = {
+        "name": "z",
+        "category": "smoke",
+        "batch": 1,
+        "hdim_q": 64,
+        "zip": {"nhead_q, nhead_k": [[8, 2], [5, 1]], "seqlen_q, seqlen_k": [[1, 10], [3, 99]]},
+        "product": {"mask": ["none", "causal", "bottom_right"]},
+    }
     shapes = parse_matrix(_doc([e]), "m.yaml")
     assert len(shapes) == 2 * 2 * 3
     pairs = {(s.problem.nhead_q, s.problem.nhead_k) for s in shapes}
@@ -77,7 +85,8 @@ def test_file_errors(tmp_path):
 
 def test_group_mode_lists_and_mask_aliases(tmp_path):
     f = tmp_path / "g.yaml"
-    f.write_text(textwrap.dedent("""\
+    f.write_text(
+        textwrap.dedent("""\
         schema: 1
         family: fwd
         entries:
@@ -90,7 +99,8 @@ def test_group_mode_lists_and_mask_aliases(tmp_path):
             zip:
               seqlens_q, seqlens_k: [[[1, 5, 9], [2, 5, 0]]]
             product: {mask: [top_left, bottom_right, "t:4,0", 0]}
-        """))
+        """)
+    )
     shapes = load_matrix_file(f)
     assert len(shapes) == 4 and shapes[0].problem.seqlens_q == (1, 5, 9)
     assert [s.problem.mask.to_ck() for s in shapes] == ["t", "b", "t:4,0", "0"]
@@ -113,7 +123,9 @@ def test_packaged_matrices_cover_the_issue_list():
     assert {p.mask.kind for p in ps} == set(MaskKind)
     assert any(not p.mask.is_causal and p.mask.kind is MaskKind.TOP_LEFT for p in ps)  # windows
     assert any(p.nhead_k == 1 and p.nhead_q > 1 for p in ps) and any(1 < p.nhead_k < p.nhead_q for p in ps)
-    assert {(32, 32), (64, 64), (80, 80), (96, 96), (128, 128), (192, 128), (256, 256)} <= {(p.hdim_q, p.hdim_v) for p in ps}
+    assert {(32, 32), (64, 64), (80, 80), (96, 96), (128, 128), (192, 128), (256, 256)} <= {
+        (p.hdim_q, p.hdim_v) for p in ps
+    }
     assert any(p.seqlen_q == 1 for p in ps) and any(p.seqlen_q % 2 for p in ps)
     assert any(p.mode is Mode.GROUP and len(set(p.seqlens_q)) > 1 for p in ps)
     assert {Bias.ELEMENTWISE, Bias.ALIBI} <= {p.bias for p in ps}
@@ -136,26 +148,41 @@ def test_schema_must_be_the_int_1(schema):
         parse_matrix({"schema": schema, "family": "fwd", "entries": [GOOD]}, "m.yaml")
 
 
-@pytest.mark.parametrize("entry,key", [
-    ({**GOOD, "batch": True}, "batch"),
-    ({**GOOD, "product": {"seqlen_k": [8, True]}}, "seqlen_k"),
-    ({**GOOD, "zip": {"nhead_k, seqlen_k": [[True, 8]]}}, "nhead_k"),
-    ({**GOOD, "mask": False}, "mask"),
-])
+@pytest.mark.parametrize(
+    "entry,key",
+    [
+        ({**GOOD, "batch": True}, "batch"),
+        ({**GOOD, "product": {"seqlen_k": [8, True]}}, "seqlen_k"),
+        ({**GOOD, "zip": {"nhead_k, seqlen_k": [[True, 8]]}}, "nhead_k"),
+        ({**GOOD, "mask": False}, "mask"),
+    ],
+)
 def test_bools_are_not_ints(entry, key):
     with pytest.raises(MatrixError, match=rf"{key}: expected \w+, found (True|False) \(bool\)"):
         parse_matrix(_doc([entry]), "m.yaml")
 
 
-@pytest.mark.parametrize("doc, where, key, hint", [
-    ({"schema": 1, "family": "fwd", "entires": [GOOD]}, "m.yaml: top level", "entires", "entries"),
-    (_doc([{k if k != "name" else "nme": v for k, v in GOOD.items()}]), "m.yaml: entries[0]", "nme", "name"),
-    (_doc([{**GOOD, "categroy": "smoke"}]), "m.yaml: entry 'a'", "categroy", "category"),
-    (_doc([GOOD], defaults={"dtpye": "fp16"}), "m.yaml: defaults", "dtpye", "dtype"),
-    (_doc([{**GOOD, "product": {"hdim_q": [64], "dtpye": ["fp16"]}}]), "m.yaml: entry 'a': product", "dtpye", "dtype"),
-    (_doc([{**GOOD, "zip": {"nhead_k, seqlen_kk": [[2, 8]]}}]), "m.yaml: entry 'a': zip.nhead_k, seqlen_kk",
-     "seqlen_kk", "seqlen_k"),
-])
+@pytest.mark.parametrize(
+    "doc, where, key, hint",
+    [
+        ({"schema": 1, "family": "fwd", "entires": [GOOD]}, "m.yaml: top level", "entires", "entries"),
+        (_doc([{k if k != "name" else "nme": v for k, v in GOOD.items()}]), "m.yaml: entries[0]", "nme", "name"),
+        (_doc([{**GOOD, "categroy": "smoke"}]), "m.yaml: entry 'a'", "categroy", "category"),
+        (_doc([GOOD], defaults={"dtpye": "fp16"}), "m.yaml: defaults", "dtpye", "dtype"),
+        (
+            _doc([{**GOOD, "product": {"hdim_q": [64], "dtpye": ["fp16"]}}]),
+            "m.yaml: entry 'a': product",
+            "dtpye",
+            "dtype",
+        ),
+        (
+            _doc([{**GOOD, "zip": {"nhead_k, seqlen_kk": [[2, 8]]}}]),
+            "m.yaml: entry 'a': zip.nhead_k, seqlen_kk",
+            "seqlen_kk",
+            "seqlen_k",
+        ),
+    ],
+)
 def test_unknown_keys_first_with_a_suggestion(doc, where, key, hint):
     with pytest.raises(MatrixError) as ei:
         parse_matrix(doc, "m.yaml")
@@ -179,16 +206,20 @@ def test_entry_cap_is_checked_before_expanding():
     with pytest.raises(MatrixError) as ei:
         parse_matrix(_doc([e]), "m.yaml")
     msg = str(ei.value)
-    assert msg.startswith("m.yaml: entry 'a': expands to 10,100 shapes (101 (seqlen_k) x 100 (nhead_k)); the limit "
-                          "is MAX_SHAPES_PER_ENTRY = 10,000 per entry"), msg
+    assert msg.startswith(
+        "m.yaml: entry 'a': expands to 10,100 shapes (101 (seqlen_k) x 100 (nhead_k)); the limit "
+        "is MAX_SHAPES_PER_ENTRY = 10,000 per entry"
+    ), msg
 
 
 def test_file_cap_names_the_entry_that_crosses_it(monkeypatch):
     monkeypatch.setattr(matrix_mod, "MAX_SHAPES_PER_FILE", 5)
     a = {**GOOD, "product": {"seqlen_k": [8, 16, 32]}}
     b = {**GOOD, "name": "b", "product": {"seqlen_k": [1, 2, 3]}}
-    with pytest.raises(MatrixError, match="m.yaml: entry 'b': brings the file to 6 shapes; the limit is "
-                                          "MAX_SHAPES_PER_FILE = 5 per file"):
+    with pytest.raises(
+        MatrixError,
+        match="m.yaml: entry 'b': brings the file to 6 shapes; the limit is MAX_SHAPES_PER_FILE = 5 per file",
+    ):
         parse_matrix(_doc([a, b]), "m.yaml")
     assert len(parse_matrix(_doc([a]), "m.yaml")) == 3
 
@@ -211,7 +242,10 @@ def _write(tmp_path, name, data):
 
 
 def test_duplicate_keys_in_a_matrix_file(tmp_path):
-    f = _write(tmp_path, "d.yaml", textwrap.dedent("""\
+    f = _write(
+        tmp_path,
+        "d.yaml",
+        textwrap.dedent("""\
         schema: 1
         family: fwd
         entries:
@@ -220,7 +254,8 @@ def test_duplicate_keys_in_a_matrix_file(tmp_path):
             batch: 1
             seqlen_q: 8
             batch: 2
-        """))
+        """),
+    )
     with pytest.raises(MatrixError, match=r"d.yaml: entries\[0\]: duplicate key 'batch' at line 8 \(first at line 6\)"):
         load_matrix_file(f)
 

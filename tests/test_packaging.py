@@ -19,8 +19,11 @@ def _requirements(text: str) -> list[str]:
 
 def test_every_floor_is_pinned_for_ci() -> None:
     reqs = _requirements((ROOT / "pyproject.toml").read_text())
-    pins = dict(line.split("==") for line in (ROOT / ".ci" / "floors.txt").read_text().splitlines()
-                if line.strip() and not line.startswith("#"))
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / ".ci" / "floors.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     for r in reqs:
         name, _, floor = r.partition(">=")
         assert floor, f"{r}: every dependency needs a tested floor"
@@ -30,15 +33,18 @@ def test_every_floor_is_pinned_for_ci() -> None:
 def test_ci_builds_fresh_venvs_and_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    assert "python3 -m pytest tests -q" in readme and '-m pytest tests -q' in ci
+    assert "python3 -m pytest tests -q" in readme and "-m pytest tests -q" in ci
     assert ci.count("-m venv") == 2 and "floors.txt" in ci
 
 
 def test_the_package_list_covers_the_tree() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     listed = set(re.findall(r'"([a-z_.]+)"', re.search(r"^packages = \[(.*?)\]", text, re.M | re.S).group(1)))
-    on_disk = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in ROOT.glob("**/__init__.py")
-               if not str(p.relative_to(ROOT)).startswith(("tests", "build", "."))}
+    on_disk = {
+        str(p.parent.relative_to(ROOT)).replace("/", ".")
+        for p in ROOT.glob("**/__init__.py")
+        if not str(p.relative_to(ROOT)).startswith(("tests", "build", "."))
+    }
     assert listed == on_disk | {"ckfmha.matrices"}
 
 
@@ -49,8 +55,12 @@ def test_the_wheel_ships_the_matrices_and_data(tmp_path) -> None:
 
     import pytest
 
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     offline = ("No matching distribution found", "Could not find a version", "Failed to establish a new connection")
     if res.returncode != 0 and any(w in res.stderr for w in offline):
         pytest.skip("cannot build a wheel here: the build backend (setuptools) cannot be fetched from a registry")

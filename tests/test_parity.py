@@ -12,8 +12,18 @@ import sys
 import numpy as np
 import pytest
 
-from ckfmha.parity import (ParityReport, ParitySide, Status, compare_one, compare_results, default_parity_set,
-                           make_pair, make_side, run_parity, sides_that_never_ran)
+from ckfmha.parity import (
+    ParityReport,
+    ParitySide,
+    Status,
+    compare_one,
+    compare_results,
+    default_parity_set,
+    make_pair,
+    make_side,
+    run_parity,
+    sides_that_never_ran,
+)
 from ckfmha.problem import Problem
 from ckfmha.upstream.result import SideResult, Verdict
 
@@ -44,15 +54,19 @@ def test_protocol():
 def test_verdicts_agree_without_outputs_compare_verdicts():
     st, comp, detail, _ = compare_results(P, res("ck", Verdict.RAN_VALID, "valid:y"), res("us", Verdict.RAN_VALID))
     assert st is Status.AGREE and comp == "verdicts" and "valid:y" in detail
-    st, comp, detail, _ = compare_results(P, res("ck", Verdict.UNSUPPORTED, "not supported yet"),
-                                          res("us", Verdict.UNSUPPORTED, "no kernel"))
+    st, comp, detail, _ = compare_results(
+        P, res("ck", Verdict.UNSUPPORTED, "not supported yet"), res("us", Verdict.UNSUPPORTED, "no kernel")
+    )
     assert st is Status.AGREE and comp == "verdicts" and "not supported yet" in detail and "no kernel" in detail
 
 
 def test_disagreements_carry_both_sides_words():
-    st, comp, detail, _ = compare_results(P, res("ck", Verdict.UNSUPPORTED, "not supported yet"),
-                                          res("us", Verdict.RAN_VALID, "o: PASS"))
-    assert st is Status.DISAGREE and "ck: unsupported: not supported yet" in detail and "us: ran_valid: o: PASS" in detail
+    st, comp, detail, _ = compare_results(
+        P, res("ck", Verdict.UNSUPPORTED, "not supported yet"), res("us", Verdict.RAN_VALID, "o: PASS")
+    )
+    assert (
+        st is Status.DISAGREE and "ck: unsupported: not supported yet" in detail and "us: ran_valid: o: PASS" in detail
+    )
     st, *_ = compare_results(P, res("a", Verdict.RAN_VALID), res("b", Verdict.RAN_INVALID, "o: FAIL"))
     assert st is Status.DISAGREE
 
@@ -76,8 +90,11 @@ def test_both_invalid_agree_but_are_flagged():
 
 def test_skip_and_error_are_never_passes():
     for v in (Verdict.SKIPPED, Verdict.ERROR):
-        for left, right in ((res("a", v, "why"), res("b", Verdict.RAN_VALID)),
-                            (res("a", Verdict.RAN_VALID), res("b", v, "why")), (res("a", v, "x"), res("b", v, "y"))):
+        for left, right in (
+            (res("a", v, "why"), res("b", Verdict.RAN_VALID)),
+            (res("a", Verdict.RAN_VALID), res("b", v, "why")),
+            (res("a", v, "x"), res("b", v, "y")),
+        ):
             st, comp, detail, _ = compare_results(P, left, right)
             assert st is (Status.SKIPPED if v is Verdict.SKIPPED else Status.ERROR)
             assert comp == "" and "why" in detail or "x" in detail
@@ -180,8 +197,10 @@ def test_sides_that_never_ran():
     rep = run_parity([P, P.replace(seqlen_q=8)], ck_missing, ours)
     assert rep.sides_that_never_ran() == ["tile_example"] and sides_that_never_ran(rep.rows) == ["tile_example"]
     # one answer is enough: an unsupported problem is an answer, errors and unparseable output are not
-    rows = [compare_one(P, FakeSide("up", v), FakeSide("us", Verdict.ERROR, "boom"))
-            for v in (Verdict.ERROR, Verdict.UNPARSEABLE, Verdict.UNSUPPORTED)]
+    rows = [
+        compare_one(P, FakeSide("up", v), FakeSide("us", Verdict.ERROR, "boom"))
+        for v in (Verdict.ERROR, Verdict.UNPARSEABLE, Verdict.UNSUPPORTED)
+    ]
     assert sides_that_never_ran(rows) == ["us"]
     assert sides_that_never_ran(rows[:2]) == ["up", "us"]
     assert sides_that_never_ran([]) == []
@@ -221,14 +240,19 @@ def test_ckfmha_auto_without_patching_is_what_auto_backend_name_says():
 
 
 def test_constructing_ckfmha_auto_imports_no_backend():
-    code = ("import sys; from ckfmha.parity import make_pair; make_pair('tile_example', 'ckfmha:auto'); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton') or "
-            "m.startswith(('ckfmha.backends.cpu', 'ckfmha.backends.triton', 'ckfmha.backends.hip'))))")
+    code = (
+        "import sys; from ckfmha.parity import make_pair; make_pair('tile_example', 'ckfmha:auto'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton') or "
+        "m.startswith(('ckfmha.backends.cpu', 'ckfmha.backends.triton', 'ckfmha.backends.hip'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_make_side_rejects_unknown_ckfmha_backends():
-    with pytest.raises(ValueError, match=r"parity side: 'ckfmha:cuda': backend 'cuda' unknown; "
-                                         r"allowed: auto, cpu, triton, hip"):
+    with pytest.raises(
+        ValueError,
+        match=r"parity side: 'ckfmha:cuda': backend 'cuda' unknown; "
+        r"allowed: auto, cpu, triton, hip",
+    ):
         make_side("ckfmha:cuda")

@@ -19,15 +19,22 @@ from ckfmha.reference import reference
 from ckfmha.upstream.judging import judge
 from ckfmha.upstream.reference_cache import noise_references
 from ckfmha.upstream.result import SideResult, Verdict
-from ckfmha.validator import (NoiseFloor, Rule, ground_truth, noise_floor_check, noise_floor_for,
-                              same_precision_reference, stored_dtype, validate_noise_floor)
+from ckfmha.validator import (
+    NoiseFloor,
+    Rule,
+    ground_truth,
+    noise_floor_check,
+    noise_floor_for,
+    same_precision_reference,
+    stored_dtype,
+    validate_noise_floor,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import parity_torch  # noqa: E402
 
 FWD = Problem(dtype="bf16", batch=1, nhead_q=2, nhead_k=1, seqlen_q=64, seqlen_k=96, hdim_q=64, mask="b", lse=True)
-BWD = Problem(family="bwd", dtype="bf16", batch=1, nhead_q=4, nhead_k=2, seqlen_q=64, seqlen_k=80, hdim_q=64,
-              mask="t")
+BWD = Problem(family="bwd", dtype="bf16", batch=1, nhead_q=4, nhead_k=2, seqlen_q=64, seqlen_k=80, hdim_q=64, mask="t")
 BWD16 = BWD.replace(dtype="fp16")
 
 
@@ -35,15 +42,15 @@ BWD16 = BWD.replace(dtype="fp16")
 def test_rule_passes_at_k_times_the_reference_error_and_fails_just_above():
     truth = np.arange(-50, 51) / 32.0  # dyadic values: every sum below is exact
     same = truth.copy()
-    same[7] += 2.0 ** -7  # the same-precision reference's error
-    k, atol = 2.0, 2.0 ** -10
-    limit = k * 2.0 ** -7 + atol
+    same[7] += 2.0**-7  # the same-precision reference's error
+    k, atol = 2.0, 2.0**-10
+    limit = k * 2.0**-7 + atol
     out = truth.copy()
     out[50] += limit
     r = noise_floor_check(out, truth, same, k, atol, name="o")
-    assert r.passed and r.err == limit and r.ref_err == 2.0 ** -7 and r.limit == limit
-    assert r.ratio == limit / 2.0 ** -7 and r.where == (50,)
-    out[50] += 2.0 ** -30  # just above
+    assert r.passed and r.err == limit and r.ref_err == 2.0**-7 and r.limit == limit
+    assert r.ratio == limit / 2.0**-7 and r.where == (50,)
+    out[50] += 2.0**-30  # just above
     r = noise_floor_check(out, truth, same, k, atol, name="o")
     assert not r.passed and r.where == (50,)
     assert "o: noise floor FAIL" in str(r) and "worst at (50,)" in r.message
@@ -92,7 +99,7 @@ def test_ground_truth_is_the_reference_of_float64_upcast_inputs():
         x = make_inputs(p, 1)
         up = {n: (a.astype(np.float64) if n in ("q", "k", "v", "do") else a) for n, a in x.items()}
         t, t_up = ground_truth(p, x), reference(p, up, np.float64)
-        for n in (("dq", "dk", "dv") if p.is_backward else ("o", "lse")):
+        for n in ("dq", "dk", "dv") if p.is_backward else ("o", "lse"):
             assert t[n].dtype == np.float64 and np.array_equal(t[n], t_up[n]), n
 
 
@@ -146,8 +153,10 @@ def test_bf16_resolution_of_the_noise_floor():
     bf16) -- while CK's elementwise tolerance still sees it at a small value."""
     truth, same = noise_references(BWD, 0)
     dk = same["dk"].astype(np.float64)
-    assert validate_noise_floor(BWD, {"dk": same["dk"]}, truth, same, names=["dk"])["dk"].ref_err > 0.005 * np.abs(
-        dk).max()
+    assert (
+        validate_noise_floor(BWD, {"dk": same["dk"]}, truth, same, names=["dk"])["dk"].ref_err
+        > 0.005 * np.abs(dk).max()
+    )
     r = validate_noise_floor(BWD, {"dk": _middle_plus(same["dk"], 0.01)}, truth, same, names=["dk"])["dk"]
     assert r.passed and 1.0 < r.ratio < noise_floor_for(True).k, str(r)
 
@@ -239,8 +248,9 @@ def test_parity_row_carries_both_verdicts_and_the_noise_floor_decides_for_torch(
         assert f" || ckfmha:cpu: {n}: noise floor PASS" in c["noise_message"]
     assert "outputs agree under the noise_floor rule" in row.detail
     # the same outputs between two CK kernels are compared elementwise, and disagree
-    st, _, detail, _ = compare_results(BWD, OutputsSide("ckfmha:x", noisy, Rule.ELEMENTWISE).run(BWD),
-                                       ck.run(BWD), seed=0)
+    st, _, detail, _ = compare_results(
+        BWD, OutputsSide("ckfmha:x", noisy, Rule.ELEMENTWISE).run(BWD), ck.run(BWD), seed=0
+    )
     assert st is Status.DISAGREE and detail.startswith("outputs differ between the sides: dk: FAIL")
     d = row.to_dict()
     assert d["rule"] == "noise_floor" and d["noise_passed"] is True and d["error_ratio"] == row.error_ratio
@@ -262,10 +272,13 @@ def test_two_ck_kernels_are_compared_elementwise():
     assert row.rule is Rule.ELEMENTWISE and row.status is Status.AGREE and row.elementwise_passed is True
     assert row.noise_passed is True and row.output_checks["o"]["passed"] is True
     # outputs 0.05 apart everywhere: within neither rule; elementwise decides and says so
-    shifted = {"o": (ours.outputs["o"].astype(np.float64) + 0.05).astype(ours.outputs["o"].dtype),
-               "lse": ours.outputs["lse"]}
-    st, comp, detail, checks = compare_results(FWD, OutputsSide("a", shifted, Rule.ELEMENTWISE).run(FWD),
-                                               make_side("ckfmha:cpu").run(FWD), seed=0)
+    shifted = {
+        "o": (ours.outputs["o"].astype(np.float64) + 0.05).astype(ours.outputs["o"].dtype),
+        "lse": ours.outputs["lse"],
+    }
+    st, comp, detail, checks = compare_results(
+        FWD, OutputsSide("a", shifted, Rule.ELEMENTWISE).run(FWD), make_side("ckfmha:cpu").run(FWD), seed=0
+    )
     assert st is Status.DISAGREE and detail.startswith("outputs differ between the sides: o: FAIL")
     assert checks["o"]["elementwise_passed"] is False and checks["o"]["noise_passed"] is False
 
@@ -298,8 +311,9 @@ def test_report_fields_of_a_parity_item():
     props = parity_props(item, settings, row)
     assert props["parity_rule"] == "noise_floor" and props["noise_passed"] is True
     assert props["error_ratio"] == pytest.approx(row.error_ratio) and isinstance(props["elementwise_passed"], bool)
-    none = compare_one(BWD, OutputsSide("a", {}, None, Verdict.UNSUPPORTED), OutputsSide("b", {}, None,
-                                                                                        Verdict.UNSUPPORTED))
+    none = compare_one(
+        BWD, OutputsSide("a", {}, None, Verdict.UNSUPPORTED), OutputsSide("b", {}, None, Verdict.UNSUPPORTED)
+    )
     props = parity_props(item, settings, none)
     assert (props["parity_rule"], props["noise_passed"], props["error_ratio"]) == ("", "", "")
 
@@ -340,5 +354,6 @@ def test_dropout_threshold_injection_is_caught_on_the_cpu_backend():
     row = parity_torch._injected_row("dropout-threshold", side.name, p, bad.verdict, bad.reason, bad.checks, {})
     s = parity_torch.catch_summary("dropout-threshold", [row])
     assert s["line"] == "injected bug caught in 1 of 1 rows (dropout-threshold)" and s["missed"] == []
-    assert s["caught_by_noise_floor"] == 1 and s["caught_elementwise"] == (0 if bad.checks["o"]["elementwise_passed"]
-                                                                             else 1)
+    assert s["caught_by_noise_floor"] == 1 and s["caught_elementwise"] == (
+        0 if bad.checks["o"]["elementwise_passed"] else 1
+    )

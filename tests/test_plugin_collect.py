@@ -26,8 +26,9 @@ def test_counts_per_category(pytester, monkeypatch, tmp_path, category, shapes):
 
 def test_kernels_respect_mask_and_features_not_just_hdim(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    res = pytester.runpytest(*base, "--ckfmha-category", "nightly", "--collect-only", "-q",
-                             "--ckfmha-max-kernels-per-shape", "0")
+    res = pytester.runpytest(
+        *base, "--ckfmha-category", "nightly", "--collect-only", "-q", "--ckfmha-max-kernels-per-shape", "0"
+    )
     ids = _ids(res)
     causal = [i for i in ids if "-causal::" in i and not i.endswith("::plan")]
     assert causal and all("mask=any" in i for i in causal)
@@ -39,10 +40,16 @@ def test_kernels_respect_mask_and_features_not_just_hdim(pytester, monkeypatch, 
 
 def test_cap_is_best_ranked_then_distinct_pipeline_tile(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    full = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
-                                   "--ckfmha-max-kernels-per-shape", "0"))
-    capped = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
-                                     "--ckfmha-max-kernels-per-shape", "2"))
+    full = _ids(
+        pytester.runpytest(
+            *base, "--ckfmha-category", "smoke", "--collect-only", "-q", "--ckfmha-max-kernels-per-shape", "0"
+        )
+    )
+    capped = _ids(
+        pytester.runpytest(
+            *base, "--ckfmha-category", "smoke", "--collect-only", "-q", "--ckfmha-max-kernels-per-shape", "2"
+        )
+    )
     shape = "ckfmha::fwd-fp16-batch-b1h2s16d64::"
     ranked = [i for i in full if i.startswith(shape) and not i.endswith("plan")]
     chosen = [i for i in capped if i.startswith(shape) and not i.endswith("plan")]
@@ -62,8 +69,17 @@ def test_ids_are_stable_and_readable(pytester, monkeypatch, tmp_path):
 
 def test_filter_and_family_options(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    ids = _ids(pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q",
-                                  "--ckfmha-filter", "c.pipeline == 'qr_async' or c.mask != 'none'"))
+    ids = _ids(
+        pytester.runpytest(
+            *base,
+            "--ckfmha-category",
+            "smoke",
+            "--collect-only",
+            "-q",
+            "--ckfmha-filter",
+            "c.pipeline == 'qr_async' or c.mask != 'none'",
+        )
+    )
     kernels = [i for i in ids if not i.endswith("::plan")]
     assert len(kernels) == 2 and any("qr_async" in i for i in kernels)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q", "--ckfmha-family", "bwd")
@@ -72,13 +88,16 @@ def test_filter_and_family_options(pytester, monkeypatch, tmp_path):
 
 def test_marks_groups_and_selection(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + '''
+    pytester.makeconftest(
+        pytester.path.joinpath("conftest.py").read_text()
+        + """
 
 def pytest_collection_finish(session):
     for it in session.items:
         g = [m.kwargs.get("name") for m in it.iter_markers("xdist_group")]
         print("MARKS|" + it.nodeid + "|" + ",".join(sorted(m.name for m in it.iter_markers() if m.name != "xdist_group")) + "|" + ",".join(g))
-''')
+"""
+    )
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only", "-q", "-s")
     marks = [ln.split("|") for ln in res.stdout.lines if ln.startswith("MARKS|")]
     assert len(marks) == 5

@@ -19,11 +19,14 @@ def _rows(pytester) -> dict[str, dict]:
     return {r["id"]: r for r in doc["rows"]}, doc
 
 
-@pytest.mark.parametrize("how, words", [
-    ("segv", "killed by signal 11 (SIGSEGV)"),
-    ("abort", "killed by signal 6 (SIGABRT)"),
-    ("exit3", "exited with status 3"),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("segv", "killed by signal 11 (SIGSEGV)"),
+        ("abort", "killed by signal 6 (SIGABRT)"),
+        ("exit3", "exited with status 3"),
+    ],
+)
 def test_a_dying_kernel_fails_its_items_alone(pytester, monkeypatch, tmp_path, how, words):
     base = make_project(pytester, monkeypatch, tmp_path, die=how)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
@@ -48,8 +51,9 @@ def test_a_segfault_dumps_the_python_stack_into_the_reason(pytester, monkeypatch
 
 def test_a_hung_kernel_times_out_and_is_killed(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path, die="hang")
-    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-timeout", "1.5",
-                             "--ckfmha-report", "r.json")
+    res = pytester.runpytest(
+        *base, "--ckfmha-category", "smoke", "--ckfmha-timeout", "1.5", "--ckfmha-report", "r.json"
+    )
     res.assert_outcomes(passed=2, failed=2, skipped=1)
     out = res.stdout.str()
     assert "timeout: still running after 1.5 s (--ckfmha-timeout) on shape fwd-fp16-batch-b1h2s16d64-causal" in out
@@ -63,8 +67,18 @@ def test_a_hung_kernel_times_out_and_is_killed(pytester, monkeypatch, tmp_path):
 def test_containment_under_xdist(pytester, monkeypatch, tmp_path, how, words):
     pytest.importorskip("xdist")
     base = make_project(pytester, monkeypatch, tmp_path, die=how)
-    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "-n", "2", "--ckfmha-timeout", "2",
-                                        "--ckfmha-report", "r.json", timeout=120)
+    res = pytester.runpytest_subprocess(
+        *base,
+        "--ckfmha-category",
+        "smoke",
+        "-n",
+        "2",
+        "--ckfmha-timeout",
+        "2",
+        "--ckfmha-report",
+        "r.json",
+        timeout=120,
+    )
     res.assert_outcomes(passed=2, failed=2, skipped=1)
     assert "replacing crashed worker" not in res.stdout.str()  # the workers themselves never died
     rows, doc = _rows(pytester)
@@ -78,8 +92,19 @@ def test_a_dying_xdist_worker_fails_its_item_without_rerunning_it(pytester, monk
     worker was running (with the exit status), never re-runs it, replaces the worker and goes on."""
     pytest.importorskip("xdist")
     base = make_project(pytester, monkeypatch, tmp_path, die="segv")
-    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "-n", "2", "--ckfmha-isolation",
-                                        "inline", "--ckfmha-report", "r.json", "-v", timeout=120)
+    res = pytester.runpytest_subprocess(
+        *base,
+        "--ckfmha-category",
+        "smoke",
+        "-n",
+        "2",
+        "--ckfmha-isolation",
+        "inline",
+        "--ckfmha-report",
+        "r.json",
+        "-v",
+        timeout=120,
+    )
     out = res.stdout.str()
     assert "scheduling tests via KernelGroupScheduling" in out
     res.assert_outcomes(passed=2, failed=2, skipped=1)
@@ -96,8 +121,21 @@ def test_a_dying_xdist_worker_fails_its_item_without_rerunning_it(pytester, monk
 def test_xdist_load_scheduling_keeps_the_crashed_item_in_the_report(pytester, monkeypatch, tmp_path):
     pytest.importorskip("xdist")
     base = make_project(pytester, monkeypatch, tmp_path, die="exit3")
-    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "-n", "2", "--dist", "load",
-                                        "--ckfmha-isolation", "inline", "--ckfmha-report", "r.json", "-v", timeout=120)
+    res = pytester.runpytest_subprocess(
+        *base,
+        "--ckfmha-category",
+        "smoke",
+        "-n",
+        "2",
+        "--dist",
+        "load",
+        "--ckfmha-isolation",
+        "inline",
+        "--ckfmha-report",
+        "r.json",
+        "-v",
+        timeout=120,
+    )
     assert "scheduling tests via LoadScheduling" in res.stdout.str()
     rows, doc = _rows(pytester)
     crashed = [r for r in rows.values() if r["verdict"] == "crashed"]
@@ -117,8 +155,9 @@ def test_a_hook_backend_is_contained_too(pytester, monkeypatch, tmp_path):
 
 def test_inline_isolation_refuses_a_timeout(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-isolation", "inline",
-                             "--ckfmha-timeout", "5")
+    res = pytester.runpytest(
+        *base, "--ckfmha-category", "smoke", "--ckfmha-isolation", "inline", "--ckfmha-timeout", "5"
+    )
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--ckfmha-timeout: '5' cannot be enforced with --ckfmha-isolation inline*"])
 

@@ -14,9 +14,13 @@ def test_filter_matching_no_kernel_is_a_usage_error(pytester, monkeypatch, tmp_p
     base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-filter", "c.hdim_q == 96")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*ckfmha: the kernel selection matches no kernel (category smoke, arch gfx942, "
-                              "backend auto, receipt 0, mask mode simplified, filter 'c.hdim_q == 96'*"
-                              "--ckfmha-allow-empty*"])
+    res.stderr.fnmatch_lines(
+        [
+            "*ckfmha: the kernel selection matches no kernel (category smoke, arch gfx942, "
+            "backend auto, receipt 0, mask mode simplified, filter 'c.hdim_q == 96'*"
+            "--ckfmha-allow-empty*"
+        ]
+    )
     assert "collected" not in res.stdout.str()  # nothing was collected or run
 
 
@@ -33,9 +37,13 @@ def test_every_item_skipped_fails_the_run_and_allow_empty_accepts_it(pytester, m
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     res.assert_outcomes(skipped=5)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stdout.fnmatch_lines(["*ckfmha: ERROR: every one of the 5 ckfmha items was skipped, so this run tested "
-                              "nothing (category smoke, arch gfx942, backend auto*): 5 x backend testref is not "
-                              "available: no GPU in this test; pass --ckfmha-allow-empty*"])
+    res.stdout.fnmatch_lines(
+        [
+            "*ckfmha: ERROR: every one of the 5 ckfmha items was skipped, so this run tested "
+            "nothing (category smoke, arch gfx942, backend auto*): 5 x backend testref is not "
+            "available: no GPU in this test; pass --ckfmha-allow-empty*"
+        ]
+    )
     import json
 
     assert json.loads((pytester.path / "r.json").read_text())["exit_status"] == 4
@@ -53,19 +61,32 @@ def test_a_failing_run_keeps_its_own_exit_status(pytester, monkeypatch, tmp_path
 def test_skip_reasons_name_the_shape(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "-rs")
-    res.stdout.fnmatch_lines(["SKIPPED * fwd-fp16-batch-b1h2s16d64: backend testref cannot realize this kernel: "
-                              "pipeline qs is not realized by the test backend"])
+    res.stdout.fnmatch_lines(
+        [
+            "SKIPPED * fwd-fp16-batch-b1h2s16d64: backend testref cannot realize this kernel: "
+            "pipeline qs is not realized by the test backend"
+        ]
+    )
 
 
-@pytest.mark.parametrize("text, words", [
-    ("schema: 1\nfamily: fwd\nentries:\n  - nme: x\n    category: smoke\n",
-     "small.yaml: entries[0]: unknown key 'nme' (did you mean 'name'?)"),
-    ("schema: 1\nfamily: fwd\nentries:\n  - {name: a, category: smoke, batch: 1, batch: 2}\n",
-     "duplicate key 'batch'"),
-    ("schema: true\nfamily: fwd\nentries:\n  - {name: a, category: smoke}\n", "small.yaml: schema"),
-    ("schema: 1\nfamily: fwd\nentries:\n  - {name: a, category: smoke, seqlen_q: 2147483648}\n",
-     "exceeds INT32_MAX"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            "schema: 1\nfamily: fwd\nentries:\n  - nme: x\n    category: smoke\n",
+            "small.yaml: entries[0]: unknown key 'nme' (did you mean 'name'?)",
+        ),
+        (
+            "schema: 1\nfamily: fwd\nentries:\n  - {name: a, category: smoke, batch: 1, batch: 2}\n",
+            "duplicate key 'batch'",
+        ),
+        ("schema: true\nfamily: fwd\nentries:\n  - {name: a, category: smoke}\n", "small.yaml: schema"),
+        (
+            "schema: 1\nfamily: fwd\nentries:\n  - {name: a, category: smoke, seqlen_q: 2147483648}\n",
+            "exceeds INT32_MAX",
+        ),
+    ],
+)
 def test_malformed_matrix_files_are_usage_errors(pytester, monkeypatch, tmp_path, text, words):
     base = make_project(pytester, monkeypatch, tmp_path)
     pytester.makefile(".yaml", small=text)

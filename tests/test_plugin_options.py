@@ -11,24 +11,30 @@ from tests.test_plugin_fixtures import make_project
 pytest_plugins = ["pytester"]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--ckfmha-category", "weekly"], "--ckfmha-category: 'weekly' is not a category; allowed: smoke, full, nightly"),
-    (["--ckfmha-backend", "cuda"], "--ckfmha-backend: 'cuda' is not a backend; allowed: auto, cpu, triton, hip"),
-    (["--ckfmha-arch", "gfx999"], "--ckfmha-arch: 'gfx999' is not a known arch; known: gfx1100"),
-    (["--ckfmha-family", "fwd,decode"], "--ckfmha-family: 'decode' is not a problem family"),
-    (["--ckfmha-max-kernels-per-shape", "-1"], "--ckfmha-max-kernels-per-shape: '-1' must be >= 0"),
-    (["--ckfmha-max-kernels-per-shape", "two"], "--ckfmha-max-kernels-per-shape: 'two' is not an integer"),
-    (["--ckfmha-seed", "x"], "--ckfmha-seed: 'x' is not an integer"),
-    (["--ckfmha-report", "out.xml"], "--ckfmha-report: 'out.xml' must end in .json or .csv"),
-    (["--ckfmha-cpu-max-flops", "0"], "--ckfmha-cpu-max-flops: '0' must be a finite number > 0"),
-    (["--ckfmha-receipt", "12345"], "--ckfmha-receipt: '12345' is not valid"),
-    (["--ckfmha-profile", "nosuch"], "--ckfmha-profile: 'nosuch' is not valid"),
-    (["--ckfmha-receipt", "2", "--ckfmha-profile", "flash"], "--ckfmha-profile: 'flash' cannot be combined"),
-    (["--ckfmha-filter", "__import__('os')"], "--ckfmha-filter: \"__import__('os')\" is not a valid filter"),
-    (["--ckfmha-filter-file", "nope.py"], "--ckfmha-filter-file: 'nope.py' does not exist"),
-    (["--ckfmha-mask-mode", "fancy"], "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
-    (["--ckfmha-matrix", "missing.yaml"], "--ckfmha-matrix: 'missing.yaml' does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ["--ckfmha-category", "weekly"],
+            "--ckfmha-category: 'weekly' is not a category; allowed: smoke, full, nightly",
+        ),
+        (["--ckfmha-backend", "cuda"], "--ckfmha-backend: 'cuda' is not a backend; allowed: auto, cpu, triton, hip"),
+        (["--ckfmha-arch", "gfx999"], "--ckfmha-arch: 'gfx999' is not a known arch; known: gfx1100"),
+        (["--ckfmha-family", "fwd,decode"], "--ckfmha-family: 'decode' is not a problem family"),
+        (["--ckfmha-max-kernels-per-shape", "-1"], "--ckfmha-max-kernels-per-shape: '-1' must be >= 0"),
+        (["--ckfmha-max-kernels-per-shape", "two"], "--ckfmha-max-kernels-per-shape: 'two' is not an integer"),
+        (["--ckfmha-seed", "x"], "--ckfmha-seed: 'x' is not an integer"),
+        (["--ckfmha-report", "out.xml"], "--ckfmha-report: 'out.xml' must end in .json or .csv"),
+        (["--ckfmha-cpu-max-flops", "0"], "--ckfmha-cpu-max-flops: '0' must be a finite number > 0"),
+        (["--ckfmha-receipt", "12345"], "--ckfmha-receipt: '12345' is not valid"),
+        (["--ckfmha-profile", "nosuch"], "--ckfmha-profile: 'nosuch' is not valid"),
+        (["--ckfmha-receipt", "2", "--ckfmha-profile", "flash"], "--ckfmha-profile: 'flash' cannot be combined"),
+        (["--ckfmha-filter", "__import__('os')"], "--ckfmha-filter: \"__import__('os')\" is not a valid filter"),
+        (["--ckfmha-filter-file", "nope.py"], "--ckfmha-filter-file: 'nope.py' does not exist"),
+        (["--ckfmha-mask-mode", "fancy"], "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
+        (["--ckfmha-matrix", "missing.yaml"], "--ckfmha-matrix: 'missing.yaml' does not exist"),
+    ],
+)
 def test_bad_values_are_usage_errors(pytester, monkeypatch, tmp_path, args, needle):
     base = make_project(pytester, monkeypatch, tmp_path)
     cat = [] if "--ckfmha-category" in args else ["--ckfmha-category", "smoke"]
@@ -69,8 +75,10 @@ def test_plugin_module_imports_nothing_heavy():
     import subprocess
     import sys
 
-    code = ("import sys, pytest_ckfmha.plugin; bad = [m for m in ('numpy', 'torch', 'triton', 'ckfmha') "
-            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, pytest_ckfmha.plugin; bad = [m for m in ('numpy', 'torch', 'triton', 'ckfmha') "
+        "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -124,27 +132,64 @@ def test_every_option_has_one_converter_and_choices_show_in_the_metavar():
     assert set(_CROSS_CHECKS) <= set(_CONVERTERS)
     metavars = {name: kw.get("metavar") for name, kw, _ in _OPTIONS}
     assert (metavars["category"], metavars["backend"], metavars["mask-mode"], metavars["isolation"]) == (
-        "{smoke,full,nightly}", "{auto,cpu,triton,hip}", "{simplified,generic}", "{process,inline}")
+        "{smoke,full,nightly}",
+        "{auto,cpu,triton,hip}",
+        "{simplified,generic}",
+        "{process,inline}",
+    )
 
 
 def test_defaults_and_converted_values(tmp_path, monkeypatch):
     s = _parse(tmp_path, monkeypatch)
-    assert (s.category, s.arch, s.arch_source, s.backend, s.families, s.mask_mode, s.max_kernels_per_shape, s.seed,
-            s.reports, s.bench, s.timeout, s.isolation, s.allow_empty) == (
-        None, "gfx942", "default", "auto", None, "simplified", 2, 0, (), False, 600.0, "process", False)
+    assert (
+        s.category,
+        s.arch,
+        s.arch_source,
+        s.backend,
+        s.families,
+        s.mask_mode,
+        s.max_kernels_per_shape,
+        s.seed,
+        s.reports,
+        s.bench,
+        s.timeout,
+        s.isolation,
+        s.allow_empty,
+    ) == (None, "gfx942", "default", "auto", None, "simplified", 2, 0, (), False, 600.0, "process", False)
     assert s.cache_dir == tmp_path / "cache" and not s.active
-    s = _parse(tmp_path, monkeypatch, opts={"category": "smoke", "family": ["fwd, splitkv", "fwd"], "seed": "0x10",
-                                           "backend": " cpu ", "timeout": "2.5", "report": ["a.json,b.csv"]},
-               ini={"arch": "gfx950", "bench": "yes", "max-kernels-per-shape": "0"})
-    assert (s.category, s.arch, s.arch_source, s.families, s.seed, s.backend, s.timeout, s.bench,
-            s.max_kernels_per_shape) == ("smoke", "gfx950", "ini", ("fwd", "fwd_splitkv"), 16, "cpu", 2.5, True, 0)
+    s = _parse(
+        tmp_path,
+        monkeypatch,
+        opts={
+            "category": "smoke",
+            "family": ["fwd, splitkv", "fwd"],
+            "seed": "0x10",
+            "backend": " cpu ",
+            "timeout": "2.5",
+            "report": ["a.json,b.csv"],
+        },
+        ini={"arch": "gfx950", "bench": "yes", "max-kernels-per-shape": "0"},
+    )
+    assert (
+        s.category,
+        s.arch,
+        s.arch_source,
+        s.families,
+        s.seed,
+        s.backend,
+        s.timeout,
+        s.bench,
+        s.max_kernels_per_shape,
+    ) == ("smoke", "gfx950", "ini", ("fwd", "fwd_splitkv"), 16, "cpu", 2.5, True, 0)
     assert s.reports == (Path("a.json"), Path("b.csv"))
 
 
 def test_an_empty_choice_on_the_command_line_is_an_error_not_the_default(tmp_path, monkeypatch):
-    for option, noun, allowed in (("backend", "a backend", "auto, cpu, triton, hip"),
-                                  ("isolation", "an isolation", "process, inline"),
-                                  ("category", "a category", "smoke, full, nightly")):
+    for option, noun, allowed in (
+        ("backend", "a backend", "auto, cpu, triton, hip"),
+        ("isolation", "an isolation", "process, inline"),
+        ("category", "a category", "smoke, full, nightly"),
+    ):
         with pytest.raises(pytest.UsageError) as e:
             _parse(tmp_path, monkeypatch, opts={option: ""})
         assert str(e.value) == f"--ckfmha-{option}: '' is not {noun}; allowed: {allowed}"
@@ -164,18 +209,25 @@ def test_ini_values_go_through_the_same_converters(tmp_path, monkeypatch):
     assert str(e.value) == "--ckfmha-report-every: '0' must be a finite number of seconds > 0"
 
 
-@pytest.mark.parametrize("opts,msg", [
-    # the first bad option in the table's order; a rule between options right after the later of them
-    ({"receipt": "999", "profile": "flash", "mask-mode": "fancy"},
-     "--ckfmha-profile: 'flash' cannot be combined with --ckfmha-receipt='999'; give one of them"),
-    ({"mask-mode": "fancy", "seed": "x"}, "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
-    ({"timeout": "5", "isolation": "inline", "cpu-max-flops": "0"},
-     "--ckfmha-timeout: '5' cannot be enforced with --ckfmha-isolation inline"),
-    ({"timeout": "x", "report-every": "0"}, "--ckfmha-timeout: 'x' is not a number of seconds"),
-    ({"cpu-max-flops": "inf", "parity": "x"}, "--ckfmha-cpu-max-flops: 'inf' must be a finite number > 0"),
-    ({"seed": str(2 ** 32)}, "--ckfmha-seed: '4294967296' must be < 2**32"),
-    ({"upstream-bin": "nope"}, "--ckfmha-upstream-bin: 'nope' is not a directory"),
-])
+@pytest.mark.parametrize(
+    "opts,msg",
+    [
+        # the first bad option in the table's order; a rule between options right after the later of them
+        (
+            {"receipt": "999", "profile": "flash", "mask-mode": "fancy"},
+            "--ckfmha-profile: 'flash' cannot be combined with --ckfmha-receipt='999'; give one of them",
+        ),
+        ({"mask-mode": "fancy", "seed": "x"}, "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
+        (
+            {"timeout": "5", "isolation": "inline", "cpu-max-flops": "0"},
+            "--ckfmha-timeout: '5' cannot be enforced with --ckfmha-isolation inline",
+        ),
+        ({"timeout": "x", "report-every": "0"}, "--ckfmha-timeout: 'x' is not a number of seconds"),
+        ({"cpu-max-flops": "inf", "parity": "x"}, "--ckfmha-cpu-max-flops: 'inf' must be a finite number > 0"),
+        ({"seed": str(2**32)}, "--ckfmha-seed: '4294967296' must be < 2**32"),
+        ({"upstream-bin": "nope"}, "--ckfmha-upstream-bin: 'nope' is not a directory"),
+    ],
+)
 def test_the_first_bad_option_is_the_error(tmp_path, monkeypatch, opts, msg):
     with pytest.raises(pytest.UsageError) as e:
         _parse(tmp_path, monkeypatch, opts=opts)

@@ -23,8 +23,13 @@ pytest_plugins = ["pytester"]
 def _start(pytester, args) -> subprocess.Popen:
     """pytest in a subprocess of its own (so it can be signalled), output to files."""
     out = open(pytester.path / "out.txt", "w")
-    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=out,
-                            stderr=subprocess.STDOUT, env=os.environ.copy())
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=pytester.path,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=os.environ.copy(),
+    )
 
 
 def _wait_for(pred, timeout=60.0):
@@ -48,8 +53,13 @@ def test_report_has_run_fields(pytester, monkeypatch, tmp_path):
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     res.assert_outcomes(passed=4, skipped=1)
     doc = json.loads((pytester.path / "r.json").read_text())
-    assert (doc["state"], doc["interrupted"], doc["exit_status"], doc["collected"], doc["completed"]) == \
-        ("complete", False, 0, 5, 5)
+    assert (doc["state"], doc["interrupted"], doc["exit_status"], doc["collected"], doc["completed"]) == (
+        "complete",
+        False,
+        0,
+        5,
+        5,
+    )
     assert doc["signal"] is None and doc["environment"]["command"].startswith("pytest ")
     assert not list(pytester.path.glob(".r.json.*"))  # no temporary file left behind
 
@@ -58,8 +68,20 @@ def test_report_has_run_fields(pytester, monkeypatch, tmp_path):
 def test_a_signalled_run_writes_its_report(pytester, monkeypatch, tmp_path, sig, name):
     base = make_project(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
     monkeypatch.setenv("CKT_SLOW_S", "1.0")
-    proc = _start(pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
-                             "--ckfmha-report", "r.csv", "--ckfmha-report-every", "0.05"])
+    proc = _start(
+        pytester,
+        [
+            *base,
+            "--ckfmha-category",
+            "full",
+            "--ckfmha-report",
+            "r.json",
+            "--ckfmha-report",
+            "r.csv",
+            "--ckfmha-report-every",
+            "0.05",
+        ],
+    )
     try:
         assert _wait_for(lambda: _completed(pytester.path / "r.json") >= 2), (pytester.path / "out.txt").read_text()
         proc.send_signal(sig)
@@ -79,8 +101,9 @@ def test_a_signalled_run_writes_its_report(pytester, monkeypatch, tmp_path, sig,
 def test_a_killed_run_leaves_its_last_checkpoint(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
     monkeypatch.setenv("CKT_SLOW_S", "1.0")
-    proc = _start(pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
-                             "--ckfmha-report-every", "0.05"])
+    proc = _start(
+        pytester, [*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json", "--ckfmha-report-every", "0.05"]
+    )
     try:
         assert _wait_for(lambda: _completed(pytester.path / "r.json") >= 2)
         proc.send_signal(signal.SIGKILL)
@@ -98,8 +121,7 @@ def test_unwritable_report_path_is_a_usage_error_before_anything_runs(pytester, 
     bad = tmp_path / "a_file" / "r.json"  # its directory cannot exist (root can write anywhere else)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-report", str(bad))
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines([f"*--ckfmha-report: '{bad}' cannot be written (*)*checked before "
-                              "anything runs*"])
+    res.stderr.fnmatch_lines([f"*--ckfmha-report: '{bad}' cannot be written (*)*checked before anything runs*"])
     assert "exited with status 3" not in res.stdout.str() and "collected" not in res.stdout.str()
 
 
@@ -128,7 +150,9 @@ def test_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
 
 def test_a_report_that_cannot_be_written_at_the_end_fails_the_run(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + '''
+    pytester.makeconftest(
+        pytester.path.joinpath("conftest.py").read_text()
+        + """
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session):
@@ -136,7 +160,8 @@ def pytest_sessionfinish(session):
     def no_space(*a, **k):
         raise OSError(28, "No space left on device")
     r.os.fsync = no_space
-''')
+"""
+    )
     res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     assert res.ret == pytest.ExitCode.INTERNAL_ERROR, res.stdout.str()
     res.stdout.fnmatch_lines(["*ckfmha: ERROR: report not written: *No space left on device*"])
@@ -150,9 +175,18 @@ def test_rowbook_covers_every_phase():
     book.set_collected(["ckfmha::a::k", "ckfmha::b::k", "ckfmha::c::k", "ckfmha::d::k", "test_x.py::t"])
 
     def rep(nodeid, when, outcome, props=(), longrepr="boom"):
-        return NS(nodeid=nodeid, when=when, outcome=outcome, passed=outcome == "passed",
-                  failed=outcome == "failed", skipped=outcome == "skipped", user_properties=list(props),
-                  longrepr=longrepr, longreprtext=longrepr, duration=0.5)
+        return NS(
+            nodeid=nodeid,
+            when=when,
+            outcome=outcome,
+            passed=outcome == "passed",
+            failed=outcome == "failed",
+            skipped=outcome == "skipped",
+            user_properties=list(props),
+            longrepr=longrepr,
+            longreprtext=longrepr,
+            duration=0.5,
+        )
 
     assert book.add(rep("test_x.py::t", "call", "passed")) is None  # not a ckfmha item
     book.add(rep("ckfmha::a::k", "call", "passed", [("id", "a::k"), ("verdict", "passed")]))

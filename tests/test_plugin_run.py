@@ -16,8 +16,18 @@ pytest_plugins = ["pytester"]
 
 def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    res = pytester.runpytest(*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json",
-                             "--ckfmha-report", "r.csv", "--junitxml", "j.xml", "-rs")
+    res = pytester.runpytest(
+        *base,
+        "--ckfmha-category",
+        "full",
+        "--ckfmha-report",
+        "r.json",
+        "--ckfmha-report",
+        "r.csv",
+        "--junitxml",
+        "j.xml",
+        "-rs",
+    )
     res.assert_outcomes(passed=6, skipped=2)  # 2 qs kernel items: the backend cannot realize them
     out = res.stdout.str()
     assert "ckfmha summary" in out and "fwd" in out and "worst abs err" in out and "best TFLOPS" in out
@@ -29,8 +39,9 @@ def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_pa
     assert doc["schema"] == REPORT_SCHEMA and doc["version"] == 2 and doc["fields"] == list(ROW_FIELDS)
     assert doc["category"] == "full" and doc["arch"] == "gfx942" and doc["summary"]["fwd"]["passed"] == 6
     # where it ran: the command, the package versions (from metadata), the device of the items
-    import numpy
     import platform
+
+    import numpy
 
     env = doc["environment"]
     assert env["command"].startswith("pytest ") and "--ckfmha-category full --ckfmha-report r.json" in env["command"]
@@ -81,8 +92,9 @@ def test_unwritten_elements_fail(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path, mode="partial")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     res.assert_outcomes(failed=4, skipped=1)
-    res.stdout.fnmatch_lines(["*output 'o': 1 of 2048 element(s) left unwritten (still the poison NaN), first at "
-                              "(0, 0, 0, 7)*"])
+    res.stdout.fnmatch_lines(
+        ["*output 'o': 1 of 2048 element(s) left unwritten (still the poison NaN), first at (0, 0, 0, 7)*"]
+    )
     assert "computed" not in res.stdout.str()
 
 
@@ -90,8 +102,12 @@ def test_computed_nan_is_called_nan(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path, mode="nan")
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     res.assert_outcomes(failed=4, skipped=1)
-    res.stdout.fnmatch_lines(["*output 'o': 1 of 2048 element(s) are NaN where the reference is finite (a NaN the "
-                              "kernel computed), first at (0, 0, 0, 7)*"])
+    res.stdout.fnmatch_lines(
+        [
+            "*output 'o': 1 of 2048 element(s) are NaN where the reference is finite (a NaN the "
+            "kernel computed), first at (0, 0, 0, 7)*"
+        ]
+    )
     assert "left unwritten" not in res.stdout.str()
 
 
@@ -102,19 +118,25 @@ def test_skip_reasons(pytester, monkeypatch, tmp_path):
     res.stdout.fnmatch_lines(["*backend testref is not available: no GPU in this test*"])
     # the real cpu backend and its FLOP limit
     base = make_project(pytester, monkeypatch, tmp_path, mode=None)
-    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--ckfmha-backend", "cpu",
-                             "--ckfmha-cpu-max-flops", "1000", "-rs")
+    res = pytester.runpytest(
+        *base, "--ckfmha-category", "smoke", "--ckfmha-backend", "cpu", "--ckfmha-cpu-max-flops", "1000", "-rs"
+    )
     res.assert_outcomes(skipped=5)
-    res.stdout.fnmatch_lines(["*shape has 1.31e+05 FLOPs, over the cpu backend's limit 1e+03 (--ckfmha-cpu-max-flops)*"])
+    res.stdout.fnmatch_lines(
+        ["*shape has 1.31e+05 FLOPs, over the cpu backend's limit 1e+03 (--ckfmha-cpu-max-flops)*"]
+    )
 
 
 def test_cpu_backend_runs_the_hand_built_kernels(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path, mode=None)
-    res = pytester.runpytest(*base, "--ckfmha-category", "full", "--ckfmha-backend", "cpu", "--ckfmha-bench",
-                             "--ckfmha-report", "r.json")
+    res = pytester.runpytest(
+        *base, "--ckfmha-category", "full", "--ckfmha-backend", "cpu", "--ckfmha-bench", "--ckfmha-report", "r.json"
+    )
     assert res.ret == 0, res.stdout.str()
     rows = json.loads((pytester.path / "r.json").read_text())["rows"]
     assert all(r["timed"] for r in rows if r["verdict"] == "passed")
     # the reference is computed once per (shape, seed) and shared by the shape's items
-    cached = [r["ref_cached"] for r in rows if r["verdict"] == "passed" and r["id"].startswith("fwd-fp16-batch-b1h2s16d64::")]
+    cached = [
+        r["ref_cached"] for r in rows if r["verdict"] == "passed" and r["id"].startswith("fwd-fp16-batch-b1h2s16d64::")
+    ]
     assert cached.count(False) <= 1 and cached.count(True) >= 1

@@ -15,8 +15,9 @@ pytest_plugins = ["pytester"]
 def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
     pytest.importorskip("xdist")
     base = make_project(pytester, monkeypatch, tmp_path)
-    res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "full", "-n", "2", "-v",
-                                        "--ckfmha-report", "r.json")
+    res = pytester.runpytest_subprocess(
+        *base, "--ckfmha-category", "full", "-n", "2", "-v", "--ckfmha-report", "r.json"
+    )
     assert res.ret == 0, res.stdout.str()
     out = res.stdout.str()
     assert "scheduling tests via KernelGroupScheduling" in out and "@ck-" not in out
@@ -28,8 +29,10 @@ def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
     rows = doc["rows"]
     # the verbose lines show node ids with '.' turned into '::': map them back through the report's node ids
     nodeid_of = {r["nodeid"].replace("::", "."): r["nodeid"] for r in rows}
-    worker_of = {nodeid_of[m.group(2).replace("::", ".")]: m.group(1)
-                 for m in re.finditer(r"\[(gw\d+)\] \[\s*\d+%\] \w+ (\S+)", out)}
+    worker_of = {
+        nodeid_of[m.group(2).replace("::", ".")]: m.group(1)
+        for m in re.finditer(r"\[(gw\d+)\] \[\s*\d+%\] \w+ (\S+)", out)
+    }
     assert len(worker_of) == 8
     by_group: dict = {}
     for nid, g in kernel_groups([r["nodeid"] for r in rows]).items():
@@ -43,10 +46,20 @@ def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
 
 def test_kernel_groups():
     k1 = "ckfmha::fwd-a::fwd.k1"
-    ids = [k1, "ckfmha::fwd-a::fwd.k2", "ckfmha::fwd-a::plan", "ckfmha::fwd-b::fwd.k1", "ckfmha::fwd-b::plan",
-           "ckfmha::fwd-c::plan", "tests/test_x.py::test_y", "ckfmha-parity::torch::default-01-x"]
+    ids = [
+        k1,
+        "ckfmha::fwd-a::fwd.k2",
+        "ckfmha::fwd-a::plan",
+        "ckfmha::fwd-b::fwd.k1",
+        "ckfmha::fwd-b::plan",
+        "ckfmha::fwd-c::plan",
+        "tests/test_x.py::test_y",
+        "ckfmha-parity::torch::default-01-x",
+    ]
     g = kernel_groups(ids)
-    assert g[k1] == g["ckfmha::fwd-a::plan"] == g["ckfmha::fwd-b::fwd.k1"] == g["ckfmha::fwd-b::plan"] == "kernel:fwd.k1"
+    assert (
+        g[k1] == g["ckfmha::fwd-a::plan"] == g["ckfmha::fwd-b::fwd.k1"] == g["ckfmha::fwd-b::plan"] == "kernel:fwd.k1"
+    )
     assert g["ckfmha::fwd-a::fwd.k2"] == "kernel:fwd.k2"
     assert g["ckfmha::fwd-c::plan"] == "ckfmha::fwd-c::plan"  # a shape without kernel items: a group of one
     assert g["tests/test_x.py::test_y"] == "tests/test_x.py::test_y"
@@ -100,15 +113,18 @@ def test_scheduler_sends_whole_groups_and_never_reruns_a_crashed_item():
     assert sorted(every) == sorted(coll + sent_a[1:])  # re-queued items sent twice (second time on a live node)
 
 
-@pytest.mark.parametrize("env, worker, count, want", [
-    ({}, "gw3", 4, "3"),
-    ({}, "gw5", 4, "1"),
-    ({}, "gw0", 1, None),  # one GPU: nothing to do
-    ({}, "master", 4, None),
-    ({"CUDA_VISIBLE_DEVICES": "2,3"}, "gw1", 8, "3"),  # index into the outer list
-    ({"HIP_VISIBLE_DEVICES": "4,5,6"}, "gw4", 8, "5"),
-    ({"CUDA_VISIBLE_DEVICES": "7"}, "gw1", 8, None),  # a single outer device is kept
-])
+@pytest.mark.parametrize(
+    "env, worker, count, want",
+    [
+        ({}, "gw3", 4, "3"),
+        ({}, "gw5", 4, "1"),
+        ({}, "gw0", 1, None),  # one GPU: nothing to do
+        ({}, "master", 4, None),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, "gw1", 8, "3"),  # index into the outer list
+        ({"HIP_VISIBLE_DEVICES": "4,5,6"}, "gw4", 8, "5"),
+        ({"CUDA_VISIBLE_DEVICES": "7"}, "gw1", 8, None),  # a single outer device is kept
+    ],
+)
 def test_gpu_per_worker(env, worker, count, want):
     environ = dict(env)
     got = assign_gpu(environ, worker, count=lambda: count)

@@ -1,7 +1,8 @@
 """Hypothesis property tests of the references and the problem model (small shapes, float64)."""
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from ckfmha.inputs import make_inputs
 from ckfmha.masking import MaskSpec
@@ -13,7 +14,9 @@ SET = settings(max_examples=25, deadline=None)
 F64 = np.float64
 
 masks = st.one_of(
-    st.just("0"), st.just("t"), st.just("b"),
+    st.just("0"),
+    st.just("t"),
+    st.just("b"),
     st.builds(lambda l, r, o: f"{o}:{l},{r}", st.integers(-1, 6), st.integers(0, 6), st.sampled_from("tb")),
     st.builds(lambda y, x: f"g:{y},{x}", st.integers(1, 8), st.integers(1, 8)),
 )
@@ -27,8 +30,17 @@ def _allclose(a, b):
 @SET
 @given(h=heads, sq=st.integers(1, 9), sk=st.integers(1, 40), n=st.integers(2, 6), m=masks, seed=st.integers(0, 99))
 def test_splitkv_combine_equals_full(h, sq, sk, n, m, seed):
-    p = Problem(family="fwd_splitkv", nhead_q=h[0], nhead_k=h[1], seqlen_q=sq, seqlen_k=sk, hdim_q=4,
-                num_splits=n, mask=m, dtype="fp32")
+    p = Problem(
+        family="fwd_splitkv",
+        nhead_q=h[0],
+        nhead_k=h[1],
+        seqlen_q=sq,
+        seqlen_k=sk,
+        hdim_q=4,
+        num_splits=n,
+        mask=m,
+        dtype="fp32",
+    )
     r = reference(p, make_inputs(p, seed), accum=F64)
     full = reference(p.replace(family="fwd", num_splits=1), make_inputs(p, seed), accum=F64)
     _allclose(r["o"], full["o"])
@@ -36,12 +48,26 @@ def test_splitkv_combine_equals_full(h, sq, sk, n, m, seed):
 
 
 @SET
-@given(sks=st.lists(st.integers(0, 300), min_size=1, max_size=3), layout=st.sampled_from(["bhsd", "bshd"]),
-       m=masks, seed=st.integers(0, 99))
+@given(
+    sks=st.lists(st.integers(0, 300), min_size=1, max_size=3),
+    layout=st.sampled_from(["bhsd", "bshd"]),
+    m=masks,
+    seed=st.integers(0, 99),
+)
 def test_paged_equals_contiguous(sks, layout, m, seed):
     b = len(sks)
-    p = Problem(family="fwd_pagedkv", mode="group", batch=b, seqlens_q=(2,) * b, seqlens_k=tuple(sks), hdim_q=4,
-                page_block_size=128, input_layout=layout, mask=m, dtype="fp32")
+    p = Problem(
+        family="fwd_pagedkv",
+        mode="group",
+        batch=b,
+        seqlens_q=(2,) * b,
+        seqlens_k=tuple(sks),
+        hdim_q=4,
+        page_block_size=128,
+        input_layout=layout,
+        mask=m,
+        dtype="fp32",
+    )
     x = make_inputs(p, seed)
     k_of, v_of = kv_sources(p, x)
     perm = (lambda t: t) if layout == "bhsd" else (lambda t: t.transpose(0, 2, 1, 3))
@@ -52,8 +78,13 @@ def test_paged_equals_contiguous(sks, layout, m, seed):
 
 
 @SET
-@given(sqs=st.lists(st.integers(0, 6), min_size=1, max_size=3), sks=st.lists(st.integers(0, 7), min_size=3,
-       max_size=3), m=masks, bias=st.sampled_from(["none", "elementwise", "alibi"]), seed=st.integers(0, 99))
+@given(
+    sqs=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    sks=st.lists(st.integers(0, 7), min_size=3, max_size=3),
+    m=masks,
+    bias=st.sampled_from(["none", "elementwise", "alibi"]),
+    seed=st.integers(0, 99),
+)
 def test_group_equals_batch_one_by_one(sqs, sks, m, bias, seed):
     b = len(sqs)
     sks = sks[:b]
@@ -71,7 +102,7 @@ def test_group_equals_batch_one_by_one(sqs, sks, m, bias, seed):
         qs, ks = slice(g.seqstart_q[i], g.seqstart_q[i + 1]), slice(g.seqstart_k[i], g.seqstart_k[i + 1])
         xi = dict(q=x["q"][:, :, qs], k=x["k"][:, :, ks], v=x["v"][:, :, ks])
         if bias == "elementwise":
-            xi["bias"] = x["bias"][:, :, qs, :sks[i]]
+            xi["bias"] = x["bias"][:, :, qs, : sks[i]]
         if bias == "alibi":
             xi["alibi_slopes"] = x["alibi_slopes"]
         ri = reference(one, xi, accum=F64)
@@ -120,12 +151,27 @@ def test_wide_window_equals_no_mask_reference(sq, sk, seed):
 
 
 @SET
-@given(cache=st.integers(0, 10), knew=st.integers(1, 6), sq=st.integers(1, 5), m=st.sampled_from(["0", "b"]),
-       seed=st.integers(0, 99))
+@given(
+    cache=st.integers(0, 10),
+    knew=st.integers(1, 6),
+    sq=st.integers(1, 5),
+    m=st.sampled_from(["0", "b"]),
+    seed=st.integers(0, 99),
+)
 def test_append_then_attend_equals_concatenated(cache, knew, sq, m, seed):
     sk = cache + knew
-    p = Problem(family="fwd_appendkv", batch=2, nhead_q=2, nhead_k=1, seqlen_q=sq, seqlen_k=sk, seqlen_knew=knew,
-                hdim_q=4, mask=m, dtype="fp32")
+    p = Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        nhead_k=1,
+        seqlen_q=sq,
+        seqlen_k=sk,
+        seqlen_knew=knew,
+        hdim_q=4,
+        mask=m,
+        dtype="fp32",
+    )
     x = make_inputs(p, seed)
     r = reference(p, x, accum=F64)
     k = np.concatenate([x["k"][:, :, :cache], x["knew"]], axis=2)
@@ -135,12 +181,29 @@ def test_append_then_attend_equals_concatenated(cache, knew, sq, m, seed):
 
 
 @SET
-@given(sq=st.integers(1, 4), sk=st.integers(1, 4), m=st.sampled_from(["0", "t", "b", "b:1,0"]),
-       bias=st.sampled_from(["none", "elementwise", "alibi"]), p_drop=st.sampled_from([0.0, 0.3]),
-       seed=st.integers(0, 99))
+@given(
+    sq=st.integers(1, 4),
+    sk=st.integers(1, 4),
+    m=st.sampled_from(["0", "t", "b", "b:1,0"]),
+    bias=st.sampled_from(["none", "elementwise", "alibi"]),
+    p_drop=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 99),
+)
 def test_backward_central_differences(sq, sk, m, bias, p_drop, seed):
-    p = Problem(family="bwd", nhead_q=2, nhead_k=1, seqlen_q=sq, seqlen_k=sk, hdim_q=3, hdim_v=2, mask=m,
-                bias=bias, p_drop=p_drop, dbias=bias == "elementwise", dtype="fp32")
+    p = Problem(
+        family="bwd",
+        nhead_q=2,
+        nhead_k=1,
+        seqlen_q=sq,
+        seqlen_k=sk,
+        hdim_q=3,
+        hdim_v=2,
+        mask=m,
+        bias=bias,
+        p_drop=p_drop,
+        dbias=bias == "elementwise",
+        dtype="fp32",
+    )
     x = {k: (v.astype(F64) if v.dtype.kind == "f" else v) for k, v in make_inputs(p, seed).items()}
     g = reference(p, x, accum=F64)
     fwd = p.replace(family="fwd", dbias=False)
@@ -162,20 +225,49 @@ def test_backward_central_differences(sq, sk, m, bias, p_drop, seed):
 
 problems = st.builds(
     lambda fam, dt, mode, b, hk, g, sq, sk, d, dv, m, bias, lse, pd, lay, scale, cap, extra: _mk(
-        fam, dt, mode, b, hk, g, sq, sk, d, dv, m, bias, lse, pd, lay, scale, cap, extra),
+        fam, dt, mode, b, hk, g, sq, sk, d, dv, m, bias, lse, pd, lay, scale, cap, extra
+    ),
     st.sampled_from(["fwd", "fwd_splitkv", "fwd_pagedkv", "fwd_appendkv", "bwd"]),
-    st.sampled_from(["fp16", "bf16", "fp32", "fp8bf16"]), st.sampled_from(["batch", "group"]), st.integers(1, 3),
-    st.integers(1, 4), st.sampled_from([1, 2, 4]), st.integers(1, 300), st.integers(0, 300),
-    st.sampled_from([32, 64, 128, 256]), st.sampled_from([None, 64, 128]), masks,
-    st.sampled_from(["none", "elementwise", "alibi"]), st.booleans(), st.sampled_from([0.0, 0.125]),
-    st.sampled_from(["bhsd", "bshd"]), st.sampled_from([0.0, 0.25]), st.sampled_from([0.0, 30.0]),
-    st.integers(0, 3))
+    st.sampled_from(["fp16", "bf16", "fp32", "fp8bf16"]),
+    st.sampled_from(["batch", "group"]),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.sampled_from([1, 2, 4]),
+    st.integers(1, 300),
+    st.integers(0, 300),
+    st.sampled_from([32, 64, 128, 256]),
+    st.sampled_from([None, 64, 128]),
+    masks,
+    st.sampled_from(["none", "elementwise", "alibi"]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.125]),
+    st.sampled_from(["bhsd", "bshd"]),
+    st.sampled_from([0.0, 0.25]),
+    st.sampled_from([0.0, 30.0]),
+    st.integers(0, 3),
+)
 
 
 def _mk(fam, dt, mode, b, hk, g, sq, sk, d, dv, m, bias, lse, pd, lay, scale, cap, extra):
-    kw = dict(family=fam, dtype=dt, mode=mode, batch=b, nhead_q=hk * g, nhead_k=hk, hdim_q=d, hdim_v=dv, mask=m,
-              bias=bias, lse=lse, p_drop=pd, input_layout=lay, output_layout=lay, scale=scale,
-              logits_soft_cap=cap, drop_seed=extra + 1)
+    kw = dict(
+        family=fam,
+        dtype=dt,
+        mode=mode,
+        batch=b,
+        nhead_q=hk * g,
+        nhead_k=hk,
+        hdim_q=d,
+        hdim_v=dv,
+        mask=m,
+        bias=bias,
+        lse=lse,
+        p_drop=pd,
+        input_layout=lay,
+        output_layout=lay,
+        scale=scale,
+        logits_soft_cap=cap,
+        drop_seed=extra + 1,
+    )
     if mode == "group":
         kw["seqlens_q"] = tuple(max(1, sq - i) for i in range(b))
         kw["seqlens_k"] = tuple(max(0, sk - 2 * i) for i in range(b))

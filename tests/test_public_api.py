@@ -12,8 +12,14 @@ import pytest
 import ckfmha
 from ckfmha import Problem, explain, make_inputs, reference, run, validate
 
-PUBLIC = {"Problem": Problem, "make_inputs": make_inputs, "run": run, "explain": explain, "reference": reference,
-          "validate": validate}
+PUBLIC = {
+    "Problem": Problem,
+    "make_inputs": make_inputs,
+    "run": run,
+    "explain": explain,
+    "reference": reference,
+    "validate": validate,
+}
 
 
 def small() -> Problem:
@@ -71,8 +77,10 @@ def test_run_output_validates_against_the_reference() -> None:
 
 
 def test_import_ckfmha_stays_light() -> None:
-    code = ("import sys, ckfmha, ckfmha.cli; heavy = [m for m in ('numpy', 'ckfmha.enumeration', 'ckfmha.reference')"
-            " if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)")
+    code = (
+        "import sys, ckfmha, ckfmha.cli; heavy = [m for m in ('numpy', 'ckfmha.enumeration', 'ckfmha.reference')"
+        " if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert {"make_inputs", "reference", "validate", "run", "explain", "Problem"} <= set(dir(ckfmha))

@@ -31,22 +31,54 @@ def _cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ckfmha-cache"))
 
 
-GQA_DBIAS = Problem(family="bwd", batch=2, nhead_q=4, nhead_k=2, seqlen_q=40, seqlen_k=70, hdim_q=64, mask="b",
-                    bias="elementwise", bias_rank=0, dbias=True)
+GQA_DBIAS = Problem(
+    family="bwd",
+    batch=2,
+    nhead_q=4,
+    nhead_k=2,
+    seqlen_q=40,
+    seqlen_k=70,
+    hdim_q=64,
+    mask="b",
+    bias="elementwise",
+    bias_rank=0,
+    dbias=True,
+)
 
 
 # ------------------------------------------------------------------------------------------- shapes
 def test_raw_shapes_follow_cks_runner_buffers() -> None:
     # fmha_bwd_runner.hpp: dk/dv with nhead (q-heads), dbias (shape_batch, nhead, shape_seqlen_q, max_seqlen_k)
     # in the input layout (i_perm)
-    p = Problem(family="bwd", batch=3, nhead_q=6, nhead_k=2, seqlen_q=5, seqlen_k=7, hdim_q=32, hdim_v=16,
-                bias="elementwise", dbias=True)
+    p = Problem(
+        family="bwd",
+        batch=3,
+        nhead_q=6,
+        nhead_k=2,
+        seqlen_q=5,
+        seqlen_k=7,
+        hdim_q=32,
+        hdim_v=16,
+        bias="elementwise",
+        dbias=True,
+    )
     assert dk_raw_shape(p) == (3, 6, 7, 32) and dv_raw_shape(p) == (3, 6, 7, 16)
     assert dbias_raw_shape(p) == (3, 6, 5, 7)
     bshd = p.replace(input_layout="bshd", output_layout="bshd")
     assert dk_raw_shape(bshd) == (3, 7, 6, 32) and dbias_raw_shape(bshd) == (3, 5, 6, 7)
-    g = Problem(family="bwd", mode="group", batch=2, nhead_q=4, nhead_k=1, seqlens_q=(3, 4), seqlens_k=(5, 9),
-                s_kpad=(6, 10), hdim_q=32, bias="elementwise", dbias=True)
+    g = Problem(
+        family="bwd",
+        mode="group",
+        batch=2,
+        nhead_q=4,
+        nhead_k=1,
+        seqlens_q=(3, 4),
+        seqlens_k=(5, 9),
+        s_kpad=(6, 10),
+        hdim_q=32,
+        bias="elementwise",
+        dbias=True,
+    )
     assert dk_raw_shape(g) == (1, 4, 16, 32)  # sum(s_kpad) physical key rows
     assert dbias_raw_shape(g) == (1, 4, 7, 9)  # total_q rows, max_seqlen_k columns
 
@@ -84,8 +116,7 @@ def test_reduced_sums_unrounded_slices_for_fp32_and_float64() -> None:
     x = make_inputs(p, 4)
     for accum in (np.float32, np.float64):
         ref = reference(p, x, accum)
-        np.testing.assert_allclose(ref["dk"][:, 1], ref["dk_raw"][:, 2] + ref["dk_raw"][:, 3], rtol=1e-6,
-                                   atol=1e-7)
+        np.testing.assert_allclose(ref["dk"][:, 1], ref["dk_raw"][:, 2] + ref["dk_raw"][:, 3], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(ref["dbias"][0, 0], ref["dbias_raw"].sum(axis=(0, 1)), rtol=1e-5, atol=1e-6)
     x16 = make_inputs(GQA_DBIAS, 4)
     ref16 = reference(GQA_DBIAS, x16)  # fp16: the stored slices are summed, not the float32 ones
@@ -96,8 +127,7 @@ def test_reduced_sums_unrounded_slices_for_fp32_and_float64() -> None:
 
 def test_raw_dk_of_a_q_head_is_the_gradient_through_its_own_copy_of_k() -> None:
     # GQA == MHA with K/V repeated per q-head; the MHA dK of q-head h is GQA's raw dK slice h
-    p = Problem(family="bwd", dtype="fp32", batch=1, nhead_q=4, nhead_k=2, seqlen_q=9, seqlen_k=11, hdim_q=16,
-                mask="t")
+    p = Problem(family="bwd", dtype="fp32", batch=1, nhead_q=4, nhead_k=2, seqlen_q=9, seqlen_k=11, hdim_q=16, mask="t")
     x = make_inputs(p, 3)
     mha = p.replace(nhead_k=4)
     xm = dict(x, k=np.repeat(x["k"], 2, axis=1), v=np.repeat(x["v"], 2, axis=1))
@@ -118,8 +148,20 @@ def test_dbias_reduction_over_the_bias_broadcast_axes(rank: int) -> None:
 
 
 def test_group_mode_dbias_raw_leaves_columns_past_seqlen_k_zero() -> None:
-    p = Problem(family="bwd", dtype="fp32", mode="group", batch=2, nhead_q=2, nhead_k=1, seqlens_q=(3, 4),
-                seqlens_k=(5, 9), hdim_q=16, bias="elementwise", bias_rank=1, dbias=True)
+    p = Problem(
+        family="bwd",
+        dtype="fp32",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        nhead_k=1,
+        seqlens_q=(3, 4),
+        seqlens_k=(5, 9),
+        hdim_q=16,
+        bias="elementwise",
+        bias_rank=1,
+        dbias=True,
+    )
     ref = reference(p, make_inputs(p, 0))
     raw = ref["dbias_raw"]  # (1, hq, total_q, max_sk)
     assert raw.shape == (1, 2, 7, 9)
@@ -131,8 +173,11 @@ def test_group_mode_dbias_raw_leaves_columns_past_seqlen_k_zero() -> None:
 def test_reduce_raw_gradients_rejects_wrong_shapes_by_name() -> None:
     p = GQA_DBIAS
     ref = reference(p, make_inputs(p, 0))
-    with pytest.raises(RawLayoutError, match=r"dk_raw: shape \(2, 2, 70, 64\) is not CK's raw layout "
-                                             r"\(2, 4, 70, 64\)"):
+    with pytest.raises(
+        RawLayoutError,
+        match=r"dk_raw: shape \(2, 2, 70, 64\) is not CK's raw layout "
+        r"\(2, 4, 70, 64\)",
+    ):
         reduce_raw_gradients(p, dict(ref, dk_raw=ref["dk"]), (1, 1, 40, 70))
     with pytest.raises(RawLayoutError, match=r"bias: shape \(1, 3, 40, 70\) cannot receive dBias"):
         reduce_raw_gradients(p, ref, (1, 3, 40, 70))
@@ -144,10 +189,30 @@ def test_reduce_raw_gradients_rejects_wrong_shapes_by_name() -> None:
 CPU_CASES = {
     "gqa-dbias": GQA_DBIAS,
     "gqa-bshd-dbias-rank1": GQA_DBIAS.replace(input_layout="bshd", output_layout="bshd", bias_rank=1, nhead_k=1),
-    "group-gqa-dbias": Problem(family="bwd", mode="group", batch=3, nhead_q=4, nhead_k=2, seqlens_q=(10, 0, 33),
-                               seqlens_k=(50, 31, 70), hdim_q=64, mask="b", bias="elementwise", dbias=True),
-    "mqa-det-bf16": Problem(family="bwd", dtype="bf16", batch=1, nhead_q=3, nhead_k=1, seqlen_q=30, seqlen_k=140,
-                            hdim_q=64, deterministic=True),
+    "group-gqa-dbias": Problem(
+        family="bwd",
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        nhead_k=2,
+        seqlens_q=(10, 0, 33),
+        seqlens_k=(50, 31, 70),
+        hdim_q=64,
+        mask="b",
+        bias="elementwise",
+        dbias=True,
+    ),
+    "mqa-det-bf16": Problem(
+        family="bwd",
+        dtype="bf16",
+        batch=1,
+        nhead_q=3,
+        nhead_k=1,
+        seqlen_q=30,
+        seqlen_k=140,
+        hdim_q=64,
+        deterministic=True,
+    ),
 }
 
 
@@ -164,8 +229,12 @@ def test_cpu_backend_raw_equals_reference_raw(name: str) -> None:
     for n in raw:  # the kernel's buffers: storage (bias) dtype, CK's shapes
         assert res.outputs[n].shape == ref[n].shape and res.outputs[n].dtype == inp["q"].dtype
     # the host step: reduced = the raw buffers summed in float32, rounded once
-    again = reduce_raw_gradients(p, res.outputs, inp["bias"].shape if p.dbias else None,
-                                 {"dk": inp["k"].dtype, "dv": inp["v"].dtype, "dbias": inp["q"].dtype})
+    again = reduce_raw_gradients(
+        p,
+        res.outputs,
+        inp["bias"].shape if p.dbias else None,
+        {"dk": inp["k"].dtype, "dv": inp["v"].dtype, "dbias": inp["q"].dtype},
+    )
     for n, a in again.items():
         assert np.array_equal(res.outputs[n], a, equal_nan=False), n
 
@@ -211,8 +280,9 @@ def test_raw_comparison_catches_a_fault_the_reduced_one_hides(monkeypatch) -> No
 
 def _runtime(backend, tmp_path) -> Runtime:
     hook = SimpleNamespace(pytest_ckfmha_backend=lambda config, name: backend)
-    settings = SimpleNamespace(backend="cpu", arch="gfx942", seed=0, cache_dir=tmp_path / "refs", bench=False,
-                               cpu_max_flops=1e12)
+    settings = SimpleNamespace(
+        backend="cpu", arch="gfx942", seed=0, cache_dir=tmp_path / "refs", bench=False, cpu_max_flops=1e12
+    )
     return Runtime(SimpleNamespace(hook=hook), settings, cpu_registry())
 
 

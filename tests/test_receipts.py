@@ -18,11 +18,25 @@ def test_every_generator_receipt_has_a_profile() -> None:
         assert r.description
 
 
-@pytest.mark.parametrize("value, number", [
-    (None, 0), (0, 0), ("888", 888), ("ck_default", 0), ("ck_extended", 1), ("flash", 2), ("pytorch", 4),
-    ("aiter_batch", 100), ("aiter", 100), ("aiter_group", 200), ("fp32", 800), ("fp32_min", 801), ("fp8", 888),
-    ("PyTorch", 4),
-])
+@pytest.mark.parametrize(
+    "value, number",
+    [
+        (None, 0),
+        (0, 0),
+        ("888", 888),
+        ("ck_default", 0),
+        ("ck_extended", 1),
+        ("flash", 2),
+        ("pytorch", 4),
+        ("aiter_batch", 100),
+        ("aiter", 100),
+        ("aiter_group", 200),
+        ("fp32", 800),
+        ("fp32_min", 801),
+        ("fp8", 888),
+        ("PyTorch", 4),
+    ],
+)
 def test_resolve(value, number: int) -> None:
     assert resolve_receipt(value) == number
 
@@ -33,11 +47,14 @@ def test_profile_keyword() -> None:
         resolve_receipt(4, profile="flash")
 
 
-@pytest.mark.parametrize("value, message", [
-    (5, "receipt: unknown receipt 5; known: 0, 1, 2"),
-    ("flashy", "profile: unknown profile 'flashy'; known profiles: ck_default \\(0\\)"),
-    (True, "expected a number or profile name"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (5, "receipt: unknown receipt 5; known: 0, 1, 2"),
+        ("flashy", "profile: unknown profile 'flashy'; known profiles: ck_default \\(0\\)"),
+        (True, "expected a number or profile name"),
+    ],
+)
 def test_unknown(value, message: str) -> None:
     with pytest.raises(ReceiptError, match=message):
         resolve_receipt(value)

@@ -21,11 +21,27 @@ def test_rope_rotation_formulas():
     np.testing.assert_allclose(np.linalg.norm(yi), np.linalg.norm(x))
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(input_layout="bshd", output_layout="bshd"), dict(cache_batch_idx=True),
-                                dict(page_block_size=128, seqlen_k=140)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(input_layout="bshd", output_layout="bshd"),
+        dict(cache_batch_idx=True),
+        dict(page_block_size=128, seqlen_k=140),
+    ],
+)
 def test_append_writes_cache_then_attends(kw):
-    base = dict(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=3, seqlen_k=12, seqlen_knew=5, hdim_q=16,
-                dtype="fp16", mask="b")
+    base = dict(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=3,
+        seqlen_k=12,
+        seqlen_knew=5,
+        hdim_q=16,
+        dtype="fp16",
+        mask="b",
+    )
     base.update(kw)
     p = Problem(**base)
     x = make_inputs(p, 3)
@@ -40,7 +56,7 @@ def test_append_writes_cache_then_attends(kw):
         k_of = lambda b: kh[b]  # noqa: E731
     kn = x["knew"] if p.input_layout.value == "bhsd" else x["knew"].transpose(0, 2, 1, 3)
     c = p.cache_seqlens[0]
-    np.testing.assert_array_equal(k_of(1)[:, c:c + 5], kn[1])  # no RoPE: raw append
+    np.testing.assert_array_equal(k_of(1)[:, c : c + 5], kn[1])  # no RoPE: raw append
     # the untouched prefix of the cache is unchanged
     old_of, _ = kv_sources(p, x)
     if old_of is not None:
@@ -48,13 +64,23 @@ def test_append_writes_cache_then_attends(kw):
 
 
 def test_rope_positions_q_and_knew():
-    p = Problem(family="fwd_appendkv", batch=1, seqlen_q=2, seqlen_k=6, seqlen_knew=2, hdim_q=16, rotary_dim=16,
-                rope="interleaved", dtype="fp16", mask="b")
+    p = Problem(
+        family="fwd_appendkv",
+        batch=1,
+        seqlen_q=2,
+        seqlen_k=6,
+        seqlen_knew=2,
+        hdim_q=16,
+        rotary_dim=16,
+        rope="interleaved",
+        dtype="fp16",
+        mask="b",
+    )
     x = make_inputs(p, 0)
     r = reference(p, x)
     c = p.cache_seqlens[0]
     want_k = apply_rope(x["knew"][0], x["rotary_cos"], x["rotary_sin"], c + np.arange(2), "interleaved", 16)
-    np.testing.assert_array_equal(r["k"][0, :, c:c + 2], want_k.astype(np.float16))
+    np.testing.assert_array_equal(r["k"][0, :, c : c + 2], want_k.astype(np.float16))
     want_q = apply_rope(x["q"][0], x["rotary_cos"], x["rotary_sin"], c + np.arange(2), "interleaved", 16)
     np.testing.assert_array_equal(r["q"][0], want_q.astype(np.float16))
     # without a mask every q row is rotated at the cache length

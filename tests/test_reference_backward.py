@@ -37,8 +37,16 @@ CASES = [
     dict(mode="group", batch=2, seqlens_q=(3, 2), seqlens_k=(4, 5), s_kpad=(6, 5), mask="b"),
     dict(input_layout="bshd", output_layout="bshd", nhead_q=2, nhead_k=1),
     dict(seqlen_q=5, seqlen_k=3, mask="b"),  # fully masked rows
-    dict(mode="group", batch=2, seqlens_q=(3, 0), seqlens_k=(4, 5), nhead_q=2, nhead_k=1,  # empty query sequence
-         bias="elementwise", dbias=True),
+    dict(
+        mode="group",
+        batch=2,
+        seqlens_q=(3, 0),
+        seqlens_k=(4, 5),
+        nhead_q=2,
+        nhead_k=1,  # empty query sequence
+        bias="elementwise",
+        dbias=True,
+    ),
 ]
 
 
@@ -74,8 +82,9 @@ def test_dot_do_o_and_deterministic_no_effect():
 
 
 def test_group_padding_rows_of_dk_stay_zero():
-    p = Problem(family="bwd", mode="group", batch=2, seqlens_q=(2, 3), seqlens_k=(3, 2), s_kpad=(5, 4), hdim_q=8,
-                dtype="fp16")
+    p = Problem(
+        family="bwd", mode="group", batch=2, seqlens_q=(2, 3), seqlens_k=(3, 2), s_kpad=(5, 4), hdim_q=8, dtype="fp16"
+    )
     g = reference(p, make_inputs(p, 0))
     assert np.all(g["dk"][0, :, 3:5] == 0) and np.all(g["dv"][0, :, 7:9] == 0)
 
@@ -83,8 +92,9 @@ def test_group_padding_rows_of_dk_stay_zero():
 def test_empty_query_sequence_gives_zero_dk_dv_for_its_keys():
     # regression: group mode with seqlen_q = 0 raised KeyError: 'd'. CK's pipeline stores its cleared dK/dV
     # accumulators for a key tile no query tile reaches (block_fmha_bwd_dq_dk_dv_pipeline_kr_ktr_vr.hpp)
-    p = Problem(family="bwd", dtype="fp32", mode="group", batch=2, nhead_q=1, seqlens_q=(3, 0), seqlens_k=(4, 5),
-                hdim_q=16)
+    p = Problem(
+        family="bwd", dtype="fp32", mode="group", batch=2, nhead_q=1, seqlens_q=(3, 0), seqlens_k=(4, 5), hdim_q=16
+    )
     g = reference(p, make_inputs(p, 0))
     assert g["dq"].shape == (1, 1, 3, 16) and g["d"].shape == (1, 1, 3) and g["dk"].shape == (1, 1, 9, 16)
     for n in ("dk", "dv", "dk_raw", "dv_raw"):

@@ -39,9 +39,9 @@ def naive_forward(p: Problem, x: dict):
         allowed = p.mask.allowed(sq, sk)
         for h in range(p.nhead_q):
             hk = h // (p.nhead_q // p.nhead_k)
-            qq = q[bi, h, q0:q0 + sq]
-            kk = k[bi, hk, k0:k0 + sk]
-            vv = v[bi, hk, k0:k0 + sk]
+            qq = q[bi, h, q0 : q0 + sq]
+            kk = k[bi, hk, k0 : k0 + sk]
+            vv = v[bi, hk, k0 : k0 + sk]
             s = p.softmax_scale * qq @ kk.T
             if p.logits_soft_cap:
                 s = p.logits_soft_cap * np.tanh(s / p.logits_soft_cap)
@@ -49,7 +49,7 @@ def naive_forward(p: Problem, x: dict):
                 bias = x["bias"].astype(np.float64)
                 hb = h if bias.shape[1] > 1 else 0
                 if group:
-                    s = s + bias[0, hb, q0:q0 + sq, :sk]
+                    s = s + bias[0, hb, q0 : q0 + sq, :sk]
                 else:
                     s = s + bias[b if bias.shape[0] > 1 else 0, hb, :sq, :sk]
             if p.bias.value == "alibi":
@@ -104,8 +104,16 @@ CASES = [
     dict(input_layout="bshd", output_layout="bshd", nhead_q=4, nhead_k=2),
     dict(input_layout="bshd", output_layout="bhsd", scale=0.3),
     dict(mode="group", batch=3, seqlens_q=(3, 0, 6), seqlens_k=(5, 4, 2), s_kpad=(8, 4, 3), mask="b", nhead_q=2),
-    dict(mode="group", batch=2, seqlens_q=(4, 6), seqlens_k=(5, 9), bias="elementwise", bias_rank=1, nhead_q=2,
-         input_layout="bshd"),
+    dict(
+        mode="group",
+        batch=2,
+        seqlens_q=(4, 6),
+        seqlens_k=(5, 9),
+        bias="elementwise",
+        bias_rank=1,
+        nhead_q=2,
+        input_layout="bshd",
+    ),
     dict(dtype="fp8bf16", qscale="pertensor"),
     dict(seqlen_k=0),
 ]
@@ -138,13 +146,14 @@ def test_fully_masked_rows_zero_output_and_neg_inf_lse():
 def test_alibi_slopes_ck_formula():
     np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -(i + 1) for i in range(8)], rtol=1e-6)
     s6 = alibi_slopes(6)  # 4 power-of-2 slopes then every other slope of the 8-head set
-    np.testing.assert_allclose(s6, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3], rtol=1e-6)
+    np.testing.assert_allclose(s6, [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3], rtol=1e-6)
 
 
 def test_stored_randval_overrides_generator():
     p = Problem(seqlen_q=8, seqlen_k=8, hdim_q=8, p_drop=0.5, dtype="fp32")
     x = make_inputs(p, 1)
     from ckfmha.reference import reference_forward
+
     r = reference_forward(p, x, return_randval=True)
     x2 = dict(x, randval=255 - r["randval"])
     r2 = reference_forward(p, x2)
@@ -154,7 +163,9 @@ def test_stored_randval_overrides_generator():
 
 def test_memory_is_chunked():
     import tracemalloc
+
     from ckfmha.reference import _core
+
     p = Problem(nhead_q=2, seqlen_q=512, seqlen_k=512, hdim_q=16, dtype="fp32")
     x = make_inputs(p, 0)
     old = _core.CHUNK_BYTES
@@ -171,8 +182,16 @@ def test_memory_is_chunked():
 
 
 def test_skip_min_seqlen_q_leaves_short_sequences_unwritten():
-    p = Problem(mode="group", batch=3, nhead_q=2, seqlens_q=(1, 20, 7), seqlens_k=(5, 33, 9), hdim_q=32,
-                min_seqlen_q=7, lse=True)
+    p = Problem(
+        mode="group",
+        batch=3,
+        nhead_q=2,
+        seqlens_q=(1, 20, 7),
+        seqlens_k=(5, 33, 9),
+        hdim_q=32,
+        min_seqlen_q=7,
+        lse=True,
+    )
     x = make_inputs(p, 0)
     r = reference(p, x)
     full = reference(p.replace(min_seqlen_q=0), x)

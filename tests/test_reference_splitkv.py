@@ -12,11 +12,18 @@ def test_split_ranges_ck():
     assert split_ranges(0, 2) == [(0, 0), (0, 0)]
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(mask="t"), dict(mask="b:3,0", sink=True), dict(cache_batch_idx=True,
-                                num_splits=1), dict(input_layout="bshd", output_layout="bshd", nhead_k=1)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(mask="t"),
+        dict(mask="b:3,0", sink=True),
+        dict(cache_batch_idx=True, num_splits=1),
+        dict(input_layout="bshd", output_layout="bshd", nhead_k=1),
+    ],
+)
 def test_splits_combine_to_full(kw):
-    base = dict(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=5, seqlen_k=23, hdim_q=8, num_splits=4,
-                dtype="fp32")
+    base = dict(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=5, seqlen_k=23, hdim_q=8, num_splits=4, dtype="fp32")
     base.update(kw)
     p = Problem(**base)
     r = reference(p, make_inputs(p, 2), accum=np.float64)
@@ -36,8 +43,16 @@ def test_empty_split_is_neutral():
 
 
 def test_cache_batch_idx_selects_cache_rows():
-    p = Problem(family="fwd_splitkv", batch=3, seqlen_q=4, seqlen_k=9, hdim_q=8, cache_batch_idx=True,
-                num_splits=2, dtype="fp32")
+    p = Problem(
+        family="fwd_splitkv",
+        batch=3,
+        seqlen_q=4,
+        seqlen_k=9,
+        hdim_q=8,
+        cache_batch_idx=True,
+        num_splits=2,
+        dtype="fp32",
+    )
     x = make_inputs(p, 0)
     r = reference(p, x, accum=np.float64)
     idx = x["cache_batch_idx"]

@@ -11,15 +11,44 @@ from ckfmha.registry import REGISTRY_SCHEMA, Registry, RegistryError
 
 
 def configs() -> list[KernelConfig]:
-    base = dict(family="fwd", dtype="fp16", mode="batch", hdim_q=128, hdim_v=128, arch_tag="gfx9",
-                pipeline="qr_async", tile=(128, 128, 32, 128, 32, 128), warps=((4, 1, 1), (4, 1, 1)),
-                warp_tiles=((32, 32, 16), (32, 32, 16)), pad_s=1, pad_sk=1, pad_d=1, pad_dv=1)
-    out = [KernelConfig.make(**base), KernelConfig.make(**{**base, "mask": "any", "lse": True}),
-           KernelConfig.make(**{**base, "dtype": "bf16", "mode": "group"}),
-           KernelConfig.make(family="bwd_dq_dk_dv", dtype="fp16", mode="batch", hdim_q=64, hdim_v=64, arch_tag="gfx9",
-                             pipeline="bwd_dq_dk_dv", tile=(32, 128, 64, 32, 64, 32, 32, 64, 64),
-                             warps=((1, 4, 1), (4, 1, 1), (1, 4, 1)), warp_tiles=((16, 16, 32), (16, 16, 16)),
-                             occupancy=1, pad_d=8, pad_dv=8, dropout="wg16", deterministic=True)]
+    base = dict(
+        family="fwd",
+        dtype="fp16",
+        mode="batch",
+        hdim_q=128,
+        hdim_v=128,
+        arch_tag="gfx9",
+        pipeline="qr_async",
+        tile=(128, 128, 32, 128, 32, 128),
+        warps=((4, 1, 1), (4, 1, 1)),
+        warp_tiles=((32, 32, 16), (32, 32, 16)),
+        pad_s=1,
+        pad_sk=1,
+        pad_d=1,
+        pad_dv=1,
+    )
+    out = [
+        KernelConfig.make(**base),
+        KernelConfig.make(**{**base, "mask": "any", "lse": True}),
+        KernelConfig.make(**{**base, "dtype": "bf16", "mode": "group"}),
+        KernelConfig.make(
+            family="bwd_dq_dk_dv",
+            dtype="fp16",
+            mode="batch",
+            hdim_q=64,
+            hdim_v=64,
+            arch_tag="gfx9",
+            pipeline="bwd_dq_dk_dv",
+            tile=(32, 128, 64, 32, 64, 32, 32, 64, 64),
+            warps=((1, 4, 1), (4, 1, 1), (1, 4, 1)),
+            warp_tiles=((16, 16, 32), (16, 16, 16)),
+            occupancy=1,
+            pad_d=8,
+            pad_dv=8,
+            dropout="wg16",
+            deterministic=True,
+        ),
+    ]
     return out
 
 
@@ -44,15 +73,18 @@ def test_duplicates_are_kept_once_and_queries_work() -> None:
         reg.query(colour="red")
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(schema="other"), "schema: expected 'ckfmha.registry'"),
-    (lambda d: d.update(version=2), "version: expected 1, found 2"),
-    (lambda d: d.update(extra=1), "unknown key"),
-    (lambda d: d.update(kernels={}), "kernels: expected a list"),
-    (lambda d: d["kernels"][0].update(hdim_q=64), r"kernels\[0\]: kernel_id .* does not match its fields"),
-    (lambda d: d["kernels"][1].update(mask="sideways"), r"kernels\[1\]: mask: unknown value 'sideways'"),
-    (lambda d: d["kernels"][2].pop("kernel_id"), r"kernels\[2\]: missing key\(s\) 'kernel_id'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(schema="other"), "schema: expected 'ckfmha.registry'"),
+        (lambda d: d.update(version=2), "version: expected 1, found 2"),
+        (lambda d: d.update(extra=1), "unknown key"),
+        (lambda d: d.update(kernels={}), "kernels: expected a list"),
+        (lambda d: d["kernels"][0].update(hdim_q=64), r"kernels\[0\]: kernel_id .* does not match its fields"),
+        (lambda d: d["kernels"][1].update(mask="sideways"), r"kernels\[1\]: mask: unknown value 'sideways'"),
+        (lambda d: d["kernels"][2].pop("kernel_id"), r"kernels\[2\]: missing key\(s\) 'kernel_id'"),
+    ],
+)
 def test_import_errors(mutate, message: str) -> None:
     doc = Registry("gfx942", configs()).to_json()
     mutate(doc)

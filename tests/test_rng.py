@@ -7,10 +7,13 @@ from ckfmha import rng
 def test_philox4x32_10_known_answers():
     # Random123 kat_vectors for philox4x32_10
     assert list(rng.philox4x32([0, 0, 0, 0], [0, 0])) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
-    assert list(rng.philox4x32([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2)) == [0x408F276D, 0x41C83B0E, 0xA20BC7C6,
-                                                                         0x6D5451FD]
+    assert list(rng.philox4x32([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2)) == [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
     assert list(rng.philox4x32([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0])) == [
-        0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+        0xD16CFE09,
+        0x94FDCCEB,
+        0x5001E420,
+        0x24126EA1,
+    ]
 
 
 def _philox_scalar(ctr, key, rounds):
@@ -41,8 +44,7 @@ def test_dropout_mapping_is_documented_contract():
         lane = c + 32 * ((r // 8) % 2)  # CK's order (reference_batched_dropout_randval.hpp)
         byte = 8 * (r // 16) + r % 8
         sub = offset + (b * nhead + h) * 64 + lane
-        words = _philox_scalar([sub & 0xFFFFFFFF, sub >> 32, i // 32, j // 32],
-                               [seed & 0xFFFFFFFF, seed >> 32], 7)
+        words = _philox_scalar([sub & 0xFFFFFFFF, sub >> 32, i // 32, j // 32], [seed & 0xFFFFFFFF, seed >> 32], 7)
         assert rv[i, j] == (words[byte // 4] >> (8 * (byte % 4))) & 0xFF
 
 

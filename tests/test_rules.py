@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckfmha.backends.cpu import PreconditionError, make_backend
 from ckfmha.backends.base import BackendError
+from ckfmha.backends.cpu import PreconditionError, make_backend
 from ckfmha.dispatcher import Dispatcher
 from ckfmha.inputs import make_inputs
 from ckfmha.kernel import KernelConfig
@@ -23,64 +23,109 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fwd_kernel(**kw) -> KernelConfig:
-    base = dict(family="fwd", dtype="fp16", mode="batch", hdim_q=64, hdim_v=64, arch_tag="gfx9", pipeline="qr",
-                tile=[64, 64, 32, 64, 32, 64], warps=[[4, 1, 1], [4, 1, 1]],
-                warp_tiles=[[32, 32, 16], [32, 32, 16]], pad_s=0, pad_sk=0, pad_d=0, pad_dv=0)
+    base = dict(
+        family="fwd",
+        dtype="fp16",
+        mode="batch",
+        hdim_q=64,
+        hdim_v=64,
+        arch_tag="gfx9",
+        pipeline="qr",
+        tile=[64, 64, 32, 64, 32, 64],
+        warps=[[4, 1, 1], [4, 1, 1]],
+        warp_tiles=[[32, 32, 16], [32, 32, 16]],
+        pad_s=0,
+        pad_sk=0,
+        pad_d=0,
+        pad_dv=0,
+    )
     return KernelConfig.make(**{**base, **kw})
 
 
 def bwd_pad8() -> KernelConfig:
-    return next(c for c in golden_configs("bwd", "fmha_bwd_d64_", "_fp16_", "_batch_")
-                if c.pad_d == 8 and c.pad_dv == 8)
+    return next(
+        c for c in golden_configs("bwd", "fmha_bwd_d64_", "_fp16_", "_batch_") if c.pad_d == 8 and c.pad_dv == 8
+    )
 
 
 P64 = Problem(batch=1, nhead_q=1, seqlen_q=128, seqlen_k=128, hdim_q=64)
 
 
 # ------------------------------------------------------------------------------------- the rules, in words
-@pytest.mark.parametrize("kernel, problem, role, reason", [
-    (fwd_kernel(), P64, StageRole.FWD, None),
-    (fwd_kernel(), P64, StageRole.PAGEDKV, "family: a fwd kernel cannot run stage pagedkv"),
-    (fwd_kernel(dtype="bf16"), P64, StageRole.FWD, "dtype: kernel is bf16, problem is fp16"),
-    (fwd_kernel(mode="group"), P64, StageRole.FWD, "mode: kernel is group, problem needs batch"),
-    (fwd_kernel(), P64.replace(hdim_q=96, hdim_v=96), StageRole.FWD, "hdim_q: problem 96 exceeds the kernel's 64"),
-    (fwd_kernel(), P64.replace(hdim_q=48, hdim_v=48), StageRole.FWD,
-     "hdim_q: problem 48 != kernel 64 and the kernel has no hdim_q padding"),
-    (fwd_kernel(), P64.replace(mask="t"), StageRole.FWD, "mask: problem needs mask t, kernel has mask=none"),
-    (fwd_kernel(), P64.replace(lse=True), StageRole.FWD, "lse: problem needs LSE output, kernel has lse=False"),
-    (fwd_kernel(), P64.replace(seqlen_q=100), StageRole.FWD,
-     "padding: seqlen_q=100 is not a multiple of the kernel's tile 64 and the kernel has no s padding"),
-    (fwd_kernel(pad_s=1), P64.replace(seqlen_k=0), StageRole.FWD,
-     "padding: seqlen_k=0 is not a multiple of the kernel's tile 64 and the kernel has no sk padding"),
-    (fwd_kernel(mode="group", pad_s=1), Problem(mode="group", batch=2, nhead_q=1, seqlens_q=(64, 64), hdim_q=64),
-     StageRole.FWD, "padding: group mode needs a kernel with seqlen padding"),
-])
+@pytest.mark.parametrize(
+    "kernel, problem, role, reason",
+    [
+        (fwd_kernel(), P64, StageRole.FWD, None),
+        (fwd_kernel(), P64, StageRole.PAGEDKV, "family: a fwd kernel cannot run stage pagedkv"),
+        (fwd_kernel(dtype="bf16"), P64, StageRole.FWD, "dtype: kernel is bf16, problem is fp16"),
+        (fwd_kernel(mode="group"), P64, StageRole.FWD, "mode: kernel is group, problem needs batch"),
+        (fwd_kernel(), P64.replace(hdim_q=96, hdim_v=96), StageRole.FWD, "hdim_q: problem 96 exceeds the kernel's 64"),
+        (
+            fwd_kernel(),
+            P64.replace(hdim_q=48, hdim_v=48),
+            StageRole.FWD,
+            "hdim_q: problem 48 != kernel 64 and the kernel has no hdim_q padding",
+        ),
+        (fwd_kernel(), P64.replace(mask="t"), StageRole.FWD, "mask: problem needs mask t, kernel has mask=none"),
+        (fwd_kernel(), P64.replace(lse=True), StageRole.FWD, "lse: problem needs LSE output, kernel has lse=False"),
+        (
+            fwd_kernel(),
+            P64.replace(seqlen_q=100),
+            StageRole.FWD,
+            "padding: seqlen_q=100 is not a multiple of the kernel's tile 64 and the kernel has no s padding",
+        ),
+        (
+            fwd_kernel(pad_s=1),
+            P64.replace(seqlen_k=0),
+            StageRole.FWD,
+            "padding: seqlen_k=0 is not a multiple of the kernel's tile 64 and the kernel has no sk padding",
+        ),
+        (
+            fwd_kernel(mode="group", pad_s=1),
+            Problem(mode="group", batch=2, nhead_q=1, seqlens_q=(64, 64), hdim_q=64),
+            StageRole.FWD,
+            "padding: group mode needs a kernel with seqlen padding",
+        ),
+    ],
+)
 def test_fits_names_the_first_failed_rule_in_the_dispatchers_words(kernel, problem, role, reason) -> None:
     assert fits(problem, role, kernel) == reason
 
 
 def test_pad_8_needs_a_multiple_of_8_and_max_seq_len_q_bounds_the_query() -> None:
     c = bwd_pad8()
-    p = Problem(family="bwd", batch=1, nhead_q=1, seqlen_q=10, hdim_q=36, mask="t", bias="alibi", p_drop=0.2,
-                deterministic=True)
-    assert fits(p, StageRole.DQ_DK_DV, c) == ("hdim_q: problem 36 is not a multiple of 8 (the kernel pads with "
-                                              "8-element alignment)")
+    p = Problem(
+        family="bwd", batch=1, nhead_q=1, seqlen_q=10, hdim_q=36, mask="t", bias="alibi", p_drop=0.2, deterministic=True
+    )
+    assert fits(p, StageRole.DQ_DK_DV, c) == (
+        "hdim_q: problem 36 is not a multiple of 8 (the kernel pads with 8-element alignment)"
+    )
     assert fits(p.replace(hdim_q=40, hdim_v=40), StageRole.DQ_DK_DV, c) is None
     short = c.replace(max_seq_len_q=16)
     m = misfit(p.replace(hdim_q=40, hdim_v=40, seqlen_q=17), StageRole.DQ_DK_DV, short)
-    assert m == Misfit("max_seq_len_q: problem seqlen_q 17 > the kernel's limit 16", "seqlen_q", 17,
-                       "exceeds the kernel's max_seq_len_q=16")
+    assert m == Misfit(
+        "max_seq_len_q: problem seqlen_q 17 > the kernel's limit 16",
+        "seqlen_q",
+        17,
+        "exceeds the kernel's max_seq_len_q=16",
+    )
 
 
 def test_combine_reuses_the_pads_of_its_paired_split_kernel() -> None:
-    split = next(c for c in golden_configs("fwd_splitkv", "_d128_", "_fp16_", "_batch_")
-                 if c.family.value == "fwd_splitkv" and c.pad_s == 1 and c.pad_dv == 1)
-    combine = next(c for c in golden_configs("fwd_splitkv", "combine", "_d128_", "_fp16_", "_batch_")
-                   if c.pad_s == 0 and not c.lse)
+    split = next(
+        c
+        for c in golden_configs("fwd_splitkv", "_d128_", "_fp16_", "_batch_")
+        if c.family.value == "fwd_splitkv" and c.pad_s == 1 and c.pad_dv == 1
+    )
+    combine = next(
+        c for c in golden_configs("fwd_splitkv", "combine", "_d128_", "_fp16_", "_batch_") if c.pad_s == 0 and not c.lse
+    )
     p = Problem(family="fwd_splitkv", batch=1, nhead_q=1, seqlen_q=64, seqlen_k=512, hdim_q=128, num_splits=2)
     assert fits(p, StageRole.COMBINE, combine) is None
-    assert fits(p, StageRole.COMBINE, combine, paired=split) == \
-        "pad_s: problem needs pad_s=1 like the split kernel, kernel has pad_s=0"
+    assert (
+        fits(p, StageRole.COMBINE, combine, paired=split)
+        == "pad_s: problem needs pad_s=1 like the split kernel, kernel has pad_s=0"
+    )
     assert [r.field for r in requirements(p, StageRole.COMBINE, paired=split)][-2:] == ["pad_s", "pad_dv"]
 
 
@@ -94,8 +139,10 @@ def test_attention_after_append_kv_needs_the_seqlen_k_pad() -> None:
 
 
 def test_pad_rules_and_roles_are_one_table() -> None:
-    assert [r.tile_name for r in pad_rules(StageRole.APPENDKV, golden_configs("fwd_appendkv", "_fp16_")[0])] == \
-        ["bs", "bsk"]
+    assert [r.tile_name for r in pad_rules(StageRole.APPENDKV, golden_configs("fwd_appendkv", "_fp16_")[0])] == [
+        "bs",
+        "bsk",
+    ]
     assert pad_rules(StageRole.DQ_DK_DV, bwd_pad8()) == ()
     assert all(FAMILY_ROLE[ROLE_FAMILY[r]] is r for r in StageRole)
     assert main_role(Problem(family="bwd", hdim_q=64)) is StageRole.DQ_DK_DV
@@ -105,16 +152,34 @@ def test_pad_rules_and_roles_are_one_table() -> None:
 def test_cpu_launch_misfits_are_precondition_errors_with_the_rules_words() -> None:
     be = make_backend()
     cases = [  # (kernel, role, problem, error class, text)
-        (fwd_kernel(), StageRole.FWD, P64.replace(seqlen_q=100), PreconditionError,
-         "seqlen_q=100: is not a multiple of the kernel's bm0=64 and the kernel has no seqlen_q padding (pad_s=0"),
-        (fwd_kernel(mode="group"), StageRole.FWD, Problem(mode="group", batch=2, nhead_q=1, seqlens_q=(64, 64),
-                                                          hdim_q=64), PreconditionError,
-         "mode=group: variable-length sequences need seqlen_q padding and the kernel has pad_s=0"),
-        (fwd_kernel(pad_s=1, pad_sk=0), StageRole.FWD,
-         Problem(family="fwd_appendkv", seqlen_q=4, seqlen_k=256, seqlen_knew=10, hdim_q=64), PreconditionError,
-         "seqlen_k=256: after append-KV the attention reads seqlen_k per batch"),
-        (fwd_kernel(pad_s=1, pad_sk=1), StageRole.FWD, P64.replace(mask="t"), BackendError,
-         "mask: problem needs mask t, kernel has mask=none"),
+        (
+            fwd_kernel(),
+            StageRole.FWD,
+            P64.replace(seqlen_q=100),
+            PreconditionError,
+            "seqlen_q=100: is not a multiple of the kernel's bm0=64 and the kernel has no seqlen_q padding (pad_s=0",
+        ),
+        (
+            fwd_kernel(mode="group"),
+            StageRole.FWD,
+            Problem(mode="group", batch=2, nhead_q=1, seqlens_q=(64, 64), hdim_q=64),
+            PreconditionError,
+            "mode=group: variable-length sequences need seqlen_q padding and the kernel has pad_s=0",
+        ),
+        (
+            fwd_kernel(pad_s=1, pad_sk=0),
+            StageRole.FWD,
+            Problem(family="fwd_appendkv", seqlen_q=4, seqlen_k=256, seqlen_knew=10, hdim_q=64),
+            PreconditionError,
+            "seqlen_k=256: after append-KV the attention reads seqlen_k per batch",
+        ),
+        (
+            fwd_kernel(pad_s=1, pad_sk=1),
+            StageRole.FWD,
+            P64.replace(mask="t"),
+            BackendError,
+            "mask: problem needs mask t, kernel has mask=none",
+        ),
     ]
     for c, role, p, cls, text in cases:
         with pytest.raises(cls) as ei:
@@ -146,10 +211,20 @@ PROBLEMS = [
     Problem(dtype="fp16", batch=1, nhead_q=2, seqlen_q=100, seqlen_k=77, hdim_q=128, mask="b", lse=True),
     Problem(dtype="fp16", mode="group", batch=2, nhead_q=2, seqlens_q=(30, 64), hdim_q=64, mask="t"),
     Problem(family="bwd", dtype="fp16", batch=1, nhead_q=2, seqlen_q=64, hdim_q=64, mask="t"),
-    Problem(family="fwd_splitkv", dtype="fp16", batch=1, nhead_q=2, seqlen_q=1, seqlen_k=300, hdim_q=128,
-            num_splits=3, lse=True),
-    Problem(family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=64,
-            page_block_size=128),
+    Problem(
+        family="fwd_splitkv",
+        dtype="fp16",
+        batch=1,
+        nhead_q=2,
+        seqlen_q=1,
+        seqlen_k=300,
+        hdim_q=128,
+        num_splits=3,
+        lse=True,
+    ),
+    Problem(
+        family="fwd_appendkv", dtype="fp16", seqlen_q=4, seqlen_k=266, seqlen_knew=10, hdim_q=64, page_block_size=128
+    ),
 ]
 
 
@@ -166,8 +241,9 @@ def test_ranked_candidates_are_the_ok_verdicts_of_explain_in_rank_order(problem)
         chosen[st.role] = st.chosen
         rules = RoleRules(problem, st.role, paired=paired)
         # explain's reasons are the rules' words (plus rule 10, the backend's)
-        assert all(v.reason == rules.reason(v.config) for v in st.verdicts
-                   if not (v.reason or "").startswith("backend "))
+        assert all(
+            v.reason == rules.reason(v.config) for v in st.verdicts if not (v.reason or "").startswith("backend ")
+        )
 
 
 def test_ranked_candidates_see_a_registry_that_grew() -> None:
@@ -186,20 +262,31 @@ def _imports(path: Path) -> list[tuple[str, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             out += [(node.module, a.name) for a in node.names]
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) >= 2 \
-                and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_"):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and str(node.args[1].value).startswith("_")
+        ):
             out.append(("getattr", str(node.args[1].value)))
     return out
 
 
 def test_no_module_reaches_into_the_dispatchers_privates_and_backends_do_not_import_it() -> None:
     files = sorted((ROOT / "pytest_ckfmha").glob("*.py")) + sorted((ROOT / "ckfmha").rglob("*.py"))
-    bad = [(f.relative_to(ROOT).as_posix(), m, n) for f in files for m, n in _imports(f)
-           if (m == "ckfmha.dispatcher" and n.startswith("_")) or (m == "getattr" and n in (
-               "_first_failed_rule", "_rank", "_requirements"))]
+    bad = [
+        (f.relative_to(ROOT).as_posix(), m, n)
+        for f in files
+        for m, n in _imports(f)
+        if (m == "ckfmha.dispatcher" and n.startswith("_"))
+        or (m == "getattr" and n in ("_first_failed_rule", "_rank", "_requirements"))
+    ]
     assert bad == []
-    backends = [ROOT / "ckfmha" / "backends" / f for f in ("base.py", "cpu/backend.py", "triton/backend.py",
-                                                           "triton/execute.py", "triton/launch.py")]
+    backends = [
+        ROOT / "ckfmha" / "backends" / f
+        for f in ("base.py", "cpu/backend.py", "triton/backend.py", "triton/execute.py", "triton/launch.py")
+    ]
     assert [f.name for f in backends if any(m == "ckfmha.dispatcher" for m, _ in _imports(f))] == []
     runner = _imports(ROOT / "ckfmha" / "runner.py")
     assert [m for m, _ in runner if m.startswith("ckfmha.backends.cpu")] == []

@@ -50,8 +50,18 @@ def test_no_kernel_error_shows_the_explanation() -> None:
 
 
 def test_inputs_are_not_modified_by_appendkv() -> None:
-    p = Problem(family="fwd_appendkv", batch=2, nhead_q=2, seqlen_q=4, seqlen_k=100, seqlen_knew=8,
-                rotary_dim=16, rope="interleaved", hdim_q=64, mask="b")
+    p = Problem(
+        family="fwd_appendkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=4,
+        seqlen_k=100,
+        seqlen_knew=8,
+        rotary_dim=16,
+        rope="interleaved",
+        hdim_q=64,
+        mask="b",
+    )
     inp = make_inputs(p, 0)
     before = {k: v.copy() for k, v in inp.items()}
     res = run(p, inp, registry=cpu_registry())
@@ -67,7 +77,7 @@ class _LazyBackend(CpuBackend):
     def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
         before = tensors["o"].copy()
         res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
-        tensors["o"][:, :, problem.seqlen_q // 2:] = before[:, :, problem.seqlen_q // 2:]
+        tensors["o"][:, :, problem.seqlen_q // 2 :] = before[:, :, problem.seqlen_q // 2 :]
         return res
 
 
@@ -83,8 +93,11 @@ class _NanBackend(CpuBackend):
 def test_unwritten_outputs_are_detected(monkeypatch) -> None:
     monkeypatch.setitem(backends._instances, "cpu", _LazyBackend())
     p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
-    with pytest.raises(UnwrittenOutputError, match=r"output 'o': 2560 of 5120 element\(s\) left unwritten \(still "
-                       r"the poison NaN\), first at \(0, 0, 20, 0\)") as err:
+    with pytest.raises(
+        UnwrittenOutputError,
+        match=r"output 'o': 2560 of 5120 element\(s\) left unwritten \(still "
+        r"the poison NaN\), first at \(0, 0, 20, 0\)",
+    ) as err:
         run(p, make_inputs(p, 0), registry=cpu_registry())
     assert "computed" not in str(err.value)
 
@@ -92,8 +105,11 @@ def test_unwritten_outputs_are_detected(monkeypatch) -> None:
 def test_computed_nans_are_called_nan_not_unwritten(monkeypatch) -> None:
     monkeypatch.setitem(backends._instances, "cpu", _NanBackend())
     p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
-    with pytest.raises(UnwrittenOutputError, match=r"output 'o': 3 of 5120 element\(s\) are NaN where the reference "
-                       r"is finite \(a NaN the kernel computed\), first at \(0, 1, 3, 0\)") as err:
+    with pytest.raises(
+        UnwrittenOutputError,
+        match=r"output 'o': 3 of 5120 element\(s\) are NaN where the reference "
+        r"is finite \(a NaN the kernel computed\), first at \(0, 1, 3, 0\)",
+    ) as err:
         run(p, make_inputs(p, 0), registry=cpu_registry())
     assert "unwritten" not in str(err.value).split("\n")[0]
 
@@ -109,8 +125,20 @@ def test_backward_uses_given_forward_outputs() -> None:
 
 
 def test_backward_output_specs_hold_the_raw_and_the_reduced_gradients() -> None:
-    p = Problem(family="bwd", batch=2, nhead_q=4, nhead_k=2, seqlen_q=40, seqlen_k=70, hdim_q=64,
-                input_layout="bshd", output_layout="bshd", bias="elementwise", bias_rank=1, dbias=True)
+    p = Problem(
+        family="bwd",
+        batch=2,
+        nhead_q=4,
+        nhead_k=2,
+        seqlen_q=40,
+        seqlen_k=70,
+        hdim_q=64,
+        input_layout="bshd",
+        output_layout="bshd",
+        bias="elementwise",
+        bias_rank=1,
+        dbias=True,
+    )
     inp = make_inputs(p, 0)
     before = {k: v.copy() for k, v in inp.items()}
     res = run(p, inp, registry=cpu_registry())
@@ -138,13 +166,16 @@ class _PerKvHeadBackend(CpuBackend):
         before = tensors["dk_raw"].copy()
         res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
         if stage.role is StageRole.DQ_DK_DV:
-            tensors["dk_raw"][:, problem.nhead_k:] = before[:, problem.nhead_k:]
+            tensors["dk_raw"][:, problem.nhead_k :] = before[:, problem.nhead_k :]
         return res
 
 
 def test_unwritten_raw_gradient_heads_are_detected(monkeypatch) -> None:
     monkeypatch.setitem(backends._instances, "cpu", _PerKvHeadBackend())
     p = Problem(family="bwd", batch=1, nhead_q=4, nhead_k=2, seqlen_q=32, hdim_q=64)
-    with pytest.raises(UnwrittenOutputError, match=r"output 'dk_raw': 4096 of 8192 element\(s\) left unwritten "
-                       r"\(still the poison NaN\), first at \(0, 2, 0, 0\)"):
+    with pytest.raises(
+        UnwrittenOutputError,
+        match=r"output 'dk_raw': 4096 of 8192 element\(s\) left unwritten "
+        r"\(still the poison NaN\), first at \(0, 2, 0, 0\)",
+    ):
         run(p, make_inputs(p, 0), registry=cpu_registry())

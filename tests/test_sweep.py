@@ -11,18 +11,36 @@ from ckfmha.sweep import SweepError, load_sweep, parse_sweep
 
 
 def cfg(**kw) -> KernelConfig:
-    base = dict(family="fwd", dtype="fp16", mode="batch", hdim_q=128, hdim_v=128, arch_tag="gfx9",
-                pipeline="qr_async", tile=(128, 128, 32, 128, 32, 128), warps=((4, 1, 1), (4, 1, 1)),
-                warp_tiles=((32, 32, 16), (32, 32, 16)))
+    base = dict(
+        family="fwd",
+        dtype="fp16",
+        mode="batch",
+        hdim_q=128,
+        hdim_v=128,
+        arch_tag="gfx9",
+        pipeline="qr_async",
+        tile=(128, 128, 32, 128, 32, 128),
+        warps=((4, 1, 1), (4, 1, 1)),
+        warp_tiles=((32, 32, 16), (32, 32, 16)),
+    )
     base.update(kw)
     return KernelConfig.make(**base)
 
 
 def test_trait_config_allow_lists() -> None:
-    sw = parse_sweep({"variant": "fwd", "trait_config": {
-        "data_type": {"values": ["fp16"]}, "pipeline": {"values": ["qr_async"]},
-        "mask": {"values": ["no", "top_left"]}, "bias": {"values": ["no"]}, "lse": {"values": [False]},
-        "block_per_cu": {"values": [-1]}}})
+    sw = parse_sweep(
+        {
+            "variant": "fwd",
+            "trait_config": {
+                "data_type": {"values": ["fp16"]},
+                "pipeline": {"values": ["qr_async"]},
+                "mask": {"values": ["no", "top_left"]},
+                "bias": {"values": ["no"]},
+                "lse": {"values": [False]},
+                "block_per_cu": {"values": [-1]},
+            },
+        }
+    )
     assert sw(cfg())
     assert sw(cfg(mask="causal")) and sw(cfg(mask="any"))
     assert not sw(cfg(mask="generic"))
@@ -51,19 +69,37 @@ def test_dropout_booleans_and_variants() -> None:
     assert sw.allowed["dropout"] and all(d.value != "none" for d in sw.allowed["dropout"])
 
 
-@pytest.mark.parametrize("doc, message", [
-    ([], "top level: expected an object"),
-    ({"variant": "fwdd"}, "variant: expected one of"),
-    ({"variant": "fwd", "trait_config": {"color": {"values": [1]}}}, "trait_config.color: unknown trait"),
-    ({"variant": "fwd", "trait_config": {"mask": ["no"]}}, "trait_config.mask: expected {\"values\""),
-    ({"variant": "fwd", "trait_config": {"mask": {"values": []}}}, "trait_config.mask.values: expected a non-empty list"),
-    ({"variant": "fwd", "trait_config": {"mask": {"values": ["sideways"]}}}, "trait_config.mask.values\\[0\\]: unknown mask"),
-    ({"variant": "fwd", "trait_config": {"lse": {"values": ["t"]}}}, "trait_config.lse.values\\[0\\]: expected true or false, found 't'"),
-    ({"variant": "fwd", "trait_config": {"data_type": {"values": ["fp64"]}}}, "data_type.values\\[0\\]: expected one of"),
-    ({"variant": "fwd", "tile_config": {"tile_q": {"values": [64]}}}, "tile_config.tile_q: unknown tile key"),
-    ({"variant": "fwd", "tile_config": {"tile_m0": {"values": [0]}}}, "tile_config.tile_m0.values\\[0\\]: expected a positive integer"),
-    ({"variant": "fwd", "extra": 1}, "unknown key"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ([], "top level: expected an object"),
+        ({"variant": "fwdd"}, "variant: expected one of"),
+        ({"variant": "fwd", "trait_config": {"color": {"values": [1]}}}, "trait_config.color: unknown trait"),
+        ({"variant": "fwd", "trait_config": {"mask": ["no"]}}, 'trait_config.mask: expected {"values"'),
+        (
+            {"variant": "fwd", "trait_config": {"mask": {"values": []}}},
+            "trait_config.mask.values: expected a non-empty list",
+        ),
+        (
+            {"variant": "fwd", "trait_config": {"mask": {"values": ["sideways"]}}},
+            "trait_config.mask.values\\[0\\]: unknown mask",
+        ),
+        (
+            {"variant": "fwd", "trait_config": {"lse": {"values": ["t"]}}},
+            "trait_config.lse.values\\[0\\]: expected true or false, found 't'",
+        ),
+        (
+            {"variant": "fwd", "trait_config": {"data_type": {"values": ["fp64"]}}},
+            "data_type.values\\[0\\]: expected one of",
+        ),
+        ({"variant": "fwd", "tile_config": {"tile_q": {"values": [64]}}}, "tile_config.tile_q: unknown tile key"),
+        (
+            {"variant": "fwd", "tile_config": {"tile_m0": {"values": [0]}}},
+            "tile_config.tile_m0.values\\[0\\]: expected a positive integer",
+        ),
+        ({"variant": "fwd", "extra": 1}, "unknown key"),
+    ],
+)
 def test_malformed_sweeps(doc, message: str) -> None:
     with pytest.raises(SweepError, match=message):
         parse_sweep(doc, "s.json")
@@ -82,15 +118,23 @@ def test_load_sweep_file_errors(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------------- strict JSON files
-@pytest.mark.parametrize("data, message", [
-    (b'{"variant": "fwd", "trait_config": {"mask": {"values": ["no"]}, "mask": {"values": ["generic"]}}}',
-     r"s.json: trait_config: duplicate key 'mask'"),
-    (b'{"variant": "fwd", "variant": "bwd"}', r"s.json: top level: duplicate key 'variant'"),
-    (b'{"variant": "fwd", "name": "caf\xe9"}', r"s.json: not UTF-8: byte 0xe9 at byte offset 31 \(line 1\)"),
-    (b'{"variant": "fwd", "description": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-     r"s.json: line 1: nested deeper than MAX_NESTING_DEPTH = 64"),
-    (b'{"variant": "fwd", "tile_config": {"tile_m0": {"values": [NaN]}}}', r"s.json: NaN is not JSON"),
-], ids=["duplicate-nested", "duplicate-top", "not-utf8", "too-deep", "nan"])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            b'{"variant": "fwd", "trait_config": {"mask": {"values": ["no"]}, "mask": {"values": ["generic"]}}}',
+            r"s.json: trait_config: duplicate key 'mask'",
+        ),
+        (b'{"variant": "fwd", "variant": "bwd"}', r"s.json: top level: duplicate key 'variant'"),
+        (b'{"variant": "fwd", "name": "caf\xe9"}', r"s.json: not UTF-8: byte 0xe9 at byte offset 31 \(line 1\)"),
+        (
+            b'{"variant": "fwd", "description": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            r"s.json: line 1: nested deeper than MAX_NESTING_DEPTH = 64",
+        ),
+        (b'{"variant": "fwd", "tile_config": {"tile_m0": {"values": [NaN]}}}', r"s.json: NaN is not JSON"),
+    ],
+    ids=["duplicate-nested", "duplicate-top", "not-utf8", "too-deep", "nan"],
+)
 def test_load_sweep_strict_file_errors(tmp_path, data: bytes, message: str) -> None:
     p = tmp_path / "s.json"
     p.write_bytes(data)

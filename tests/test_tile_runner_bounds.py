@@ -15,16 +15,19 @@ import pytest
 
 from ckfmha.problem import Problem
 from ckfmha.upstream.result import Verdict
-from ckfmha.upstream.tile_runner import (EOF_GRACE_S, MAX_STREAM_BYTES, TileExampleSide, run_process)
+from ckfmha.upstream.tile_runner import EOF_GRACE_S, MAX_STREAM_BYTES, TileExampleSide, run_process
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
 
 # a real line (ROCm/composable_kernel example/ck_tile/01_fmha/script/res_sink.log) and the problem it echoes
-LINE = ("[fp16|batch|bhsd] b:4, h:1/1, s:512/1024, d:16/128, scale_s:0.25, bias:alibi, p_drop:0, lse:0, squant:0, "
-        "mask:b(1:0), v:c, fmha_fwd_d128_fp16_batch_b128x128x32x128x32x128_r4x1x1_r4x1x1_w32x32x16_w32x32x16_"
-        "qr_async_vc_psddv_alibi_mask_nlse_ndropout_nsquant, 0.998 ms, 0.61 TFlops, 1.77 GB/s, valid:y")
-PROBLEM = Problem.from_ck_args(["-b=4", "-h=1", "-s=512", "-s_k=1024", "-d=16", "-d_v=128", "-bias=a",
-                                "-mask=b:1,0", "-vlayout=c"])
+LINE = (
+    "[fp16|batch|bhsd] b:4, h:1/1, s:512/1024, d:16/128, scale_s:0.25, bias:alibi, p_drop:0, lse:0, squant:0, "
+    "mask:b(1:0), v:c, fmha_fwd_d128_fp16_batch_b128x128x32x128x32x128_r4x1x1_r4x1x1_w32x32x16_w32x32x16_"
+    "qr_async_vc_psddv_alibi_mask_nlse_ndropout_nsquant, 0.998 ms, 0.61 TFlops, 1.77 GB/s, valid:y"
+)
+PROBLEM = Problem.from_ck_args(
+    ["-b=4", "-h=1", "-s=512", "-s_k=1024", "-d=16", "-d_v=128", "-bias=a", "-mask=b:1,0", "-vlayout=c"]
+)
 ESCAPE = f"{sys.executable} -c 'import os, time; os.setsid(); time.sleep(60)'"  # leaves the process group
 
 
@@ -165,8 +168,14 @@ def test_ordinary_run_is_unchanged(tmp_path):
     assert raw.stdout == LINE + "\n" and raw.stderr == "warn\n" and raw.seconds < 5
 
 
-@pytest.mark.parametrize("kw,field", [({"timeout_s": 0}, "timeout_s"), ({"max_stream_bytes": 0}, "max_stream_bytes"),
-                                      ({"eof_grace_s": -1}, "eof_grace_s")])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"max_stream_bytes": 0}, "max_stream_bytes"),
+        ({"eof_grace_s": -1}, "eof_grace_s"),
+    ],
+)
 def test_bad_limits_name_the_field(kw, field):
     args = {"timeout_s": 1.0, **kw}
     with pytest.raises(ValueError, match=rf"^{field}: .* must be"):

@@ -59,8 +59,9 @@ def test_masks_and_dtypes(dtype: str, mask: str) -> None:
     assert_valid(p, out, ref, ("o", "lse"))
 
 
-@pytest.mark.parametrize("bias, rank", [("elementwise", 0), ("elementwise", 1), ("elementwise", 2), ("alibi", 0),
-                                        ("alibi", 1)])
+@pytest.mark.parametrize(
+    "bias, rank", [("elementwise", 0), ("elementwise", 1), ("elementwise", 2), ("alibi", 0), ("alibi", 1)]
+)
 @pytest.mark.parametrize("mask", ["0", "t", "b:20,5"])
 def test_bias_and_alibi(bias: str, rank: int, mask: str) -> None:
     p = Problem(dtype="fp16", bias=bias, bias_rank=rank, mask=mask, **BASE)
@@ -71,8 +72,7 @@ def test_bias_and_alibi(bias: str, rank: int, mask: str) -> None:
 @pytest.mark.parametrize("mask,p_drop", [("0", 0.2), ("b", 0.2), ("b", 0.6)])
 def test_dropout_matches_reference_exactly(mask: str, p_drop: float) -> None:
     # p = 0.6: CK's float32 keep threshold is 101 (float64 would give 102); randval is CK's tile order
-    p = Problem(dtype="bf16", p_drop=p_drop, drop_seed=0x1234_5678_9ABC, drop_offset=77, lse=True, mask=mask,
-                **BASE)
+    p = Problem(dtype="bf16", p_drop=p_drop, drop_seed=0x1234_5678_9ABC, drop_offset=77, lse=True, mask=mask, **BASE)
     from ckfmha.reference.forward import reference_forward
 
     inputs = make_inputs(p, 3)
@@ -132,8 +132,18 @@ def test_layouts(layouts) -> None:
 
 
 def test_group_mode_uneven_lengths() -> None:
-    p = Problem(dtype="fp16", mode="group", batch=3, nhead_q=4, nhead_k=2, seqlens_q=(1, 130, 77),
-                seqlens_k=(5, 300, 64), hdim_q=128, mask="b", lse=True)
+    p = Problem(
+        dtype="fp16",
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        nhead_k=2,
+        seqlens_q=(1, 130, 77),
+        seqlens_k=(5, 300, 64),
+        hdim_q=128,
+        mask="b",
+        lse=True,
+    )
     _, out, ref, _ = run_plan(p)
     assert_valid(p, out, ref, ("o", "lse"))
 
@@ -161,8 +171,19 @@ def test_aligned_shape_selects_a_no_pad_kernel_and_unaligned_is_rejected() -> No
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("mask", ["0", "b"])
 def test_splitkv_and_combine(paged: bool, mask: str) -> None:
-    kw = dict(family="fwd_splitkv", dtype="fp16", batch=2, nhead_q=8, nhead_k=2, seqlen_q=1, seqlen_k=1000,
-              hdim_q=128, num_splits=3, mask=mask, lse=True)
+    kw = dict(
+        family="fwd_splitkv",
+        dtype="fp16",
+        batch=2,
+        nhead_q=8,
+        nhead_k=2,
+        seqlen_q=1,
+        seqlen_k=1000,
+        hdim_q=128,
+        num_splits=3,
+        mask=mask,
+        lse=True,
+    )
     if paged:
         kw["page_block_size"] = 128
     p = Problem(**kw)
@@ -176,8 +197,20 @@ def test_splitkv_and_combine(paged: bool, mask: str) -> None:
 
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_pagedkv(layout: str) -> None:
-    p = Problem(family="fwd_pagedkv", dtype="bf16", batch=2, nhead_q=4, nhead_k=4, seqlen_q=100, seqlen_k=700,
-                hdim_q=128, page_block_size=128, mask="b", input_layout=layout, output_layout=layout)
+    p = Problem(
+        family="fwd_pagedkv",
+        dtype="bf16",
+        batch=2,
+        nhead_q=4,
+        nhead_k=4,
+        seqlen_q=100,
+        seqlen_k=700,
+        hdim_q=128,
+        page_block_size=128,
+        mask="b",
+        input_layout=layout,
+        output_layout=layout,
+    )
     _, out, ref, _ = run_plan(p)
     assert_valid(p, out, ref)
 
@@ -190,15 +223,35 @@ def test_fp8_fnuz_inputs_widened_exactly() -> None:
 
 
 def test_splitkv_with_cache_batch_idx() -> None:
-    p = Problem(family="fwd_splitkv", dtype="bf16", batch=3, nhead_q=4, nhead_k=2, seqlen_q=1, seqlen_k=300,
-                hdim_q=128, num_splits=2, cache_batch_idx=True, lse=True)
+    p = Problem(
+        family="fwd_splitkv",
+        dtype="bf16",
+        batch=3,
+        nhead_q=4,
+        nhead_k=2,
+        seqlen_q=1,
+        seqlen_k=300,
+        hdim_q=128,
+        num_splits=2,
+        cache_batch_idx=True,
+        lse=True,
+    )
     _, out, ref, _ = run_plan(p)
     assert_valid(p, out, ref, ("o", "lse"))
 
 
 def test_skip_min_seqlen_q() -> None:
-    p = Problem(dtype="bf16", mode="group", batch=3, nhead_q=4, seqlens_q=(1, 200, 7), seqlens_k=(5, 333, 9),
-                hdim_q=128, min_seqlen_q=7, lse=True)
+    p = Problem(
+        dtype="bf16",
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        seqlens_q=(1, 200, 7),
+        seqlens_k=(5, 333, 9),
+        hdim_q=128,
+        min_seqlen_q=7,
+        lse=True,
+    )
     plan, out, ref, _ = run_plan(p)
     assert plan.stages[0].kernel.skip_min_seqlen_q
     assert_valid(p, out, ref, ("o", "lse"))  # skipped rows: NaN in both (the poison stays)

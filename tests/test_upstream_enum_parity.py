@@ -13,7 +13,7 @@ import pytest
 from ckfmha.cli import main
 from ckfmha.enumeration import ck_instance_names
 
-STUB = '''\
+STUB = """\
 # TEST STUB standing in for CK's example/ck_tile/01_fmha/generate.py (ckfmha tests only).
 import argparse, json, os, sys
 ap = argparse.ArgumentParser()
@@ -32,7 +32,7 @@ with open(a.l, "w") as f:
     for n in names:
         f.write(os.path.join(os.path.dirname(a.l), n) + "\\n")
     f.write(os.path.join(os.path.dirname(a.l), "fmha_%s_api.cpp" % a.d) + "\\n")
-'''
+"""
 APIS = ("fwd_appendkv", "pagedkv_prefill")
 
 
@@ -93,8 +93,10 @@ def test_non_ck_arch_is_rejected_before_the_checkout_is_used(tmp_path, capsys):
     rc = main(["parity-enum", "--ck-root", str(tmp_path / "nope"), "--arch", "sm90"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert ("--arch: 'sm90' is not a CK arch (CK's generator has no such target); allowed: gfx90a, gfx942, gfx950, "
-            "gfx1100, gfx1201, all") in err
+    assert (
+        "--arch: 'sm90' is not a CK arch (CK's generator has no such target); allowed: gfx90a, gfx942, gfx950, "
+        "gfx1100, gfx1201, all"
+    ) in err
     assert "no such directory" not in err
     rc = main(["parity-enum", "--ck-root", str(tmp_path), "--api", "fwd_decode"])
     assert rc == 2 and "--api: unknown value 'fwd_decode'" in capsys.readouterr().err
@@ -105,8 +107,9 @@ def test_generator_without_targets_predates(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("STUB_NO_TARGETS", "1")
     rc, out = cli(root, capsys=capsys)
     assert rc == 2
-    assert "cannot use the checkout: this CK predates --targets (generator options: -h, -d, -r, -m, -l, --help)" \
-        in out.err
+    assert (
+        "cannot use the checkout: this CK predates --targets (generator options: -h, -d, -r, -m, -l, --help)" in out.err
+    )
     assert "crashed" not in out.err
 
 
@@ -116,10 +119,16 @@ def test_arch_all_skips_archs_the_generator_rejects(tmp_path, capsys, monkeypatc
     rc = main(["parity-enum", "--ck-root", str(root), "--arch", "all", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 1  # the stub lists gfx942's names for every arch: other archs differ
-    assert ("skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
-            "'Unsupported device target gfx1100')") in out.out
-    assert [ln.split()[0] for ln in out.out.splitlines() if "(total)" in ln] == ["gfx90a", "gfx942", "gfx950",
-                                                                                 "gfx1201"]
+    assert (
+        "skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
+        "'Unsupported device target gfx1100')"
+    ) in out.out
+    assert [ln.split()[0] for ln in out.out.splitlines() if "(total)" in ln] == [
+        "gfx90a",
+        "gfx942",
+        "gfx950",
+        "gfx1201",
+    ]
     rc = main(["parity-enum", "--ck-root", str(root), "--arch", "gfx1100", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 2 and "does not support arch gfx1100" in out.err and "crashed" not in out.err
@@ -150,16 +159,23 @@ def test_older_scheme_names_match_by_kernel():
 def test_convert_dq_tiles_and_unknown_names():
     from ckfmha.upstream.enum_parity import ApiDiff
 
-    ours = ["fmha_bwd_convert_dq_d128_bf16_b64_batch_o2_npad_ndeterministic_gfx9.cpp",
-            "fmha_bwd_convert_dq_d128_bf16_b64_batch_o2_npad_deterministic_gfx9.cpp"]
-    upstream = ["fmha_bwd_convert_dq_d128_bf16_b64x0_batch_o2_npad_ndeterministic_gfx9.cpp",
-                "fmha_bwd_convert_dq_d128_bf16_b64x128_batch_o2_npad_deterministic_gfx9.cpp",
-                "fmha_bwd_convert_dq_d128_bf16_b64x64_batch_o2_npad_deterministic_gfx9.cpp",
-                "fmha_bwd_convert_dq_d256_bf16_b64x0_batch_o2_npad_ndeterministic_gfx9.cpp",
-                "fmha_bwd_convert_dq_d128_bf16_b64x0x0_batch_o2_npad_ndeterministic_gfx9.cpp"]
+    ours = [
+        "fmha_bwd_convert_dq_d128_bf16_b64_batch_o2_npad_ndeterministic_gfx9.cpp",
+        "fmha_bwd_convert_dq_d128_bf16_b64_batch_o2_npad_deterministic_gfx9.cpp",
+    ]
+    upstream = [
+        "fmha_bwd_convert_dq_d128_bf16_b64x0_batch_o2_npad_ndeterministic_gfx9.cpp",
+        "fmha_bwd_convert_dq_d128_bf16_b64x128_batch_o2_npad_deterministic_gfx9.cpp",
+        "fmha_bwd_convert_dq_d128_bf16_b64x64_batch_o2_npad_deterministic_gfx9.cpp",
+        "fmha_bwd_convert_dq_d256_bf16_b64x0_batch_o2_npad_ndeterministic_gfx9.cpp",
+        "fmha_bwd_convert_dq_d128_bf16_b64x0x0_batch_o2_npad_ndeterministic_gfx9.cpp",
+    ]
     d = ApiDiff("gfx942", "bwd", upstream, ours)
-    assert d.renames == {"b64x0 -> b64": {"bwd_convert_dq": 1}, "b64x128 -> b64": {"bwd_convert_dq": 1},
-                         "b64x64 -> b64": {"bwd_convert_dq": 1}}
+    assert d.renames == {
+        "b64x0 -> b64": {"bwd_convert_dq": 1},
+        "b64x128 -> b64": {"bwd_convert_dq": 1},
+        "b64x64 -> b64": {"bwd_convert_dq": 1},
+    }
     assert d.unparsed == [upstream[4]]
     assert d.residual_missing == sorted([upstream[3], upstream[4]]) and d.residual_extra == []
     from ckfmha.upstream.enum_parity import EnumParityReport
@@ -167,8 +183,7 @@ def test_convert_dq_tiles_and_unknown_names():
     text = EnumParityReport("ck", 0, "simplified", [d]).table()
     assert text.startswith("token summary")
     assert "    b64x0 -> b64: 1 names (bwd_convert_dq 1)\n" in text
-    assert "CK names in no naming scheme ckfmha knows (a newer CK? listed under missing): 1 (bwd_convert_dq 1)" \
-        in text
+    assert "CK names in no naming scheme ckfmha knows (a newer CK? listed under missing): 1 (bwd_convert_dq 1)" in text
     assert text.index("b64x0 -> b64") < text.index("gfx942/bwd missing (CK lists, ckfmha lacks): 2")
 
 
@@ -176,8 +191,10 @@ def test_list_does_not_import_parity_enum():
     import subprocess
     import sys
 
-    code = ("import sys; from ckfmha.cli import main; main(['count', '--arch', 'gfx942', '--api', 'fwd_appendkv']);"
-            " assert not [m for m in sys.modules if m.startswith('ckfmha.upstream')], 'eager import'")
+    code = (
+        "import sys; from ckfmha.cli import main; main(['count', '--arch', 'gfx942', '--api', 'fwd_appendkv']);"
+        " assert not [m for m in sys.modules if m.startswith('ckfmha.upstream')], 'eager import'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
@@ -185,8 +202,10 @@ UPSTREAM = Path("/tmp/upstream/ck")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (UPSTREAM / "generate.py").is_file() or not (UPSTREAM / "codegen").is_dir(),
-                    reason="no upstream CK files in /tmp/upstream/ck (generate.py + codegen/)")
+@pytest.mark.skipif(
+    not (UPSTREAM / "generate.py").is_file() or not (UPSTREAM / "codegen").is_dir(),
+    reason="no upstream CK files in /tmp/upstream/ck (generate.py + codegen/)",
+)
 def test_real_generator_fwd_appendkv(tmp_path, capsys):
     d = tmp_path / "ck" / "example" / "ck_tile" / "01_fmha"
     d.mkdir(parents=True)

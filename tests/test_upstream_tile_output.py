@@ -74,8 +74,10 @@ def test_real_line_values():
     assert out.prec == "fp16" and out.mode == "group" and out.layout == "bshd"
     assert out.ms == pytest.approx(0.946) and out.tflops == 0.0 and out.gbps == pytest.approx(0.03)
     assert out.echo["mask"] == "t(2:0)" and out.echo_values()["scale_s"] == 0.25
-    assert out.kernels == ["fmha_fwd_d32_fp16_group_b128x64x16x32x32x32_r2x1x1_r2x1x1_w32x32x16_w32x32x16_qr_vr_"
-                           "psskddv_bias_mask_nlse_ndropout_nsquant"]
+    assert out.kernels == [
+        "fmha_fwd_d32_fp16_group_b128x64x16x32x32x32_r2x1x1_r2x1x1_w32x32x16_w32x32x16_qr_vr_"
+        "psskddv_bias_mask_nlse_ndropout_nsquant"
+    ]
     out = parse_stdout(REAL[5][1])
     assert (out.tflops, out.gbps, out.echo["v"]) == (pytest.approx(0.61), pytest.approx(1.77), "c")
 
@@ -138,8 +140,9 @@ def test_old_bwd_line_broken_by_deterministic_message():
 def test_garbage_and_surrounding_lines():
     out = parse_stdout("segfault?\x00\nrandom words, and: more\n")
     assert not out.has_result_line and out.other_lines and out.valid is None
-    out = parse_stdout("warning: something\n" + REAL[0][1] + "\nJSON dump disabled, To enable, set "
-                       "CK_ENABLE_JSON_DUMP cmake option\n")
+    out = parse_stdout(
+        "warning: something\n" + REAL[0][1] + "\nJSON dump disabled, To enable, set CK_ENABLE_JSON_DUMP cmake option\n"
+    )
     assert out.has_result_line and out.json_disabled and out.other_lines == ["warning: something"]
     out = parse_stdout(REAL[0][1].replace("0.946 ms", "zz ms"))
     assert out.unparsed == ["zz ms"]
@@ -187,9 +190,12 @@ def test_format_problems_name_what_is_missing():
     out = parse_stdout("[fp16|batch|bhsd] valid:y\n")
     assert format_problems(out, "fwd") == [
         "no problem echo fields b, h, s, d, scale_s, bias, lse, mask, v (tile_example_fmha_fwd always prints "
-        "b h s d scale_s bias lse mask v)", NO_KNAME]
+        "b h s d scale_s bias lse mask v)",
+        NO_KNAME,
+    ]
     # a fwd line is not a bwd line (scale_s is not scale)
     assert format_problems(parse_stdout(REAL[0][1]), "bwd") == [
-        "no problem echo field scale (tile_example_fmha_bwd always prints b h s d scale bias mask)"]
+        "no problem echo field scale (tile_example_fmha_bwd always prints b h s d scale bias mask)"
+    ]
     with pytest.raises(ValueError, match="binary: 'fwd_splitkv' must be one of fwd, bwd"):
         format_problems(out, "fwd_splitkv")

@@ -17,39 +17,116 @@ import pytest
 from ckfmha.masking import MaskSpec
 from ckfmha.problem import Problem
 from ckfmha.upstream.result import Verdict
-from ckfmha.upstream.tile_runner import (ENV_DIR, TileExampleSide, find_binary, parse_printed_mask,
-                                         tile_example_args)
+from ckfmha.upstream.tile_runner import ENV_DIR, TileExampleSide, find_binary, parse_printed_mask, tile_example_args
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
 
 FAKE = Path(__file__).parent / "data" / "fake_tile_example.py"
 # real line: ROCm/composable_kernel example/ck_tile/01_fmha/script/res_sink.log @ 0ad4ae66
-REAL_LINE = ("[fp16|batch|bhsd] b:4, h:1/1, s:512/1024, d:16/128, scale_s:0.25, bias:alibi, p_drop:0, lse:0, "
-             "squant:0, mask:b(1:0), v:c, fmha_fwd_d128_fp16_batch_b128x128x32x128x32x128_r4x1x1_r4x1x1_w32x32x16_"
-             "w32x32x16_qr_async_vc_psddv_alibi_mask_nlse_ndropout_nsquant, 0.998 ms, 0.61 TFlops, 1.77 GB/s, valid:y")
+REAL_LINE = (
+    "[fp16|batch|bhsd] b:4, h:1/1, s:512/1024, d:16/128, scale_s:0.25, bias:alibi, p_drop:0, lse:0, "
+    "squant:0, mask:b(1:0), v:c, fmha_fwd_d128_fp16_batch_b128x128x32x128x32x128_r4x1x1_r4x1x1_w32x32x16_"
+    "w32x32x16_qr_async_vc_psddv_alibi_mask_nlse_ndropout_nsquant, 0.998 ms, 0.61 TFlops, 1.77 GB/s, valid:y"
+)
 # the problem that line echoes
-REAL_PROBLEM = Problem(batch=4, nhead_q=1, seqlen_q=512, seqlen_k=1024, hdim_q=16, hdim_v=128, bias="alibi",
-                       mask=MaskSpec.window(1, 0, bottom_right=True), vlayout="col")
+REAL_PROBLEM = Problem(
+    batch=4,
+    nhead_q=1,
+    seqlen_q=512,
+    seqlen_k=1024,
+    hdim_q=16,
+    hdim_v=128,
+    bias="alibi",
+    mask=MaskSpec.window(1, 0, bottom_right=True),
+    vlayout="col",
+)
 NOT_SUPPORTED = REAL_LINE.split(", fmha_fwd_")[0] + ", not supported yet"
 INVALID = REAL_LINE.replace("valid:y", "valid:n")
 
 ROUND_TRIP = [
     Problem(),
     REAL_PROBLEM,
-    Problem(dtype="bf16", batch=2, nhead_q=8, nhead_k=2, seqlen_q=55, seqlen_k=256, hdim_q=128, lse=True,
-            mask="t:128,30", input_layout="bshd", output_layout="bshd", p_drop=0.2, drop_seed=7, drop_offset=3),
-    Problem(mode="group", batch=3, nhead_q=4, seqlens_q=(5, 9, 3), seqlens_k=(7, 4, 11), s_kpad=(8, 4, 12),
-            hdim_q=64, hdim_v=32, bias="elementwise", bias_rank=1, scale=0.5, mask="xb:16"),
-    Problem(family="fwd_splitkv", batch=2, nhead_q=2, seqlen_q=100, seqlen_k=51, hdim_q=128, num_splits=3,
-            cache_batch_idx=True, lse=True),
+    Problem(
+        dtype="bf16",
+        batch=2,
+        nhead_q=8,
+        nhead_k=2,
+        seqlen_q=55,
+        seqlen_k=256,
+        hdim_q=128,
+        lse=True,
+        mask="t:128,30",
+        input_layout="bshd",
+        output_layout="bshd",
+        p_drop=0.2,
+        drop_seed=7,
+        drop_offset=3,
+    ),
+    Problem(
+        mode="group",
+        batch=3,
+        nhead_q=4,
+        seqlens_q=(5, 9, 3),
+        seqlens_k=(7, 4, 11),
+        s_kpad=(8, 4, 12),
+        hdim_q=64,
+        hdim_v=32,
+        bias="elementwise",
+        bias_rank=1,
+        scale=0.5,
+        mask="xb:16",
+    ),
+    Problem(
+        family="fwd_splitkv",
+        batch=2,
+        nhead_q=2,
+        seqlen_q=100,
+        seqlen_k=51,
+        hdim_q=128,
+        num_splits=3,
+        cache_batch_idx=True,
+        lse=True,
+    ),
     Problem(family="fwd_pagedkv", batch=2, nhead_q=2, seqlen_q=64, seqlen_k=300, hdim_q=128, page_block_size=128),
-    Problem(family="fwd_appendkv", batch=3, nhead_q=3, seqlen_q=64, seqlen_k=129, hdim_q=64, seqlen_knew=64,
-            rotary_dim=32, rope="half_rotated"),
+    Problem(
+        family="fwd_appendkv",
+        batch=3,
+        nhead_q=3,
+        seqlen_q=64,
+        seqlen_k=129,
+        hdim_q=64,
+        seqlen_knew=64,
+        rotary_dim=32,
+        rope="half_rotated",
+    ),
     Problem(logits_soft_cap=30.0, sink=True, seqlen_q=16, hdim_q=64),
-    Problem(family="bwd", dtype="bf16", batch=2, nhead_q=4, nhead_k=1, seqlen_q=500, seqlen_k=251, hdim_q=96,
-            mask="1", bias="elementwise", dbias=True, deterministic=True, scale=0.1),
-    Problem(family="bwd", mode="group", batch=2, nhead_q=2, seqlens_q=(516, 100), seqlens_k=(253, 80), hdim_q=64,
-            bias="alibi", p_drop=0.2, input_layout="bshd"),
+    Problem(
+        family="bwd",
+        dtype="bf16",
+        batch=2,
+        nhead_q=4,
+        nhead_k=1,
+        seqlen_q=500,
+        seqlen_k=251,
+        hdim_q=96,
+        mask="1",
+        bias="elementwise",
+        dbias=True,
+        deterministic=True,
+        scale=0.1,
+    ),
+    Problem(
+        family="bwd",
+        mode="group",
+        batch=2,
+        nhead_q=2,
+        seqlens_q=(516, 100),
+        seqlens_k=(253, 80),
+        hdim_q=64,
+        bias="alibi",
+        p_drop=0.2,
+        input_layout="bshd",
+    ),
 ]
 
 
@@ -110,16 +187,32 @@ def test_missing_binary_is_a_skip(tmp_path, monkeypatch):
     assert r.verdict is Verdict.SKIPPED and "not found" in r.reason
     r = TileExampleSide(None).run(REAL_PROBLEM)
     assert r.verdict is Verdict.SKIPPED and ENV_DIR in r.reason
-    r = TileExampleSide(tmp_path).run(Problem(family="batch_prefill", mode="group", batch=1, seqlens_q=(4,),
-                                              seqlens_k=(256,), page_block_size=256, kv_lookup="vllm",
-                                              kv_layout="linear", hdim_q=128))
+    r = TileExampleSide(tmp_path).run(
+        Problem(
+            family="batch_prefill",
+            mode="group",
+            batch=1,
+            seqlens_q=(4,),
+            seqlens_k=(256,),
+            page_block_size=256,
+            kv_lookup="vllm",
+            kv_layout="linear",
+            hdim_q=128,
+        )
+    )
     assert r.verdict is Verdict.SKIPPED
 
 
 def test_valid_run(fake_dir, monkeypatch, tmp_path):
     argv_file = tmp_path / "argv.json"
-    r = run(fake_dir, monkeypatch, stdout=REAL_LINE + "\n", rc=0, argv=argv_file,
-            json='{"name": "fmha_fwd", "verification": "pass"}')
+    r = run(
+        fake_dir,
+        monkeypatch,
+        stdout=REAL_LINE + "\n",
+        rc=0,
+        argv=argv_file,
+        json='{"name": "fmha_fwd", "verification": "pass"}',
+    )
     assert r.verdict is Verdict.RAN_VALID, r.reason
     assert r.fields["kernels"][0].startswith("fmha_fwd_d128_fp16_batch") and r.fields["ms"] == pytest.approx(0.998)
     assert r.fields["json_result"]["verification"] == "pass"
@@ -194,17 +287,21 @@ def test_not_executable_is_an_error(fake_dir, monkeypatch):
 def test_bwd_binary(fake_dir, monkeypatch):
     p = Problem(family="bwd", batch=1, nhead_q=4, nhead_k=2, seqlen_q=259, hdim_q=64)
     # constructed from fmha_bwd_runner.hpp's print statements (see tests/data/upstream_lines/constructed.txt)
-    line = ("[fp16|batch|bhsd] b:1, h:4/2, s:259/259, d:64/64, scale:0.125, bias:n, dbias:0, p_drop:0, "
-            "s_randval:0, deterministic:0, mask:n, fmha_bwd_dot_do_o_d64_fp16_batch_b64_o2_psddv, 0.085 ms, "
-            "2.56 TFlops, 31.21 GB/s, valid:y")
+    line = (
+        "[fp16|batch|bhsd] b:1, h:4/2, s:259/259, d:64/64, scale:0.125, bias:n, dbias:0, p_drop:0, "
+        "s_randval:0, deterministic:0, mask:n, fmha_bwd_dot_do_o_d64_fp16_batch_b64_o2_psddv, 0.085 ms, "
+        "2.56 TFlops, 31.21 GB/s, valid:y"
+    )
     r = run(fake_dir, monkeypatch, problem=p, stdout=line + "\n", rc=0)
     assert r.verdict is Verdict.RAN_VALID, r.reason
 
 
 # ------------------------------------------------------------------------------------------ unparseable output
 BWD_PROBLEM = Problem(family="bwd", batch=1, nhead_q=4, nhead_k=2, seqlen_q=259, hdim_q=64)
-BWD_ECHO = ("[fp16|batch|bhsd] b:1, h:4/2, s:259/259, d:64/64, scale:0.125, bias:n, dbias:0, p_drop:0, "
-            "s_randval:0, deterministic:0, mask:n")
+BWD_ECHO = (
+    "[fp16|batch|bhsd] b:1, h:4/2, s:259/259, d:64/64, scale:0.125, bias:n, dbias:0, p_drop:0, "
+    "s_randval:0, deterministic:0, mask:n"
+)
 
 
 def test_line_without_echo_or_kernel_is_unparseable(fake_dir, monkeypatch):

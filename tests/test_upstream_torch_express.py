@@ -25,16 +25,24 @@ def test_plain_problem_everywhere(b):
 
 @pytest.mark.parametrize("b", BACKENDS)
 def test_never_expressible(b):
-    for p, why in ((BASE.replace(p_drop=0.1), "dropout"), (BASE.replace(dtype="fp8", qscale="pertensor"), "fp8"),
-                   (Problem(family="fwd_splitkv", num_splits=2, seqlen_q=4, seqlen_k=256), "fwd_splitkv")):
+    for p, why in (
+        (BASE.replace(p_drop=0.1), "dropout"),
+        (BASE.replace(dtype="fp8", qscale="pertensor"), "fp8"),
+        (Problem(family="fwd_splitkv", num_splits=2, seqlen_q=4, seqlen_k=256), "fwd_splitkv"),
+    ):
         e = express(p, b)
         assert not e.ok and why in e.reason and f"torch:{b}" in e.reason
 
 
 def test_dtypes():
     p = BASE.replace(dtype="fp32")
-    assert {b: express(p, b).ok for b in BACKENDS} == {"math": True, "efficient": True, "flash": False,
-                                                        "cudnn": False, "flex": True}
+    assert {b: express(p, b).ok for b in BACKENDS} == {
+        "math": True,
+        "efficient": True,
+        "flash": False,
+        "cudnn": False,
+        "flex": True,
+    }
 
 
 def test_masks():
@@ -87,9 +95,13 @@ def test_bias_alibi_softcap_sink():
 
 def test_gqa_and_group_mode():
     g = BASE.replace(nhead_k=2)
-    assert {b: express(g, b).gqa for b in BACKENDS} == {"math": "enable_gqa", "efficient": "repeat_interleave",
-                                                         "flash": "enable_gqa", "cudnn": "repeat_interleave",
-                                                         "flex": "enable_gqa"}
+    assert {b: express(g, b).gqa for b in BACKENDS} == {
+        "math": "enable_gqa",
+        "efficient": "repeat_interleave",
+        "flash": "enable_gqa",
+        "cudnn": "repeat_interleave",
+        "flex": "enable_gqa",
+    }
     grp = Problem(mode="group", batch=2, nhead_q=2, seqlens_q=(5, 9), seqlens_k=(7, 11), hdim_q=64)
     assert any("one call per sequence" in n for n in express(grp, "math").notes)
 
@@ -99,8 +111,7 @@ def test_lse_and_dbias_comparisons():
     e = express(p, "efficient")
     assert e.ok and e.compare == ("o",) and any("lse not compared" in n for n in e.notes)
     assert express(p, "flex").compare == ("o", "lse")
-    bw = Problem(family="bwd", batch=1, nhead_q=2, seqlen_q=64, hdim_q=64, bias="elementwise", dbias=True,
-                 dtype="fp32")
+    bw = Problem(family="bwd", batch=1, nhead_q=2, seqlen_q=64, hdim_q=64, bias="elementwise", dbias=True, dtype="fp32")
     assert express(bw, "math").compare == ("dq", "dk", "dv", "dbias")
     e = express(bw, "efficient")
     assert e.compare == ("dq", "dk", "dv") and any("dbias not compared" in n for n in e.notes)

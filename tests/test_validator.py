@@ -35,20 +35,36 @@ def test_bad_table_rejected(tmp_path):
         load_tolerances(f)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d.pop("noise_floor"), r"missing table 'noise_floor' \(forward and backward, each with k and atol\)"),
-    (lambda d: d["noise_floor"].pop("backward"), r"noise_floor.backward: needs k and atol, found None"),
-    (lambda d: d["noise_floor"]["forward"].pop("k"), r"noise_floor.forward: needs k and atol"),
-    (lambda d: d["noise_floor"]["forward"].update(k=0.5), r"noise_floor.forward.k: 0.5 must be a finite number >= 1"),
-    (lambda d: d["noise_floor"]["backward"].update(k="3"), r"noise_floor.backward.k: '3' must be a finite number >= 1"),
-    (lambda d: d["noise_floor"]["backward"].update(k=True), r"noise_floor.backward.k: True must be a finite number"),
-    (lambda d: d["noise_floor"]["backward"].update(atol=-1e-5),
-     r"noise_floor.backward.atol: -1e-05 must be a finite number >= 0"),
-    (lambda d: d["noise_floor"]["forward"].update(factor=2), r"noise_floor.forward: unknown key\(s\) \['factor'\]"),
-    (lambda d: d["noise_floor"].update(split={"k": 2, "atol": 0}), r"noise_floor: unknown key\(s\) \['split'\]"),
-    (lambda d: d.update(relative={"forward": {"factor": 2, "atol": 1e-5}}),
-     r"unknown table\(s\) \['relative'\]; allowed: version, forward, backward, noise_floor"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.pop("noise_floor"), r"missing table 'noise_floor' \(forward and backward, each with k and atol\)"),
+        (lambda d: d["noise_floor"].pop("backward"), r"noise_floor.backward: needs k and atol, found None"),
+        (lambda d: d["noise_floor"]["forward"].pop("k"), r"noise_floor.forward: needs k and atol"),
+        (
+            lambda d: d["noise_floor"]["forward"].update(k=0.5),
+            r"noise_floor.forward.k: 0.5 must be a finite number >= 1",
+        ),
+        (
+            lambda d: d["noise_floor"]["backward"].update(k="3"),
+            r"noise_floor.backward.k: '3' must be a finite number >= 1",
+        ),
+        (
+            lambda d: d["noise_floor"]["backward"].update(k=True),
+            r"noise_floor.backward.k: True must be a finite number",
+        ),
+        (
+            lambda d: d["noise_floor"]["backward"].update(atol=-1e-5),
+            r"noise_floor.backward.atol: -1e-05 must be a finite number >= 0",
+        ),
+        (lambda d: d["noise_floor"]["forward"].update(factor=2), r"noise_floor.forward: unknown key\(s\) \['factor'\]"),
+        (lambda d: d["noise_floor"].update(split={"k": 2, "atol": 0}), r"noise_floor: unknown key\(s\) \['split'\]"),
+        (
+            lambda d: d.update(relative={"forward": {"factor": 2, "atol": 1e-5}}),
+            r"unknown table\(s\) \['relative'\]; allowed: version, forward, backward, noise_floor",
+        ),
+    ],
+)
 def test_noise_floor_table_schema(tmp_path, edit, message):
     data = yaml.safe_load(TOLERANCES_PATH.read_text())
     edit(data)

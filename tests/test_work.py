@@ -31,5 +31,6 @@ def test_bwd_counts_and_int64_safety():
     assert flops(p) == 4 * (3 * 2 * 100 * 50 * 64 + 2 * 2 * 100 * 50 * 32)
     big = Problem(batch=64, nhead_q=128, seqlen_q=1 << 17, hdim_q=256)
     assert flops(big) == 64 * 128 * 4 * (1 << 34) * 256 and flops(big) > 2**56  # Python ints, no int32/64 wrap
-    assert bytes_moved(p) == 4 * (2 * (100 * 64 + 50 * 64 + 50 * 32) + 2 * (100 * 32 * 2)
-                                  + 2 * (100 * 64 + 50 * 64 + 50 * 32) + 4 * 100)
+    assert bytes_moved(p) == 4 * (
+        2 * (100 * 64 + 50 * 64 + 50 * 32) + 2 * (100 * 32 * 2) + 2 * (100 * 64 + 50 * 64 + 50 * 32) + 4 * 100
+    )

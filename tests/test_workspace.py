@@ -3,24 +3,46 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckfmha.problem import Problem
 from ckfmha.workspace import bwd_workspace_bytes, bwd_workspace_upper_bound
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 300)), min_size=1, max_size=6),
-       st.sampled_from([32, 64, 96, 128, 256]), st.integers(1, 8), st.booleans(), st.sampled_from([16, 64, 128]))
+@given(
+    st.lists(st.tuples(st.integers(1, 300), st.integers(0, 300)), min_size=1, max_size=6),
+    st.sampled_from([32, 64, 96, 128, 256]),
+    st.integers(1, 8),
+    st.booleans(),
+    st.sampled_from([16, 64, 128]),
+)
 def test_bound_covers_random_group_problems(lens, hdim, nhead, det, bn0) -> None:
     qs, ks = zip(*lens)
-    p = Problem(family="bwd", mode="group", batch=len(lens), nhead_q=nhead, hdim_q=hdim, seqlens_q=qs,
-                seqlens_k=ks, deterministic=det)
+    p = Problem(
+        family="bwd",
+        mode="group",
+        batch=len(lens),
+        nhead_q=nhead,
+        hdim_q=hdim,
+        seqlens_q=qs,
+        seqlens_k=ks,
+        deterministic=det,
+    )
     exact = bwd_workspace_bytes(p, bn0=bn0)
     bound = bwd_workspace_upper_bound(len(lens), hdim, nhead, max(qs), max(ks), deterministic=det, bn0=bn0)
     assert bound >= exact
-    full = Problem(family="bwd", mode="group", batch=len(lens), nhead_q=nhead, hdim_q=hdim,
-                   seqlens_q=(max(qs),) * len(lens), seqlens_k=(max(ks),) * len(lens), deterministic=det)
+    full = Problem(
+        family="bwd",
+        mode="group",
+        batch=len(lens),
+        nhead_q=nhead,
+        hdim_q=hdim,
+        seqlens_q=(max(qs),) * len(lens),
+        seqlens_k=(max(ks),) * len(lens),
+        deterministic=det,
+    )
     assert bwd_workspace_bytes(full, bn0=bn0) == bound
 
 

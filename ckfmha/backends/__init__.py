@@ -41,8 +41,10 @@ def get_backend(name: str) -> Backend:
             module = importlib.import_module(BACKEND_MODULES[name])
         except ModuleNotFoundError as e:
             if e.name == BACKEND_MODULES[name]:
-                raise BackendError(f"backend {name!r} is not part of this ckfmha version yet (no module "
-                                   f"{BACKEND_MODULES[name]}); available: cpu, triton") from None
+                raise BackendError(
+                    f"backend {name!r} is not part of this ckfmha version yet (no module "
+                    f"{BACKEND_MODULES[name]}); available: cpu, triton"
+                ) from None
             raise BackendError(f"backend {name!r}: its module {BACKEND_MODULES[name]} failed to import ({e})") from None
         _instances[name] = module.make_backend()
     return _instances[name]

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ckfmha.kernel import KernelConfig
 
@@ -78,20 +79,17 @@ class Backend(abc.ABC):
     name: str = "?"
 
     @abc.abstractmethod
-    def available(self) -> Availability:
-        ...
+    def available(self) -> Availability: ...
 
     @abc.abstractmethod
-    def supports(self, config: KernelConfig) -> str | None:
-        ...
+    def supports(self, config: KernelConfig) -> str | None: ...
 
     def device(self) -> str:
         """The device this backend runs on, in words (reports name it); call only when available."""
         return ""
 
     @abc.abstractmethod
-    def build(self, config: KernelConfig) -> BuiltKernel:
-        ...
+    def build(self, config: KernelConfig) -> BuiltKernel: ...
 
     def build_many(self, configs: Sequence[KernelConfig], workers: int = 1) -> list[BuiltKernel | BaseException]:
         """Build in parallel (threads: compilers release the GIL or run in subprocesses)."""
@@ -108,9 +106,9 @@ class Backend(abc.ABC):
             return list(pool.map(one, configs))
 
     @abc.abstractmethod
-    def run_stage(self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *,
-                  timing: bool = False) -> StageResult:
-        ...
+    def run_stage(
+        self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *, timing: bool = False
+    ) -> StageResult: ...
 
     def check_supported(self, config: KernelConfig) -> None:
         reason = self.supports(config)

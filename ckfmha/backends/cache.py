@@ -21,8 +21,8 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock
 
@@ -126,8 +126,11 @@ class BuildCache:
                 meta = dict(build(tmp))
                 meta.setdefault("kernel_id", kernel_id)
                 meta.setdefault("build_seconds", time.perf_counter() - t0)
-                meta["files"] = {str(p.relative_to(tmp)): file_digest(p) for p in sorted(tmp.rglob("*"))
-                                 if p.is_file() and p.name != META}
+                meta["files"] = {
+                    str(p.relative_to(tmp)): file_digest(p)
+                    for p in sorted(tmp.rglob("*"))
+                    if p.is_file() and p.name != META
+                }
                 (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
                 if e.exists():  # a corrupt or unfinished entry: replace it
                     shutil.rmtree(e)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ckfmha.archs import ArchSpec, ArchSpecError, load_arch_spec
 from ckfmha.filters import ConfigPredicate
@@ -128,8 +129,9 @@ def _enumerate_api(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tu
     return tuple(module.enumerate_api(ctx))
 
 
-def enumerate_api(api: Api | str, arch: str, receipt: int | str = 0,
-                  mask_mode: MaskMode | str = MaskMode.SIMPLIFIED) -> list[KernelConfig]:
+def enumerate_api(
+    api: Api | str, arch: str, receipt: int | str = 0, mask_mode: MaskMode | str = MaskMode.SIMPLIFIED
+) -> list[KernelConfig]:
     """The configs one generator api emits for an arch/receipt/mask mode, in generator order."""
     return list(_enumerate_api_cached(_api(api), arch, _receipt(receipt), _mask_mode(mask_mode)))
 
@@ -141,8 +143,9 @@ def _receipt(receipt: int | str) -> int:
         raise EnumerationError(str(e)) from None
 
 
-def ck_instance_names(api: Api | str, arch: str, receipt: int | str = 0,
-                      mask_mode: MaskMode | str = "simplified") -> list[str]:
+def ck_instance_names(
+    api: Api | str, arch: str, receipt: int | str = 0, mask_mode: MaskMode | str = "simplified"
+) -> list[str]:
     """Exactly what CK's ``generate.py -d api --targets arch -r receipt -m mask_mode`` lists (sorted, unique)."""
     a, r, m = _api(api), _receipt(receipt), _mask_mode(mask_mode)
     spec = _spec(arch)
@@ -163,9 +166,14 @@ def clear_caches() -> None:
     _names_cached.cache_clear()
 
 
-def enumerate_kernels(arch: str, families: Iterable[Family | str] | None = None, receipt: int | str = 0,
-                      mask_mode: MaskMode | str = "simplified", *,
-                      predicate: Callable[[KernelConfig], bool] | None = None) -> list[KernelConfig]:
+def enumerate_kernels(
+    arch: str,
+    families: Iterable[Family | str] | None = None,
+    receipt: int | str = 0,
+    mask_mode: MaskMode | str = "simplified",
+    *,
+    predicate: Callable[[KernelConfig], bool] | None = None,
+) -> list[KernelConfig]:
     """All KernelConfigs of an arch (optionally only some families), deduplicated, in a stable order."""
     fams: Sequence[Family]
     if families is None:

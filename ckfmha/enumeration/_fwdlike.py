@@ -46,8 +46,9 @@ import ast
 import dataclasses
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ckfmha.archs import ArchSpecError, load_arch_spec
 from ckfmha.filters import FilterError, compile_filter
@@ -159,8 +160,9 @@ def _tname(v: Any) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def _mapping(v: Any, where: _Where, path: str, allowed: set[str] | None = None,
-             required: set[str] = frozenset()) -> dict:
+def _mapping(
+    v: Any, where: _Where, path: str, allowed: set[str] | None = None, required: set[str] = frozenset()
+) -> dict:
     if not isinstance(v, dict):
         raise SectionError(f"{where(path)}: expected a mapping, found {_tname(v)} {v!r}")
     if allowed is not None:
@@ -211,12 +213,16 @@ def _feature(name: str, v: Any, where: _Where, path: str) -> Any:
 
 def _pad_token(tok: Any, where: _Where, path: str) -> tuple[int, int, int, int]:
     if not isinstance(tok, str):
-        raise SectionError(f"{where(path)}: expected a pad token (npad or p[s][sk][d][dv]), found {_tname(tok)} {tok!r}")
+        raise SectionError(
+            f"{where(path)}: expected a pad token (npad or p[s][sk][d][dv]), found {_tname(tok)} {tok!r}"
+        )
     if tok == "npad":
         return (0, 0, 0, 0)
     m = _PAD_RE.match(tok)
     if m is None or not any(m.groups()):
-        raise SectionError(f"{where(path)}: expected a pad token (npad or p[s][sk][d][dv] in that order), found {tok!r}")
+        raise SectionError(
+            f"{where(path)}: expected a pad token (npad or p[s][sk][d][dv] in that order), found {tok!r}"
+        )
     g = m.groups()
     return (int(bool(g[0])), int(bool(g[1])), int(bool(g[2])), int(bool(g[3])))
 
@@ -237,7 +243,9 @@ def _pipeline_entry(v: Any, where: _Where, path: str) -> PipelineEntry:
     both = {k for k, _ in fixed} & {k for k, _ in product}
     if both:
         raise SectionError(f"{where(path)}: field(s) {sorted(both)} given both in set and in product")
-    pads = tuple(_pad_token(t, where, f"{path}.pads[{i}]") for i, t in enumerate(_list(m["pads"], where, f"{path}.pads")))
+    pads = tuple(
+        _pad_token(t, where, f"{path}.pads[{i}]") for i, t in enumerate(_list(m["pads"], where, f"{path}.pads"))
+    )
     if not pads:
         raise SectionError(f"{where(path + '.pads')}: expected at least one pad token, found an empty list")
     return PipelineEntry(pipe, tuple(fixed), tuple(product), pads)
@@ -256,7 +264,9 @@ def _tile_entry(family: Family, hdim_key: Any, v: Any, where: _Where, path: str)
         for key in ("warps", "warp_tiles"):
             lst = _list(m[key], where, f"{path}.{key}")
             if len(lst) != 2:
-                raise SectionError(f"{where(path + '.' + key)}: expected 2 [m, n, k] triples (gemm0, gemm1), found {lst!r}")
+                raise SectionError(
+                    f"{where(path + '.' + key)}: expected 2 [m, n, k] triples (gemm0, gemm1), found {lst!r}"
+                )
             fields[key] = tuple(_ints(t, 3, where, f"{path}.{key}[{i}]") for i, t in enumerate(lst))
     hdim_v = hdim if n == 1 else block[3]
     return TileEntry(hdim, hdim_v, fields)
@@ -270,21 +280,33 @@ def _family_block(fam_key: Any, v: Any, where: _Where) -> FamilyBlock:
         family = None
     if family not in _TILE_SHAPE:
         raise SectionError(f"{where(path)}: unknown family key; expected one of {[f.value for f in _TILE_SHAPE]}")
-    m = _mapping(v, where, path, {"arch_tag", "modes", "constraints", "pipeline_sets", "dtypes"},
-                 {"arch_tag", "modes", "pipeline_sets", "dtypes"})
+    m = _mapping(
+        v,
+        where,
+        path,
+        {"arch_tag", "modes", "constraints", "pipeline_sets", "dtypes"},
+        {"arch_tag", "modes", "pipeline_sets", "dtypes"},
+    )
     arch_tag = _enum(ArchTag, m["arch_tag"], where, f"{path}.arch_tag")
-    modes = tuple(_enum(Mode, x, where, f"{path}.modes[{i}]") for i, x in enumerate(_list(m["modes"], where, f"{path}.modes")))
+    modes = tuple(
+        _enum(Mode, x, where, f"{path}.modes[{i}]") for i, x in enumerate(_list(m["modes"], where, f"{path}.modes"))
+    )
     constraints = []
     used: set[str] = set()
     for i, expr in enumerate(_list(m.get("constraints", []) or [], where, f"{path}.constraints")):
         if not isinstance(expr, str):
-            raise SectionError(f"{where(f'{path}.constraints[{i}]')}: expected a filter expression string, found {_tname(expr)} {expr!r}")
+            raise SectionError(
+                f"{where(f'{path}.constraints[{i}]')}: expected a filter expression string, found {_tname(expr)} {expr!r}"
+            )
         try:
             constraints.append(compile_filter(expr).fast)  # type: ignore[attr-defined]
         except FilterError as e:
             raise SectionError(f"{where(f'{path}.constraints[{i}]')}: {e}") from None
-        used |= {n.attr for n in ast.walk(ast.parse(expr.strip(), mode="eval"))
-                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"}
+        used |= {
+            n.attr
+            for n in ast.walk(ast.parse(expr.strip(), mode="eval"))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"
+        }
     sets: dict[str, tuple[PipelineEntry, ...]] = {}
     for name, entries in _mapping(m["pipeline_sets"], where, f"{path}.pipeline_sets").items():
         p = f"{path}.pipeline_sets.{name}"
@@ -296,13 +318,24 @@ def _family_block(fam_key: Any, v: Any, where: _Where) -> FamilyBlock:
         dm = _mapping(dv, where, p, {"pipelines", "tiles"}, {"pipelines", "tiles"})
         set_name = dm["pipelines"]
         if set_name not in sets:
-            raise SectionError(f"{where(p + '.pipelines')}: expected the name of a pipeline set "
-                               f"({', '.join(sorted(sets)) or 'none defined'}), found {set_name!r}")
-        tiles = tuple(_tile_entry(family, h, t, where, f"{p}.tiles.{h}")
-                      for h, t in _mapping(dm["tiles"], where, f"{p}.tiles").items())
+            raise SectionError(
+                f"{where(p + '.pipelines')}: expected the name of a pipeline set "
+                f"({', '.join(sorted(sets)) or 'none defined'}), found {set_name!r}"
+            )
+        tiles = tuple(
+            _tile_entry(family, h, t, where, f"{p}.tiles.{h}")
+            for h, t in _mapping(dm["tiles"], where, f"{p}.tiles").items()
+        )
         dtypes.append(DTypeEntry(dtype, sets[set_name], tiles))
-    return FamilyBlock(family, arch_tag, modes, tuple(constraints), tuple(dtypes),
-                       tuple(f for f in SIGNATURE_FIELDS if f in used), tuple(f for f in ALGORITHM_FIELDS if f in used))
+    return FamilyBlock(
+        family,
+        arch_tag,
+        modes,
+        tuple(constraints),
+        tuple(dtypes),
+        tuple(f for f in SIGNATURE_FIELDS if f in used),
+        tuple(f for f in ALGORITHM_FIELDS if f in used),
+    )
 
 
 def parse_section(section: Any, families: tuple[Family, ...], source: str, prefix: str = "") -> tuple[FamilyBlock, ...]:
@@ -371,8 +404,9 @@ def clear_caches() -> None:
 _SIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(KernelSignature)}
 
 
-def enumerate_blocks(blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...],
-                     keep: Callable[[KernelConfig], bool] | None = None) -> list[KernelConfig]:
+def enumerate_blocks(
+    blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...], keep: Callable[[KernelConfig], bool] | None = None
+) -> list[KernelConfig]:
     """Expand family blocks into configs, in generator order: dtype, hdim, mode, pipeline entry, product, pads.
 
     Hot loop: a signature is built once per feature combination and only when some pad variant survives the
@@ -399,13 +433,28 @@ def enumerate_blocks(blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...
                 for pipe, _, pads in expanded:
                     for p in pads:
                         if (pipe, p) not in algs:
-                            alg = KernelAlgorithm(pipe, af["tile"], af.get("warps", ()), af.get("warp_tiles", ()),
-                                                  af["occupancy"], p[0], p[1], p[2], p[3])
+                            alg = KernelAlgorithm(
+                                pipe,
+                                af["tile"],
+                                af.get("warps", ()),
+                                af.get("warp_tiles", ()),
+                                af["occupancy"],
+                                p[0],
+                                p[1],
+                                p[2],
+                                p[3],
+                            )
                             akey = tuple(getattr(alg, f) for f in alg_fields)
                             algs[(pipe, p)] = (alg, alg_ids.setdefault(akey, len(alg_ids)))
                 for mode in blk.modes:
-                    base = {"family": family, "dtype": dtype, "mode": mode, "hdim_q": hdim, "hdim_v": hdim_v,
-                            "arch_tag": arch_tag}
+                    base = {
+                        "family": family,
+                        "dtype": dtype,
+                        "mode": mode,
+                        "hdim_q": hdim,
+                        "hdim_v": hdim_v,
+                        "arch_tag": arch_tag,
+                    }
                     for pipe, variants, pads in expanded:
                         pad_algs = [algs[(pipe, p)] for p in pads]
                         for feats in variants:

@@ -60,8 +60,9 @@ import ast
 import dataclasses
 import gc
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ckfmha.archs import ArchSpecError
 from ckfmha.filters import FilterError, compile_filter
@@ -211,9 +212,14 @@ def _list(where, path: str, value: Any, *, nonempty: bool = True) -> list:
 
 
 def _triples(where, path: str, value: Any) -> tuple[tuple[int, int, int], ...]:
-    ok = (isinstance(value, list) and len(value) == 2 and all(
-        isinstance(t, list) and len(t) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in t)
-        for t in value))
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(
+            isinstance(t, list) and len(t) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in t)
+            for t in value
+        )
+    )
     if not ok:
         raise _err(where, path, "two [m, n, k] int triples (gemm0, gemm1)", value)
     return tuple(tuple(t) for t in value)  # type: ignore[misc]
@@ -231,8 +237,11 @@ def _pads(where, path: str, value: Any) -> tuple[int, int, int, int]:
 
 
 def _fields_read(tree: ast.AST) -> set[str]:
-    return {n.attr for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"}
+    return {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"
+    }
 
 
 def _expr(where, path: str, value: Any) -> _Expr:
@@ -280,8 +289,11 @@ def _tile(where, path: str, value: Any, pipeline: Pipeline, pads: tuple[int, ...
         if k not in value:
             raise BatchPrefillSpecError(f"{where(path)}: missing key {k!r}")
     block = value["block"]
-    if not (isinstance(block, list) and len(block) == 6
-            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)):
+    if not (
+        isinstance(block, list)
+        and len(block) == 6
+        and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)
+    ):
         raise _err(where, f"{path}.block", "6 positive ints [bm0, bn0, bk0, bn1, bk1, bk0max]", block)
     warps = _triples(where, f"{path}.warps", value["warps"])
     warp_tiles = _triples(where, f"{path}.warp_tiles", value["warp_tiles"])
@@ -293,16 +305,19 @@ def _tile(where, path: str, value: Any, pipeline: Pipeline, pads: tuple[int, ...
         if not (isinstance(da, list) and da and all(isinstance(x, str) for x in da)):
             raise _err(where, f"{path}.device_archs", "a non-empty list of arch names", da)
     tile = tuple(block)
-    algs = [KernelAlgorithm(pipeline, tile, warps, warp_tiles, occ, pads[0], pads[1], pads[2], pads[3], False, load)
-            for load in (KVLoad.BLOCK, KVLoad.GLOBAL_LDS)]
+    algs = [
+        KernelAlgorithm(pipeline, tile, warps, warp_tiles, occ, pads[0], pads[1], pads[2], pads[3], False, load)
+        for load in (KVLoad.BLOCK, KVLoad.GLOBAL_LDS)
+    ]
     values = (("hdim_v", tile[3]), ("tile", tile), ("warps", warps), ("warp_tiles", warp_tiles), ("occupancy", occ))
     return _Tile(algs[0], algs[1], tile[3], values)
 
 
 def _dtype_entry(where, path: str, dtype: DType, value: Any, defaults: dict[str, Any]) -> _DTypeEntry:
     _mapping(where, path, value, _DTYPE_KEYS)
-    pipeline = (_token(where, f"{path}.pipeline", value["pipeline"], Pipeline)
-                if "pipeline" in value else defaults["pipeline"])
+    pipeline = (
+        _token(where, f"{path}.pipeline", value["pipeline"], Pipeline) if "pipeline" in value else defaults["pipeline"]
+    )
     vlayout = _token(where, f"{path}.vlayout", value["vlayout"], VLayout) if "vlayout" in value else defaults["vlayout"]
     pads = _pads(where, f"{path}.pads", value["pads"]) if "pads" in value else defaults["pads"]
     if pipeline is None:
@@ -336,18 +351,24 @@ def _compile_section(section: Any, where: Callable[[str], str]) -> _Section:
         "pads": _pads(where, "pads", sec["pads"]) if "pads" in sec else (0, 0, 0, 0),
     }
     modes = tuple(_token(where, f"modes[{i}]", m, Mode) for i, m in enumerate(_list(where, "modes", sec["modes"])))
-    pages = tuple(_int(where, f"page_sizes[{i}]", p, positive=True)
-                  for i, p in enumerate(_list(where, "page_sizes", sec["page_sizes"])))
-    exclude = tuple(_expr(where, f"exclude[{i}]", e)
-                    for i, e in enumerate(_list(where, "exclude", sec.get("exclude", []), nonempty=False)))
+    pages = tuple(
+        _int(where, f"page_sizes[{i}]", p, positive=True)
+        for i, p in enumerate(_list(where, "page_sizes", sec["page_sizes"]))
+    )
+    exclude = tuple(
+        _expr(where, f"exclude[{i}]", e)
+        for i, e in enumerate(_list(where, "exclude", sec.get("exclude", []), nonempty=False))
+    )
     gl = None
     if "global_load_when" in sec:
         gl = _expr(where, "global_load_when", sec["global_load_when"])
         if gl.level == _LEVEL_LOAD:
             raise _err(where, "global_load_when", "an expression that does not read kv_load", gl.source)
     dtypes_raw = _mapping(where, "dtypes", sec["dtypes"])
-    dtypes = tuple(_dtype_entry(where, f"dtypes.{k}", _token(where, f"dtypes.{k} (key)", k, DType), v, defaults)
-                   for k, v in dtypes_raw.items())
+    dtypes = tuple(
+        _dtype_entry(where, f"dtypes.{k}", _token(where, f"dtypes.{k} (key)", k, DType), v, defaults)
+        for k, v in dtypes_raw.items()
+    )
     return _Section(section, False, modes, pages, exclude, gl, dtypes)
 
 
@@ -435,8 +456,15 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelCo
             probe.hdim_q = hdim
             for mode in sec.modes:
                 probe.mode = mode
-                base = {"family": Family.BATCH_PREFILL, "dtype": d.dtype, "mode": mode, "hdim_q": hdim,
-                        "arch_tag": ArchTag.NONE, "vlayout": d.vlayout, "paged_kv": True}
+                base = {
+                    "family": Family.BATCH_PREFILL,
+                    "dtype": d.dtype,
+                    "mode": mode,
+                    "hdim_q": hdim,
+                    "arch_tag": ArchTag.NONE,
+                    "vlayout": d.vlayout,
+                    "paged_kv": True,
+                }
                 # feature level: the combinations every tile of this (dtype, hdim, mode) starts from
                 kept: list[tuple[int, tuple]] = []
                 for idx, combo in enumerate(combos):
@@ -466,7 +494,8 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelCo
                                 if pre is None:
                                     kw = dict(base, hdim_v=hdim_v, **dict(combo))
                                     pre = prefixes[(idx, hdim_v)] = tuple(
-                                        kw.get(f, _FIELD_DEFAULTS.get(f)) for f in _SIG_PREFIX_FIELDS)
+                                        kw.get(f, _FIELD_DEFAULTS.get(f)) for f in _SIG_PREFIX_FIELDS
+                                    )
                                 sig = signatures[key] = new_signature(*pre, ps)  # positional: ~30% faster
                             if ex_load is None:
                                 append(new_config(sig, alg_b))

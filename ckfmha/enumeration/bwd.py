@@ -64,8 +64,8 @@ from ckfmha.kernel import (
     SIGNATURE_FIELDS,
     ArchTag,
     Bias,
-    DType,
     Dropout,
+    DType,
     Family,
     KernelAlgorithm,
     KernelConfig,
@@ -111,8 +111,9 @@ class _Checker:
     def fail(self, path: str, expected: str, found: Any) -> ArchSpecError:
         return ArchSpecError(f"{self.loc(path)}: expected {expected}, found {found!r}")
 
-    def mapping(self, value: Any, path: str, required: set[str] | dict[str, str], optional: set[str] = frozenset()
-                ) -> dict[str, Any]:
+    def mapping(
+        self, value: Any, path: str, required: set[str] | dict[str, str], optional: set[str] = frozenset()
+    ) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(path, "a mapping", value)
         allowed = set(required) | set(optional)
@@ -167,9 +168,26 @@ class _Checker:
 class _Plan:
     """A checked bwd section with its algorithm objects precomputed (shared by every receipt / mask mode)."""
 
-    __slots__ = ("arch_tag", "dtypes", "modes", "biases", "dbias", "dropouts", "deterministic", "pads",
-                 "bm0", "occupancy", "seqlen_pad", "dbias_biases", "maxq_masks", "maxq_short_needs_spad",
-                 "maxq_no_convert", "tiles", "sigs", "one_d_cache")
+    __slots__ = (
+        "arch_tag",
+        "dtypes",
+        "modes",
+        "biases",
+        "dbias",
+        "dropouts",
+        "deterministic",
+        "pads",
+        "bm0",
+        "occupancy",
+        "seqlen_pad",
+        "dbias_biases",
+        "maxq_masks",
+        "maxq_short_needs_spad",
+        "maxq_no_convert",
+        "tiles",
+        "sigs",
+        "one_d_cache",
+    )
 
     def __init__(self, ctx: Any, section: Any) -> None:
         ck = _Checker(ctx)
@@ -178,8 +196,9 @@ class _Plan:
         try:
             self.arch_tag = ArchTag(tag)
         except ValueError:
-            raise ck.fail("arch_tag", "one of " + ", ".join(m.value for m in ArchTag if m is not ArchTag.NONE),
-                          tag) from None
+            raise ck.fail(
+                "arch_tag", "one of " + ", ".join(m.value for m in ArchTag if m is not ArchTag.NONE), tag
+            ) from None
         self.dtypes = ck.enum_list(sec["dtypes"], "dtypes", DType)
         self.modes = ck.enum_list(sec["modes"], "modes", Mode)
         self.biases = ck.enum_list(sec["biases"], "biases", Bias)
@@ -207,12 +226,15 @@ class _Plan:
 
         cons = ck.mapping(sec["constraints"], "constraints", set(_CONSTRAINT_KEYS))
         self.dbias_biases = frozenset(ck.enum_list(cons["dbias_biases"], "constraints.dbias_biases", Bias))
-        self.maxq_masks = frozenset(ck.enum_list(cons["max_seq_len_q_masks"], "constraints.max_seq_len_q_masks",
-                                                 MaskImpl))
-        self.maxq_short_needs_spad = ck.boolean(cons["max_seq_len_q_below_bm0_needs_seqlen_pad"],
-                                                "constraints.max_seq_len_q_below_bm0_needs_seqlen_pad")
-        self.maxq_no_convert = ck.boolean(cons["max_seq_len_q_without_convert_dq"],
-                                          "constraints.max_seq_len_q_without_convert_dq")
+        self.maxq_masks = frozenset(
+            ck.enum_list(cons["max_seq_len_q_masks"], "constraints.max_seq_len_q_masks", MaskImpl)
+        )
+        self.maxq_short_needs_spad = ck.boolean(
+            cons["max_seq_len_q_below_bm0_needs_seqlen_pad"], "constraints.max_seq_len_q_below_bm0_needs_seqlen_pad"
+        )
+        self.maxq_no_convert = ck.boolean(
+            cons["max_seq_len_q_without_convert_dq"], "constraints.max_seq_len_q_without_convert_dq"
+        )
 
         # tiles[(dtype, trload)] = [(hdim_q, hdim_v, max_seq_len_q, ((pad_d, pad_dv, algorithm), ...),
         #                            pad_dv > 0 flags, pad_d > 0 flags)]
@@ -233,8 +255,13 @@ class _Plan:
                 maxq = ck.integer(row.get("max_seq_len_q", 0), f"{tpath}.max_seq_len_q", 0)
                 # pads s/sk = 1: CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true)
                 algs = tuple(
-                    (pd, pdv, KernelAlgorithm(Pipeline.BWD_DQ_DK_DV, block, warps, wtiles, occ, 1, 1, pd, pdv,
-                                              trload, max_seq_len_q=maxq))
+                    (
+                        pd,
+                        pdv,
+                        KernelAlgorithm(
+                            Pipeline.BWD_DQ_DK_DV, block, warps, wtiles, occ, 1, 1, pd, pdv, trload, max_seq_len_q=maxq
+                        ),
+                    )
                     for pd, pdv in self.pads[trload]
                 )
                 dv_flags = tuple(dict.fromkeys(pdv > 0 for _, pdv, _ in algs))
@@ -245,14 +272,34 @@ class _Plan:
         self.sigs: dict[tuple[Any, ...], KernelSignature] = {}
         self.one_d_cache: dict[tuple[Any, ...], KernelConfig] = {}
 
-    def sig(self, dtype: DType, mode: Mode, hq: int, hv: int, mask: MaskImpl, bias: Bias, dbias: bool,
-            dropout: Dropout, det: bool) -> KernelSignature:
+    def sig(
+        self,
+        dtype: DType,
+        mode: Mode,
+        hq: int,
+        hv: int,
+        mask: MaskImpl,
+        bias: Bias,
+        dbias: bool,
+        dropout: Dropout,
+        det: bool,
+    ) -> KernelSignature:
         key = (dtype, mode, hq, hv, mask, bias, dbias, dropout, det)
         s = self.sigs.get(key)
         if s is None:
             s = self.sigs[key] = KernelSignature(
-                Family.BWD_DQ_DK_DV, dtype, mode, hq, hv, self.arch_tag, mask=mask, bias=bias, dbias=dbias,
-                dropout=dropout, deterministic=det)
+                Family.BWD_DQ_DK_DV,
+                dtype,
+                mode,
+                hq,
+                hv,
+                self.arch_tag,
+                mask=mask,
+                bias=bias,
+                dbias=dbias,
+                dropout=dropout,
+                deterministic=det,
+            )
         return s
 
     def dot_do_o(self, dtype: DType, hdim: int, mode: Mode, spad: int, dvpad: int) -> KernelConfig:
@@ -261,8 +308,8 @@ class _Plan:
         if c is None:
             c = self.one_d_cache[key] = KernelConfig(
                 KernelSignature(Family.BWD_DOT_DO_O, dtype, mode, hdim, hdim, self.arch_tag),
-                KernelAlgorithm(Pipeline.BWD_DOT_DO_O, (self.bm0,), occupancy=self.occupancy, pad_s=spad,
-                                pad_dv=dvpad))
+                KernelAlgorithm(Pipeline.BWD_DOT_DO_O, (self.bm0,), occupancy=self.occupancy, pad_s=spad, pad_dv=dvpad),
+            )
         return c
 
     def convert_dq(self, dtype: DType, hdim: int, mode: Mode, spad: int, dpad: int, det: bool) -> KernelConfig:
@@ -271,8 +318,8 @@ class _Plan:
         if c is None:
             c = self.one_d_cache[key] = KernelConfig(
                 KernelSignature(Family.BWD_CONVERT_DQ, dtype, mode, hdim, hdim, self.arch_tag, deterministic=det),
-                KernelAlgorithm(Pipeline.BWD_CONVERT_DQ, (self.bm0,), occupancy=self.occupancy, pad_s=spad,
-                                pad_d=dpad))
+                KernelAlgorithm(Pipeline.BWD_CONVERT_DQ, (self.bm0,), occupancy=self.occupancy, pad_s=spad, pad_d=dpad),
+            )
         return c
 
 
@@ -360,7 +407,9 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                                                 append(c)
                                                 dot_keys[(dtype, hq, mode, spads, pdv > 0)] = None
                                                 if convert:
-                                                    conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = None
+                                                    conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = (
+                                                        None
+                                                    )
     dots: dict[KernelConfig, None] = {}
     for dtype, hq, mode, spads, dv in dot_keys:
         for s in spads:

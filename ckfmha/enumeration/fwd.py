@@ -69,8 +69,9 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ckfmha.archs import ArchSpecError
 from ckfmha.filters import FilterError, compile_filter
@@ -104,8 +105,14 @@ _TILE_ENTRY_KEYS = {"tile", "runtime_constraint"}
 _ENUM_AXES: dict[str, type] = {"mask": MaskImpl, "bias": Bias, "qscale": QScale}
 _AXES = ("logits_soft_cap", "mask", "bias", "lse", "dropout", "skip_min_seqlen_q", "qscale", "sink")
 _AXIS_DEFAULT: dict[str, Any] = {
-    "logits_soft_cap": False, "mask": MaskImpl.NONE, "bias": Bias.NONE, "lse": False, "dropout": False,
-    "skip_min_seqlen_q": False, "qscale": QScale.NONE, "sink": False,
+    "logits_soft_cap": False,
+    "mask": MaskImpl.NONE,
+    "bias": Bias.NONE,
+    "lse": False,
+    "dropout": False,
+    "skip_min_seqlen_q": False,
+    "qscale": QScale.NONE,
+    "sink": False,
 }
 _MASKS_WORD = "masks"
 _STATIC_WHEN_KEYS = ("hdim", "hdim_q", "receipts")
@@ -143,8 +150,10 @@ class _Probe:
     __slots__ = tuple(SIGNATURE_FIELDS) + tuple(ALGORITHM_FIELDS)
 
     def __init__(self) -> None:
-        for part, names in ((KernelSignature(Family.FWD, DType.FP16, Mode.BATCH, 0, 0, ArchTag.NONE),
-                             SIGNATURE_FIELDS), (KernelAlgorithm(Pipeline.QR, ()), ALGORITHM_FIELDS)):
+        for part, names in (
+            (KernelSignature(Family.FWD, DType.FP16, Mode.BATCH, 0, 0, ArchTag.NONE), SIGNATURE_FIELDS),
+            (KernelAlgorithm(Pipeline.QR, ()), ALGORITHM_FIELDS),
+        ):
             for name in names:
                 setattr(self, name, getattr(part, name))
 
@@ -170,8 +179,11 @@ class _Cond:
     features: tuple[tuple[int, Callable[[Any], bool]], ...]  # (axis index in _AXES, matcher)
 
     def static_ok(self, hdim: tuple[int, int], receipt: int) -> bool:
-        return ((self.hdims is None or self.hdims(hdim)) and (self.hdim_q is None or self.hdim_q(hdim[0]))
-                and (self.receipts is None or self.receipts(receipt)))
+        return (
+            (self.hdims is None or self.hdims(hdim))
+            and (self.hdim_q is None or self.hdim_q(hdim[0]))
+            and (self.receipts is None or self.receipts(receipt))
+        )
 
     def features_ok(self, combo: tuple) -> bool:
         return all(m(combo[i]) for i, m in self.features)
@@ -301,10 +313,16 @@ def _parse_when(value: Any, path: str, err: _Err) -> _Cond:
     if "receipts" in value:
         receipts = _matcher(value["receipts"], f"{path}.receipts", err, lambda v, p: _parse_int(v, p, err), True)
     feats = []
-    for i, axis in enumerate(_AXES):
+    for _i, axis in enumerate(_AXES):
         if axis in value:
-            feats.append((axis, _matcher(value[axis], f"{path}.{axis}", err,
-                                         lambda v, p, a=axis: _parse_axis_value(a, v, p, err), False)))
+            feats.append(
+                (
+                    axis,
+                    _matcher(
+                        value[axis], f"{path}.{axis}", err, lambda v, p, a=axis: _parse_axis_value(a, v, p, err), False
+                    ),
+                )
+            )
     return _Cond(hdims, hdim_q, receipts, tuple((_AXES.index(a), m) for a, m in feats))
 
 
@@ -313,16 +331,19 @@ def _parse_tile(entry: Any, path: str, err: _Err, hdim_v: int) -> _Tile:
     if isinstance(entry, dict):
         unknown = set(entry) - _TILE_ENTRY_KEYS
         if unknown or "tile" not in entry:
-            raise err(path, f"a tile string or a mapping with keys {sorted(_TILE_ENTRY_KEYS)} ('tile' required)",
-                      entry)
+            raise err(path, f"a tile string or a mapping with keys {sorted(_TILE_ENTRY_KEYS)} ('tile' required)", entry)
         rc = entry.get("runtime_constraint")
         if rc is not None and not isinstance(rc, str):
             raise err(f"{path}.runtime_constraint", "a C++ boolean expression string", rc)
         entry, path = entry["tile"], f"{path}.tile"
     m = _TILE_RE.match(entry) if isinstance(entry, str) else None
     if not m:
-        raise err(path, "a tile 'b{bm0}x{bn0}x{bk0}x{bn1}x{bk1}x{bk0max}_r{m}x{n}x{k}_r{m}x{n}x{k}"
-                        "_w{m}x{n}x{k}_w{m}x{n}x{k}[_o{occupancy}]'", entry)
+        raise err(
+            path,
+            "a tile 'b{bm0}x{bn0}x{bk0}x{bn1}x{bk1}x{bk0max}_r{m}x{n}x{k}_r{m}x{n}x{k}"
+            "_w{m}x{n}x{k}_w{m}x{n}x{k}[_o{occupancy}]'",
+            entry,
+        )
     v = [int(x) for x in m.groups()[:18]]
     if v[3] != hdim_v:
         raise err(path, f"bn1 (the 4th block entry) equal to the table's hdim_v {hdim_v}", entry)
@@ -342,8 +363,11 @@ def _parse_variant(value: Any, path: str, err: _Err) -> _Variant:
     pipeline = _parse_enum(Pipeline, value["pipeline"], f"{path}.pipeline", err)
     pm = _PAD_RE.match(value["pad"]) if isinstance(value["pad"], str) else None
     if not pm or value["pad"] == "p":
-        raise err(f"{path}.pad", "a CK pad token: npad or p followed by s, sk, d, dv in this order (e.g. psskddv)",
-                  value["pad"])
+        raise err(
+            f"{path}.pad",
+            "a CK pad token: npad or p followed by s, sk, d, dv in this order (e.g. psskddv)",
+            value["pad"],
+        )
     pads = tuple(1 if g else 0 for g in pm.groups())
     vlayout = _parse_enum(VLayout, value.get("vlayout", "row"), f"{path}.vlayout", err)
     trload = value.get("trload", False)
@@ -375,14 +399,20 @@ def _parse_group(value: Any, path: str, err: _Err) -> _Group:
     variants = value.get("variants")
     if not isinstance(variants, list) or not variants:
         raise err(f"{path}.variants", "a non-empty list of variants", variants)
-    return _Group(tuple(axes), _parse_when(value.get("when"), f"{path}.when", err),
-                  tuple(_parse_variant(v, f"{path}.variants[{i}]", err) for i, v in enumerate(variants)))
+    return _Group(
+        tuple(axes),
+        _parse_when(value.get("when"), f"{path}.when", err),
+        tuple(_parse_variant(v, f"{path}.variants[{i}]", err) for i, v in enumerate(variants)),
+    )
 
 
 def _fields_read(expression: str) -> frozenset[str]:
     tree = ast.parse(expression.strip(), mode="eval")
-    return frozenset(n.attr for n in ast.walk(tree)
-                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c")
+    return frozenset(
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"
+    )
 
 
 def _parse_rule(value: Any, path: str, err: _Err) -> _Rule:
@@ -440,8 +470,11 @@ def _parse_section(sec: Any, err: _Err) -> _Section | None:
             tiles = tuple(_parse_tile(t, f"{hp}[{i}]", err, hdim[1]) for i, t in enumerate(tl))
             for i in range(1, len(tiles)):  # CK asserts this order (its dispatch falls back to the largest bm0)
                 if tiles[i].tile[0] < tiles[i - 1].tile[0]:
-                    raise err(f"{hp}[{i}]", f"tiles ordered by non-decreasing bm0 (previous bm0 "
-                                            f"{tiles[i - 1].tile[0]})", tl[i])
+                    raise err(
+                        f"{hp}[{i}]",
+                        f"tiles ordered by non-decreasing bm0 (previous bm0 {tiles[i - 1].tile[0]})",
+                        tl[i],
+                    )
             hdims.append((hdim, tiles))
         if not isinstance(groups_raw, list):
             raise err(f"{dp}.pipelines", "a list of pipeline groups", groups_raw)
@@ -575,17 +608,39 @@ def enumerate_api(ctx) -> list[KernelConfig]:
             pkey = (tuple(group_ok), tuple(static_ok))
             pat = patterns.get(pkey)
             if pat is None:
-                entries = [(2 * cid + vl_slot[vi], vi)
-                           for (g, per_combo), gok in zip(group_combos, group_ok) if gok
-                           for cid, vis in per_combo for vi in vis if static_ok[vi]]
+                entries = [
+                    (2 * cid + vl_slot[vi], vi)
+                    for (g, per_combo), gok in zip(group_combos, group_ok)
+                    if gok
+                    for cid, vis in per_combo
+                    for vi in vis
+                    if static_ok[vi]
+                ]
                 pat = patterns[pkey] = (entries, sorted({slot for slot, _ in entries}))
             entries, slots = pat
             if not entries:
                 continue
             # algorithms per (tile, variant), shared by the modes
-            algs = [[KernelAlgorithm(v.pipeline, t.tile, t.warps, t.warp_tiles, occupancy=t.occupancy, pad_s=v.pads[0],
-                                     pad_sk=v.pads[1], pad_d=v.pads[2], pad_dv=v.pads[3], trload=v.trload)
-                     if static_ok[vi] else None for vi, v in enumerate(variants)] for t in tiles]
+            algs = [
+                [
+                    KernelAlgorithm(
+                        v.pipeline,
+                        t.tile,
+                        t.warps,
+                        t.warp_tiles,
+                        occupancy=t.occupancy,
+                        pad_s=v.pads[0],
+                        pad_sk=v.pads[1],
+                        pad_d=v.pads[2],
+                        pad_dv=v.pads[3],
+                        trload=v.trload,
+                    )
+                    if static_ok[vi]
+                    else None
+                    for vi, v in enumerate(variants)
+                ]
+                for t in tiles
+            ]
             for mode in sec.modes:
                 sp.mode = ap.mode = mode
                 # signatures per slot; None where a signature-stage predicate rejects it
@@ -601,8 +656,21 @@ def enumerate_api(ctx) -> list[KernelConfig]:
                             break
                     else:
                         sigs[slot] = KernelSignature(
-                            fam, dtype, mode, hq, hv, arch_tag, vlayout=vl, mask=mask, bias=bias, lse=lse,
-                            dropout=dropout, logits_soft_cap=logits, skip_min_seqlen_q=skip, qscale=qscale, sink=sink,
+                            fam,
+                            dtype,
+                            mode,
+                            hq,
+                            hv,
+                            arch_tag,
+                            vlayout=vl,
+                            mask=mask,
+                            bias=bias,
+                            lse=lse,
+                            dropout=dropout,
+                            logits_soft_cap=logits,
+                            skip_min_seqlen_q=skip,
+                            qscale=qscale,
+                            sink=sink,
                         )
                 mode_entries = [(sig, vi) for slot, vi in entries if (sig := sigs[slot]) is not None]
                 if not mode_entries:
@@ -616,7 +684,12 @@ def enumerate_api(ctx) -> list[KernelConfig]:
                             ap.vlayout = variants[vi].vlayout
                             ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
                             ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = (
-                                a.occupancy, a.pad_s, a.pad_sk, a.pad_d, a.pad_dv)
+                                a.occupancy,
+                                a.pad_s,
+                                a.pad_sk,
+                                a.pad_d,
+                                a.pad_dv,
+                            )
                             ap.trload = a.trload
                             ok = all(p(ap) for p in alg_preds)
                         valid.append(ok)

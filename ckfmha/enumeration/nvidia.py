@@ -44,8 +44,26 @@ from ckfmha.kernel import (
     QScale,
 )
 
-_KEYS = {"families", "dtypes", "hdims", "modes", "masks", "biases", "lse", "dropout", "logits_soft_cap", "sink",
-         "skip_min_seqlen_q", "paged_kv", "qscale", "pads", "exclude", "tiles", "tiles_fp32", "combine_tile"}
+_KEYS = {
+    "families",
+    "dtypes",
+    "hdims",
+    "modes",
+    "masks",
+    "biases",
+    "lse",
+    "dropout",
+    "logits_soft_cap",
+    "sink",
+    "skip_min_seqlen_q",
+    "paged_kv",
+    "qscale",
+    "pads",
+    "exclude",
+    "tiles",
+    "tiles_fp32",
+    "combine_tile",
+}
 
 
 class NvidiaSpecError(ValueError):
@@ -89,7 +107,9 @@ def _tiles(sec: dict, key: str, ctx) -> dict[int, list[tuple[int, int, int, int]
             raise NvidiaSpecError(f"{ctx.where(f'{key}.{hd}')}: expected an int head dim and a list")
         for i, t in enumerate(lst):
             if not (isinstance(t, list) and len(t) == 4 and all(isinstance(x, int) and x > 0 for x in t)):
-                raise NvidiaSpecError(f"{ctx.where(f'{key}.{hd}[{i}]')}: expected [bm0, bn0, warps, stages], found {t!r}")
+                raise NvidiaSpecError(
+                    f"{ctx.where(f'{key}.{hd}[{i}]')}: expected [bm0, bn0, warps, stages], found {t!r}"
+                )
         out[hd] = [tuple(t) for t in lst]
     return out
 
@@ -128,15 +148,32 @@ def enumerate_api(ctx) -> list[KernelConfig]:
             table = tiles32 if dt is DType.FP32 and tiles32 else tiles
             launch = table.get(hq, [])
             qs = [QScale.parse(q, "qscale") for q in qscale.get(dt.value, ["none"])]
-            algs = [KernelAlgorithm(Pipeline.TRITON, (bm0, bn0), ((w, 1, 1), (w, 1, 1)), (), -1, *pad,
-                                    num_stages=st)
-                    for (bm0, bn0, w, st) in launch for pad in pads]
+            algs = [
+                KernelAlgorithm(Pipeline.TRITON, (bm0, bn0), ((w, 1, 1), (w, 1, 1)), (), -1, *pad, num_stages=st)
+                for (bm0, bn0, w, st) in launch
+                for pad in pads
+            ]
             for mask, bias, lse, drop, cap, sink, paged, skip, q in itertools.product(
-                    masks, biases, lses, drops, caps, sinks, pageds, skips, qs):
-                sig = KernelSignature(fam, dt, mode, hq, hv, arch_tag, mask=mask, bias=bias, lse=lse,
-                                      dropout=Dropout.ENABLED if drop else Dropout.NONE, logits_soft_cap=cap,
-                                      sink=sink, paged_kv=paged, skip_min_seqlen_q=skip, qscale=q,
-                                      fp8_static_quant=q is QScale.PERTENSOR and fam is not Family.FWD)
+                masks, biases, lses, drops, caps, sinks, pageds, skips, qs
+            ):
+                sig = KernelSignature(
+                    fam,
+                    dt,
+                    mode,
+                    hq,
+                    hv,
+                    arch_tag,
+                    mask=mask,
+                    bias=bias,
+                    lse=lse,
+                    dropout=Dropout.ENABLED if drop else Dropout.NONE,
+                    logits_soft_cap=cap,
+                    sink=sink,
+                    paged_kv=paged,
+                    skip_min_seqlen_q=skip,
+                    qscale=q,
+                    fp8_static_quant=q is QScale.PERTENSOR and fam is not Family.FWD,
+                )
                 for alg in algs:
                     c = KernelConfig(sig, alg)
                     if any(x(c) for x in excludes) or not keep(c):
@@ -144,11 +181,19 @@ def enumerate_api(ctx) -> list[KernelConfig]:
                     out.append(c)
     if Family.FWD_SPLITKV_COMBINE in families:
         bn1 = sec.get("combine_tile", 32)
-        for dt, (hq, hv), mode, lse in itertools.product(dtypes, hdims, modes, [False, True]):
+        for dt, (_hq, hv), mode, lse in itertools.product(dtypes, hdims, modes, [False, True]):
             qs = [QScale.parse(q, "qscale") for q in qscale.get(dt.value, ["none"])]
             for q in qs:
-                sig = KernelSignature(Family.FWD_SPLITKV_COMBINE, dt, mode, hv, hv, arch_tag, lse=lse,
-                                      fp8_static_quant=q is QScale.PERTENSOR)
+                sig = KernelSignature(
+                    Family.FWD_SPLITKV_COMBINE,
+                    dt,
+                    mode,
+                    hv,
+                    hv,
+                    arch_tag,
+                    lse=lse,
+                    fp8_static_quant=q is QScale.PERTENSOR,
+                )
                 c = KernelConfig(sig, KernelAlgorithm(Pipeline.SPLITKV_COMBINE, (bn1,), (), (), -1, 1, 0, 0, 1))
                 if keep(c):
                     out.append(c)

@@ -26,9 +26,19 @@ from ckfmha.reference.forward import reference_forward
 from ckfmha.reference.pagedkv import PageTableError, reference_pagedkv
 from ckfmha.reference.splitkv import reference_splitkv, split_ranges, splitkv_combine
 
-__all__ = ["reference", "reference_forward", "reference_splitkv", "reference_pagedkv", "reference_appendkv",
-           "reference_batch_prefill", "reference_backward", "splitkv_combine", "split_ranges", "apply_rope",
-           "PageTableError"]
+__all__ = [
+    "reference",
+    "reference_forward",
+    "reference_splitkv",
+    "reference_pagedkv",
+    "reference_appendkv",
+    "reference_batch_prefill",
+    "reference_backward",
+    "splitkv_combine",
+    "split_ranges",
+    "apply_rope",
+    "PageTableError",
+]
 
 _DISPATCH = {
     Family.FWD: reference_forward,

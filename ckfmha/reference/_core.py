@@ -39,7 +39,7 @@ def seq_slice(p: Problem, x_hsd: np.ndarray, b: int, which: str) -> np.ndarray:
     if p.mode is Mode.GROUP:
         starts = p.seqstart_q if which == "q" else p.seqstart_k
         n = p.seqlens_q[b] if which == "q" else p.seqlens_k[b]
-        return x_hsd[0, :, starts[b]:starts[b] + n]
+        return x_hsd[0, :, starts[b] : starts[b] + n]
     n = p.seqlen_q if which == "q" else p.seqlen_k
     return x_hsd[b, :, :n]
 
@@ -99,8 +99,18 @@ def alibi_bias(slopes: np.ndarray, mode: str, rows: np.ndarray, sq: int, sk: int
     return (sign * slopes.astype(accum))[:, None, None] * pos.astype(accum)[None]
 
 
-def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, accum=np.float32,
-           key_lo: int = 0, key_hi: int | None = None, want_randval: bool = False, backward=None):
+def attend(
+    p: Problem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    ex: Extras,
+    accum=np.float32,
+    key_lo: int = 0,
+    key_hi: int | None = None,
+    want_randval: bool = False,
+    backward=None,
+):
     """Attention of one sequence.  ``q`` (hq, sq, dq), ``k`` (hk, sk, dq), ``v`` (hk, sk, dv), already in
     ``accum`` and dequantized.  Only keys ``[key_lo, key_hi)`` take part (split-KV); mask and ALiBi positions use
     the full ``sk``.  Returns ``(o (hq, sq, dv), lse (hq, sq), randval or None)``.
@@ -124,9 +134,13 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
     randval_out = np.zeros((hq, sq, sk), dtype=np.uint8) if want_randval else None
     if sq == 0:
         if backward is not None:  # no query row: every gradient is empty or 0
-            backward.update(dq=np.zeros_like(q), dk_heads=np.zeros((hq, sk, dq), dtype=accum),
-                            dv_heads=np.zeros((hq, sk, dv), dtype=accum), d=np.zeros((hq, 0), dtype=accum),
-                            ds=np.zeros((hq, 0, sk), dtype=accum) if backward.get("want_ds") else None)
+            backward.update(
+                dq=np.zeros_like(q),
+                dk_heads=np.zeros((hq, sk, dq), dtype=accum),
+                dv_heads=np.zeros((hq, sk, dv), dtype=accum),
+                d=np.zeros((hq, 0), dtype=accum),
+                ds=np.zeros((hq, 0, sk), dtype=accum) if backward.get("want_ds") else None,
+            )
         return o, lse, randval_out
     kk = k[:, key_lo:key_hi]
     vv = v[:, key_lo:key_hi]
@@ -184,8 +198,9 @@ def attend(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Extras, 
             if ex.randval is not None:
                 rv = ex.randval[:, r0:r1, key_lo:key_hi]
             else:
-                rv = _rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q,
-                                          rows, np.arange(key_lo, key_hi))
+                rv = _rng.dropout_randval(
+                    p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(key_lo, key_hi)
+                )
             if randval_out is not None:
                 randval_out[:, r0:r1, key_lo:key_hi] = rv
             keep = _rng.dropout_keep(rv, p.p_drop)
@@ -263,20 +278,28 @@ class BackwardSequence:
     extras: Extras
 
 
-def backward_sequences(p: Problem, inputs: dict, q_hsd: np.ndarray, k_hsd: np.ndarray, v_hsd: np.ndarray,
-                       do_hsd: np.ndarray, accum):
+def backward_sequences(
+    p: Problem, inputs: dict, q_hsd: np.ndarray, k_hsd: np.ndarray, v_hsd: np.ndarray, do_hsd: np.ndarray, accum
+):
     """Yield a ``BackwardSequence`` per sequence of ``p``, operands cast to ``accum``."""
     for b in range(p.batch):
         qb = seq_slice(p, q_hsd, b, "q").astype(accum)
         kb = seq_slice(p, k_hsd, b, "k").astype(accum)
         yield BackwardSequence(
-            b=b, bi=0 if p.mode is Mode.GROUP else b, rows=q_rows(p, b), keys=k_rows(p, b), q=qb, k=kb,
-            v=seq_slice(p, v_hsd, b, "k").astype(accum), do=seq_slice(p, do_hsd, b, "q").astype(accum),
-            extras=sequence_extras(p, inputs, b, qb.shape[1], kb.shape[1], accum))
+            b=b,
+            bi=0 if p.mode is Mode.GROUP else b,
+            rows=q_rows(p, b),
+            keys=k_rows(p, b),
+            q=qb,
+            k=kb,
+            v=seq_slice(p, v_hsd, b, "k").astype(accum),
+            do=seq_slice(p, do_hsd, b, "q").astype(accum),
+            extras=sequence_extras(p, inputs, b, qb.shape[1], kb.shape[1], accum),
+        )
 
 
 def put_dbias_raw(dbias_raw_hsd: np.ndarray, ds: np.ndarray, seq: BackwardSequence) -> None:
     """Write one sequence's dS (hq, sq, sk) into CK's raw dBias, viewed (B, hq, S, max_sk): rows ``seq.rows``
     of batch ``seq.bi``, columns ``[0, sk)``; as fmha_bwd_kernel.hpp's dbias window (``seqlen_q x seqlen_k`` at
     ``query_start * stride_dbias`` in group mode), the columns past the sequence's ``seqlen_k`` are not written."""
-    dbias_raw_hsd[seq.bi, :, seq.rows, :ds.shape[2]] = ds
+    dbias_raw_hsd[seq.bi, :, seq.rows, : ds.shape[2]] = ds

@@ -28,8 +28,9 @@ from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import cache_row, check_kv_lookup, kv_sources, page_list
 
 
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray, rope: Rope,
-               rotary_dim: int) -> np.ndarray:
+def apply_rope(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray, rope: Rope, rotary_dim: int
+) -> np.ndarray:
     """Rotate ``x`` (..., s, d) at positions ``pos`` (s,); returns float32.
 
     In float32, as CK's kernel does (``BlockRotaryEmbedding`` in ck_tile's fmha append-KV pipeline converts each
@@ -84,8 +85,9 @@ def reference_appendkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
     return out
 
 
-def write_cache(p: Problem, inputs: dict, cache: np.ndarray, new_hsd: np.ndarray, b: int, pos: np.ndarray,
-           paged: bool) -> None:
+def write_cache(
+    p: Problem, inputs: dict, cache: np.ndarray, new_hsd: np.ndarray, b: int, pos: np.ndarray, paged: bool
+) -> None:
     """Write (hk, n, d) values at key positions ``pos`` of batch ``b``'s cache, in place."""
     if paged:
         page = p.page_block_size

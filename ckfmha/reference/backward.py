@@ -66,7 +66,7 @@ def reduce_raw_gradients(p: Problem, raw: dict, bias_shape=None, dtypes: dict | 
             raise RawLayoutError(f"{name}: shape {x.shape} is not CK's raw layout {shape} for this problem")
         acc = np.float64 if x.dtype == np.float64 else np.float32
         hsd = to_hsd(x, p.input_layout).astype(acc)  # (B, hq, S, d)
-        reduced = name[:-len("_raw")]
+        reduced = name[: -len("_raw")]
         if name == "dbias_raw":
             y = _reduce_to_bias(hsd, bias_shape)
         else:
@@ -81,10 +81,15 @@ def _reduce_to_bias(dbias_hsd: np.ndarray, bias_shape) -> np.ndarray:
     if bias_shape is None:
         raise RawLayoutError("bias: its shape is needed to reduce dbias_raw")
     shape = tuple(int(n) for n in bias_shape)
-    if len(shape) != 4 or shape[2:] != dbias_hsd.shape[2:] or any(
-            n not in (1, m) for n, m in zip(shape[:2], dbias_hsd.shape[:2])):
-        raise RawLayoutError(f"bias: shape {shape} cannot receive dBias {dbias_hsd.shape} (b, hq, rows, max_sk): "
-                             "its batch and head extents must each be 1 or equal, its rows and columns equal")
+    if (
+        len(shape) != 4
+        or shape[2:] != dbias_hsd.shape[2:]
+        or any(n not in (1, m) for n, m in zip(shape[:2], dbias_hsd.shape[:2]))
+    ):
+        raise RawLayoutError(
+            f"bias: shape {shape} cannot receive dBias {dbias_hsd.shape} (b, hq, rows, max_sk): "
+            "its batch and head extents must each be 1 or equal, its rows and columns equal"
+        )
     axes = tuple(i for i in (0, 1) if shape[i] == 1 and dbias_hsd.shape[i] != 1)
     return dbias_hsd.sum(axis=axes, keepdims=True) if axes else dbias_hsd
 
@@ -126,8 +131,14 @@ def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
         dv_raw[bi, :, seq.keys] = bw["dv_heads"]
         if dbias_raw is not None:
             put_dbias_raw(dbias_raw, bw["ds"], seq)
-    out = {"dq": from_hsd(dq, p.input_layout), "dk_raw": from_hsd(dk_raw, p.input_layout),
-           "dv_raw": from_hsd(dv_raw, p.input_layout), "o": from_hsd(o, p.output_layout), "lse": lse, "d": d}
+    out = {
+        "dq": from_hsd(dq, p.input_layout),
+        "dk_raw": from_hsd(dk_raw, p.input_layout),
+        "dv_raw": from_hsd(dv_raw, p.input_layout),
+        "o": from_hsd(o, p.output_layout),
+        "lse": lse,
+        "d": d,
+    }
     if dbias_raw is not None:
         out["dbias_raw"] = from_hsd(dbias_raw, p.input_layout)
     # The reduced gradients are the host's sums of the buffers the kernel stored: per q-head slices in the input

@@ -32,13 +32,17 @@ def sequences(p: Problem, inputs: dict, accum, k_override=None, v_override=None)
         qb = seq_slice(p, q_hsd, b, "q")
         kb = k_override(b) if k_override else seq_slice(p, k_hsd, b, "k")
         vb = v_override(b) if v_override else seq_slice(p, v_hsd, b, "k")
-        yield (b, dequant_rows(qb, inputs.get("q_descale"), p, b, p.nhead_q, accum),
-               dequant_rows(kb, inputs.get("k_descale"), p, b, p.nhead_k, accum),
-               dequant_rows(vb, inputs.get("v_descale"), p, b, p.nhead_k, accum))
+        yield (
+            b,
+            dequant_rows(qb, inputs.get("q_descale"), p, b, p.nhead_q, accum),
+            dequant_rows(kb, inputs.get("k_descale"), p, b, p.nhead_k, accum),
+            dequant_rows(vb, inputs.get("v_descale"), p, b, p.nhead_k, accum),
+        )
 
 
-def run_sequences(p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False, seqs=None,
-                  key_ranges=None) -> dict:
+def run_sequences(
+    p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False, seqs=None, key_ranges=None
+) -> dict:
     """Shared driver: attention over every sequence, assembled into CK's output shapes.
     ``key_ranges(b, sk)`` -> list of (lo, hi) splits: then per-split partial results are returned too."""
     nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
@@ -47,7 +51,7 @@ def run_sequences(p: Problem, inputs: dict, accum=np.float32, return_randval: bo
     want_rv = return_randval and p.p_drop > 0
     randval = np.zeros(lse_shape(p) + (p.seqlen_k,), dtype=np.uint8) if want_rv else None
     splits_o = splits_lse = None
-    for b, qb, kb, vb in (seqs if seqs is not None else sequences(p, inputs, accum)):
+    for b, qb, kb, vb in seqs if seqs is not None else sequences(p, inputs, accum):
         sq, sk = qb.shape[1], kb.shape[1]
         bi = 0 if p.mode is Mode.GROUP else b
         rows = q_rows(p, b)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha.kernel import KVLookupTable, KVMemoryLayout, Mode
+from ckfmha.kernel import KVMemoryLayout
 from ckfmha.problem import Layout, Problem
-from ckfmha.reference._core import seq_slice, to_hsd
+from ckfmha.reference._core import to_hsd
 
 
 class PageTableError(ValueError):
@@ -38,8 +38,10 @@ class PageTableError(ValueError):
 def _index_array(inputs: dict, name: str, ndim: int, shape: tuple | None = None) -> np.ndarray:
     """An index array of the inputs: present, integer-typed, ``ndim``-dimensional (and of ``shape``)."""
     if name not in inputs:
-        raise PageTableError(f"{name}: missing from the inputs (paged K/V needs block_table, or kv_indptr + "
-                             "kv_page_indices + kv_last_page_lens)")
+        raise PageTableError(
+            f"{name}: missing from the inputs (paged K/V needs block_table, or kv_indptr + "
+            "kv_page_indices + kv_last_page_lens)"
+        )
     a = np.asarray(inputs[name])
     if not np.issubdtype(a.dtype, np.integer):
         raise PageTableError(f"{name}: dtype {a.dtype} is not an integer type")
@@ -68,25 +70,33 @@ def page_list(p: Problem, inputs: dict, b: int, sk: int) -> np.ndarray:
         last = _index_array(inputs, "kv_last_page_lens", 1, (p.batch,))
         start, end = int(indptr[b]), int(indptr[b + 1])
         if not 0 <= start <= end <= idx.size:
-            raise PageTableError(f"kv_indptr[{b}], kv_indptr[{b + 1}]: ({start}, {end}) must satisfy 0 <= "
-                                 f"kv_indptr[b] <= kv_indptr[b + 1] <= len(kv_page_indices) = {idx.size}")
+            raise PageTableError(
+                f"kv_indptr[{b}], kv_indptr[{b + 1}]: ({start}, {end}) must satisfy 0 <= "
+                f"kv_indptr[b] <= kv_indptr[b + 1] <= len(kv_page_indices) = {idx.size}"
+            )
         pages = idx[start:end]
         length = 0  # a sequence without pages is empty; CK reads no last-page length for it
         if pages.size:
             last_len = int(last[b])
             if not 1 <= last_len <= page:
-                raise PageTableError(f"kv_last_page_lens[{b}]: {last_len} must be in 1..page_block_size={page} "
-                                     f"(sequence {b} has {pages.size} page(s); its last page holds 1..{page} keys)")
+                raise PageTableError(
+                    f"kv_last_page_lens[{b}]: {last_len} must be in 1..page_block_size={page} "
+                    f"(sequence {b} has {pages.size} page(s); its last page holds 1..{page} keys)"
+                )
             length = (pages.size - 1) * page + last_len
         if length != sk:
-            raise PageTableError(f"kv_last_page_lens[{b}]: sequence {b} describes {length} keys with "
-                                 f"{pages.size} page(s), seqlens_k[{b}] = {sk}")
+            raise PageTableError(
+                f"kv_last_page_lens[{b}]: sequence {b} describes {length} keys with "
+                f"{pages.size} page(s), seqlens_k[{b}] = {sk}"
+            )
         first, name = start, "kv_page_indices[{}]"
     bad = np.flatnonzero((pages < 0) | (pages >= num_pages))
     if bad.size:
         j = int(bad[0])
-        raise PageTableError(f"{name.format(first + j)}: {int(pages[j])} (sequence {b}) is not a page of the K/V "
-                             f"pools; allowed 0..{num_pages - 1}")
+        raise PageTableError(
+            f"{name.format(first + j)}: {int(pages[j])} (sequence {b}) is not a page of the K/V "
+            f"pools; allowed 0..{num_pages - 1}"
+        )
     return pages.astype(np.intp)
 
 
@@ -101,8 +111,10 @@ def cache_row(p: Problem, inputs: dict, b: int) -> int:
     seq_axis = 2 if p.input_layout is Layout.BHSD else 1
     keys = min(k[seq_axis], v[seq_axis])
     if keys < p.seqlens_k_list[b]:
-        raise PageTableError(f"cache_batch_idx[{b}]: row {row} of the K/V cache holds {keys} keys, "
-                             f"seqlens_k[{b}] = {p.seqlens_k_list[b]}")
+        raise PageTableError(
+            f"cache_batch_idx[{b}]: row {row} of the K/V cache holds {keys} keys, "
+            f"seqlens_k[{b}] = {p.seqlens_k_list[b]}"
+        )
     return row
 
 
@@ -136,18 +148,21 @@ def kv_sources(p: Problem, inputs: dict):
     """``(k_of(b), v_of(b))`` giving (hk, sk, d) K/V of sequence ``b``, or ``(None, None)`` for plain K/V."""
     check_kv_lookup(p, inputs)
     if "k_cache" in inputs:
+
         def make(kind):
             pool = inputs["k_cache" if kind == "k" else "v_cache"]
 
             def of(b):
                 sk = p.seqlens_k_list[b]
                 return gather_pages(p, pool, page_list(p, inputs, b, sk), sk, kind)
+
             return of
+
         return make("k"), make("v")
     if "cache_batch_idx" in inputs:
         rows = [cache_row(p, inputs, b) for b in range(p.batch)]
         kh, vh = to_hsd(inputs["k"], p.input_layout), to_hsd(inputs["v"], p.input_layout)
-        return (lambda b: kh[rows[b], :, :p.seqlens_k_list[b]]), (lambda b: vh[rows[b], :, :p.seqlens_k_list[b]])
+        return (lambda b: kh[rows[b], :, : p.seqlens_k_list[b]]), (lambda b: vh[rows[b], :, : p.seqlens_k_list[b]])
     return None, None
 
 

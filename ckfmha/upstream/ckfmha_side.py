@@ -29,8 +29,15 @@ VERDICT_RULE = Rule.ELEMENTWISE
 
 
 class CkfmhaSide:
-    def __init__(self, backend: str = "cpu", arch: str | None = None, receipt: int | str = 0,
-                 mask_mode: str = "simplified", registry=None, name: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: str = "cpu",
+        arch: str | None = None,
+        receipt: int | str = 0,
+        mask_mode: str = "simplified",
+        registry=None,
+        name: str | None = None,
+    ) -> None:
         self.requested_backend = backend
         self._backend: str | None = None if backend == AUTO_BACKEND else backend
         if arch is None:
@@ -71,8 +78,15 @@ class CkfmhaSide:
             return SideResult(self.name, Verdict.SKIPPED, f"backend {self.backend!r} unavailable: {avail.reason}")
         inputs, ref = inputs_and_reference(problem, seed)
         try:
-            res = run(problem, inputs, backend=self.backend, arch=self.arch, registry=self.registry,
-                      receipt=self.receipt, mask_mode=self.mask_mode)
+            res = run(
+                problem,
+                inputs,
+                backend=self.backend,
+                arch=self.arch,
+                registry=self.registry,
+                receipt=self.receipt,
+                mask_mode=self.mask_mode,
+            )
         except NoKernelError as e:
             first = str(e).splitlines()[0]
             return SideResult(self.name, Verdict.UNSUPPORTED, first, raw=str(e))
@@ -88,14 +102,26 @@ class CkfmhaSide:
                 kernels.append(st.kernel.kernel_id)
         names = [n for n in compared_names(problem) if n in res.outputs and n in ref]
         missing = [n for n in compared_names(problem) if n not in res.outputs]
-        fields = {"kernels": kernels, "plan": str(res.plan), "backend": self.backend,
-                  "requested_backend": self.requested_backend, "arch": self.arch}
+        fields = {
+            "kernels": kernels,
+            "plan": str(res.plan),
+            "backend": self.backend,
+            "requested_backend": self.requested_backend,
+            "arch": self.arch,
+        }
         if not names:
-            return SideResult(self.name, Verdict.ERROR, f"the plan produced none of {compared_names(problem)}",
-                              fields=fields)
+            return SideResult(
+                self.name, Verdict.ERROR, f"the plan produced none of {compared_names(problem)}", fields=fields
+            )
         j = judge(problem, seed, res.outputs, names, VERDICT_RULE)
         ok = j.valid and not missing
         words = j.words + (f"; missing outputs {missing}" if missing else "")
-        return SideResult(self.name, Verdict.RAN_VALID if ok else Verdict.RAN_INVALID, words,
-                          outputs={n: res.outputs[n] for n in names}, checks=j.checks, fields=fields,
-                          rule=VERDICT_RULE)
+        return SideResult(
+            self.name,
+            Verdict.RAN_VALID if ok else Verdict.RAN_INVALID,
+            words,
+            outputs={n: res.outputs[n] for n in names},
+            checks=j.checks,
+            fields=fields,
+            rule=VERDICT_RULE,
+        )

@@ -45,9 +45,9 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ckfmha.archs import CK_ARCHS, default_arch
 from ckfmha.kernel import Api, Family, MaskMode
@@ -55,8 +55,13 @@ from ckfmha.kernel import Api, Family, MaskMode
 GENERATOR_REL = Path("example") / "ck_tile" / "01_fmha" / "generate.py"
 ALL_APIS = tuple(a.value for a in Api)
 ALL_ARCHS = "all"
-REQUIRED_OPTIONS = {"--targets": "the target arch", "-d": "the api", "-l": "list mode", "-r": "the receipt",
-                    "-m": "the mask mode"}
+REQUIRED_OPTIONS = {
+    "--targets": "the target arch",
+    "-d": "the api",
+    "-l": "list mode",
+    "-r": "the receipt",
+    "-m": "the mask mode",
+}
 """The generator options parity-enum passes, with what each one selects."""
 _UNSUPPORTED_TARGET = re.compile(r"Unsupported device target[ \t]*\S*")
 
@@ -85,7 +90,9 @@ def find_generator(ck_root: str | Path) -> Path:
 
 def _env(generator: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(generator.parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(generator.parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     return env
 
 
@@ -97,8 +104,9 @@ def generator_options(generator: Path, python: str = sys.executable, timeout_s: 
     """The options the checkout's generator takes, read from ``generate.py --help`` (in the order printed)."""
     cmd = [python, str(generator), "--help"]
     try:
-        proc = subprocess.run(cmd, cwd=generator.parent, env=_env(generator), capture_output=True, text=True,
-                              timeout=timeout_s)
+        proc = subprocess.run(
+            cmd, cwd=generator.parent, env=_env(generator), capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
         raise CheckoutError(f"generator --help timed out after {timeout_s:g}s: {' '.join(cmd)}") from None
     except OSError as e:
@@ -114,12 +122,16 @@ def check_generator(generator: Path, python: str = sys.executable) -> tuple[str,
     opts = generator_options(generator, python)
     listed = ", ".join(opts) or "none"
     if "--targets" not in opts:
-        raise CheckoutError(f"this CK predates --targets (generator options: {listed}); parity-enum lists one arch "
-                            "at a time with --targets <arch>: use a CK checkout whose generate.py takes --targets")
+        raise CheckoutError(
+            f"this CK predates --targets (generator options: {listed}); parity-enum lists one arch "
+            "at a time with --targets <arch>: use a CK checkout whose generate.py takes --targets"
+        )
     missing = [o for o in REQUIRED_OPTIONS if o not in opts]
     if missing:
-        raise CheckoutError(f"this CK's generator lacks {', '.join(missing)} ("
-                            f"{', '.join(REQUIRED_OPTIONS[o] for o in missing)}; generator options: {listed})")
+        raise CheckoutError(
+            f"this CK's generator lacks {', '.join(missing)} ("
+            f"{', '.join(REQUIRED_OPTIONS[o] for o in missing)}; generator options: {listed})"
+        )
     return opts
 
 
@@ -136,21 +148,42 @@ def resolve_archs(archs: Sequence[str]) -> tuple[tuple[str, ...], bool]:
         elif a in CK_ARCHS:
             out.append(a)
         else:
-            raise ParityEnumError(f"--arch: {a!r} is not a CK arch (CK's generator has no such target); "
-                                  f"allowed: {allowed}")
+            raise ParityEnumError(
+                f"--arch: {a!r} is not a CK arch (CK's generator has no such target); allowed: {allowed}"
+            )
     return tuple(dict.fromkeys(out)), from_all
 
 
-def upstream_names(generator: Path, api: str, arch: str, receipt: int, mask_mode: str,
-                   python: str = sys.executable, timeout_s: float = 900.0) -> list[str]:
+def upstream_names(
+    generator: Path,
+    api: str,
+    arch: str,
+    receipt: int,
+    mask_mode: str,
+    python: str = sys.executable,
+    timeout_s: float = 900.0,
+) -> list[str]:
     """The instance file names the checkout's generator lists (basenames, without the ``*_api.cpp`` line)."""
     with tempfile.TemporaryDirectory(prefix="ckfmha_enum_") as td:
         out = Path(td) / f"{api}_{arch}.txt"
-        cmd = [python, str(generator), "-d", api, "--targets", arch, "-r", str(receipt), "-m", mask_mode,
-               "-l", str(out)]
+        cmd = [
+            python,
+            str(generator),
+            "-d",
+            api,
+            "--targets",
+            arch,
+            "-r",
+            str(receipt),
+            "-m",
+            mask_mode,
+            "-l",
+            str(out),
+        ]
         try:
-            proc = subprocess.run(cmd, cwd=generator.parent, env=_env(generator), capture_output=True, text=True,
-                                  timeout=timeout_s)
+            proc = subprocess.run(
+                cmd, cwd=generator.parent, env=_env(generator), capture_output=True, text=True, timeout=timeout_s
+            )
         except subprocess.TimeoutExpired:
             raise CheckoutError(f"generator timed out after {timeout_s:g}s: {' '.join(cmd)}") from None
         except OSError as e:
@@ -159,10 +192,10 @@ def upstream_names(generator: Path, api: str, arch: str, receipt: int, mask_mode
             # the exception's message, the traceback's last line (its source line, shown above it, matches too)
             unsupported = _UNSUPPORTED_TARGET.findall((proc.stdout or "") + (proc.stderr or ""))
             if unsupported:
-                raise UnsupportedTarget(f"this CK's generator does not support arch {arch} (api {api}: "
-                                        f"{unsupported[-1]!r})")
-            raise CheckoutError(f"generator crashed (exit {proc.returncode}) for api {api}, arch {arch}: "
-                                f"{_tail(proc)}")
+                raise UnsupportedTarget(
+                    f"this CK's generator does not support arch {arch} (api {api}: {unsupported[-1]!r})"
+                )
+            raise CheckoutError(f"generator crashed (exit {proc.returncode}) for api {api}, arch {arch}: {_tail(proc)}")
         if not out.is_file():
             raise CheckoutError(f"generator wrote no list file for api {api}, arch {arch}")
         names = [Path(line.strip()).name for line in out.read_text().splitlines() if line.strip()]
@@ -195,11 +228,11 @@ def token_edits(ck_name: str, our_name: str) -> list[str]:
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if op == "replace":  # token for token, then what one side has more of
             k = min(i2 - i1, j2 - j1)
-            edits += [f"{x} -> {y}" for x, y in zip(a[i1:i1 + k], b[j1:j1 + k])]
+            edits += [f"{x} -> {y}" for x, y in zip(a[i1 : i1 + k], b[j1 : j1 + k])]
             if j2 - j1 > k:
-                edits.append(f"new token {'_'.join(b[j1 + k:j2])}")
+                edits.append(f"new token {'_'.join(b[j1 + k : j2])}")
             if i2 - i1 > k:
-                edits.append(f"dropped token {'_'.join(a[i1 + k:i2])}")
+                edits.append(f"dropped token {'_'.join(a[i1 + k : i2])}")
         elif op == "insert":
             edits.append(f"new token {'_'.join(b[j1:j2])}")
         elif op == "delete":
@@ -233,8 +266,14 @@ class ApiDiff:
         self._analyse()
 
     def _analyse(self) -> None:
-        from ckfmha.naming import (CKNameError, CKNamingScheme, CKSchemeError, ck_instance_name, cross_scheme_config,
-                                   parse_ck_name)
+        from ckfmha.naming import (
+            CKNameError,
+            CKNamingScheme,
+            CKSchemeError,
+            ck_instance_name,
+            cross_scheme_config,
+            parse_ck_name,
+        )
 
         parsed = {}
         sch: Counter = Counter()
@@ -296,8 +335,9 @@ class ApiDiff:
     def per_family(self) -> dict[str, dict[str, int]]:
         cu, co = Counter(map(_family, self.upstream)), Counter(map(_family, self.ours))
         cm, ce = Counter(map(_family, self.missing)), Counter(map(_family, self.extra))
-        return {f: {"upstream": cu[f], "ours": co[f], "missing": cm[f], "extra": ce[f]}
-                for f in sorted(set(cu) | set(co))}
+        return {
+            f: {"upstream": cu[f], "ours": co[f], "missing": cm[f], "extra": ce[f]} for f in sorted(set(cu) | set(co))
+        }
 
 
 @dataclass
@@ -337,20 +377,41 @@ class EnumParityReport:
                 renames[k].update(v)
             for k, v in d.unspellable.items():
                 unspellable[k].update(v)
-        return {"schemes": dict(schemes), "renames": {k: dict(v) for k, v in renames.items()},
-                "unspellable": {k: dict(v) for k, v in unspellable.items()}, "unparsed": dict(unparsed)}
+        return {
+            "schemes": dict(schemes),
+            "renames": {k: dict(v) for k, v in renames.items()},
+            "unspellable": {k: dict(v) for k, v in unspellable.items()},
+            "unparsed": dict(unparsed),
+        }
 
     def to_dict(self) -> dict:
-        return {"ck_root": self.ck_root, "receipt": self.receipt, "mask_mode": self.mask_mode, "same": self.same,
-                "generator_options": list(self.generator_options),
-                "token_summary": self.token_summary(),
-                "skipped": [{"arch": s.arch, "api": s.api, "reason": s.reason} for s in self.skipped],
-                "apis": [{"arch": d.arch, "api": d.api, "upstream": len(d.upstream), "ours": len(d.ours),
-                          "missing": d.missing, "extra": d.extra, "families": d.per_family(),
-                          "schemes": d.schemes, "renames": d.renames, "unspellable": d.unspellable,
-                          "residual_missing": d.residual_missing, "residual_extra": d.residual_extra,
-                          "unparsed": d.unparsed}
-                         for d in self.diffs]}
+        return {
+            "ck_root": self.ck_root,
+            "receipt": self.receipt,
+            "mask_mode": self.mask_mode,
+            "same": self.same,
+            "generator_options": list(self.generator_options),
+            "token_summary": self.token_summary(),
+            "skipped": [{"arch": s.arch, "api": s.api, "reason": s.reason} for s in self.skipped],
+            "apis": [
+                {
+                    "arch": d.arch,
+                    "api": d.api,
+                    "upstream": len(d.upstream),
+                    "ours": len(d.ours),
+                    "missing": d.missing,
+                    "extra": d.extra,
+                    "families": d.per_family(),
+                    "schemes": d.schemes,
+                    "renames": d.renames,
+                    "unspellable": d.unspellable,
+                    "residual_missing": d.residual_missing,
+                    "residual_extra": d.residual_extra,
+                    "unparsed": d.unparsed,
+                }
+                for d in self.diffs
+            ],
+        }
 
     def _summary_lines(self) -> list[str]:
         ts = self.token_summary()
@@ -372,8 +433,10 @@ class EnumParityReport:
                 lines.append(f"    {what}: {sum(c.values()):,} names ({per_fam(c)})")
         if ts["unparsed"]:
             c = ts["unparsed"]
-            lines.append(f"  CK names in no naming scheme ckfmha knows (a newer CK? listed under missing): "
-                         f"{sum(c.values()):,} ({per_fam(c)})")
+            lines.append(
+                f"  CK names in no naming scheme ckfmha knows (a newer CK? listed under missing): "
+                f"{sum(c.values()):,} ({per_fam(c)})"
+            )
         if not ts["renames"] and not ts["unspellable"]:
             lines.append("  no token renames: the checkout names kernels in ckfmha's current scheme")
         for s in self.skipped:
@@ -392,8 +455,10 @@ class EnumParityReport:
         table.insert(1, "  ".join("-" * w for w in widths))
         lines += [""] + table
         for d in self.diffs:
-            for label, names in (("missing (CK lists, ckfmha lacks)", d.residual_missing),
-                                 ("extra (ckfmha has, CK lacks)", d.residual_extra)):
+            for label, names in (
+                ("missing (CK lists, ckfmha lacks)", d.residual_missing),
+                ("extra (ckfmha has, CK lacks)", d.residual_extra),
+            ):
                 if names:
                     lines.append(f"{d.arch}/{d.api} {label}: {len(names)}")
                     lines += [f"  {n}" for n in names[:show]]
@@ -403,14 +468,22 @@ class EnumParityReport:
             lines.append("no differences")
         else:
             residual = sum(len(d.residual_missing) + len(d.residual_extra) for d in self.diffs)
-            lines.append(f"DIFFERENCES in {sum(not d.same for d in self.diffs)} of {len(self.diffs)} api/arch lists "
-                         f"({residual:,} names beyond the token summary)")
+            lines.append(
+                f"DIFFERENCES in {sum(not d.same for d in self.diffs)} of {len(self.diffs)} api/arch lists "
+                f"({residual:,} names beyond the token summary)"
+            )
         return "\n".join(lines)
 
 
-def enum_parity(ck_root: str | Path, archs: Sequence[str] = (), receipt: int | str = 0,
-                mask_mode: str = "simplified", apis: Sequence[str] | None = None, python: str = sys.executable,
-                timeout_s: float = 900.0) -> EnumParityReport:
+def enum_parity(
+    ck_root: str | Path,
+    archs: Sequence[str] = (),
+    receipt: int | str = 0,
+    mask_mode: str = "simplified",
+    apis: Sequence[str] | None = None,
+    python: str = sys.executable,
+    timeout_s: float = 900.0,
+) -> EnumParityReport:
     """Compare (see the module doc). Arguments are checked before the checkout is touched
     (:class:`ParityEnumError`); an unusable checkout is a :class:`CheckoutError`."""
     from ckfmha.enumeration import ck_instance_names

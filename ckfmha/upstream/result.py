@@ -113,10 +113,16 @@ class SideResult:
         return f"{self.verdict.value}" + (f": {r}" if r else "")
 
     def to_dict(self, raw: bool = True) -> dict[str, Any]:
-        d = {"side": self.side, "verdict": self.verdict.value, "rule": self.rule.value if self.rule else None,
-             "reason": self.reason,
-             "checks": _jsonable(self.checks), "fields": _jsonable(self.fields), "notes": list(self.notes),
-             "outputs": sorted(self.outputs) if self.outputs else []}
+        d = {
+            "side": self.side,
+            "verdict": self.verdict.value,
+            "rule": self.rule.value if self.rule else None,
+            "reason": self.reason,
+            "checks": _jsonable(self.checks),
+            "fields": _jsonable(self.fields),
+            "notes": list(self.notes),
+            "outputs": sorted(self.outputs) if self.outputs else [],
+        }
         if raw:
             d["raw"] = self.raw
         return d
@@ -124,6 +130,13 @@ class SideResult:
 
 def check_summary(res) -> dict[str, Any]:
     """A JSON-able summary of a :class:`ckfmha.validator.CheckResult`."""
-    return {"passed": bool(res.passed), "max_abs_err": res.max_abs_err, "max_rel_err": res.max_rel_err,
-            "mismatches": res.mismatch_count, "total": res.total, "rtol": res.rtol, "atol": res.atol,
-            "message": res.message}
+    return {
+        "passed": bool(res.passed),
+        "max_abs_err": res.max_abs_err,
+        "max_rel_err": res.max_rel_err,
+        "mismatches": res.mismatch_count,
+        "total": res.total,
+        "rtol": res.rtol,
+        "atol": res.atol,
+        "message": res.message,
+    }

@@ -126,12 +126,25 @@ class TileOutput:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"result_line": self.result_line, "prec": self.prec, "mode": self.mode, "layout": self.layout,
-                "echo": dict(self.echo), "kernels": list(self.kernels), "ms": self.ms, "tflops": self.tflops,
-                "gbps": self.gbps, "valid": self.valid, "not_supported": self.not_supported,
-                "unparsed": list(self.unparsed), "deterministic_workspace_mb": self.deterministic_workspace_mb,
-                "json_path": self.json_path, "json_disabled": self.json_disabled, "json_result": self.json_result,
-                "json_error": self.json_error}
+        return {
+            "result_line": self.result_line,
+            "prec": self.prec,
+            "mode": self.mode,
+            "layout": self.layout,
+            "echo": dict(self.echo),
+            "kernels": list(self.kernels),
+            "ms": self.ms,
+            "tflops": self.tflops,
+            "gbps": self.gbps,
+            "valid": self.valid,
+            "not_supported": self.not_supported,
+            "unparsed": list(self.unparsed),
+            "deterministic_workspace_mb": self.deterministic_workspace_mb,
+            "json_path": self.json_path,
+            "json_disabled": self.json_disabled,
+            "json_result": self.json_result,
+            "json_error": self.json_error,
+        }
 
 
 def _pair(v: str, conv=int) -> tuple:
@@ -260,8 +273,10 @@ def format_problems(out: TileOutput, binary: str) -> list[str]:
         problems.append(f"layout {out.layout!r} in the head is not one of {', '.join(LAYOUTS)}")
     missing = [k for k in ECHO_FIELDS[binary] if k not in out.echo]
     if missing:
-        problems.append(f"no problem echo field{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                        f"(tile_example_fmha_{binary} always prints {' '.join(ECHO_FIELDS[binary])})")
+        problems.append(
+            f"no problem echo field{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"(tile_example_fmha_{binary} always prints {' '.join(ECHO_FIELDS[binary])})"
+        )
     else:
         try:
             out.echo_values()
@@ -269,16 +284,26 @@ def format_problems(out: TileOutput, binary: str) -> list[str]:
             problems.append(str(e))
     not_kernels = [k for k in out.kernels if not k.startswith(KERNEL_NAME_PREFIX)]
     if not_kernels:
-        problems.append(f"field{'s' if len(not_kernels) > 1 else ''} {', '.join(map(repr, not_kernels))} "
-                        f"{'are' if len(not_kernels) > 1 else 'is'} neither key:value nor a CK kernel name "
-                        f"({KERNEL_NAME_PREFIX}...)")
+        problems.append(
+            f"field{'s' if len(not_kernels) > 1 else ''} {', '.join(map(repr, not_kernels))} "
+            f"{'are' if len(not_kernels) > 1 else 'is'} neither key:value nor a CK kernel name "
+            f"({KERNEL_NAME_PREFIX}...)"
+        )
     claims_a_run = out.valid is not None or out.ms is not None
     if claims_a_run and not out.not_supported and not any(k.startswith(KERNEL_NAME_PREFIX) for k in out.kernels):
-        problems.append("no kernel name although -kname=1 was passed (a run that printed "
-                        + ("a valid: verdict" if out.valid is not None else "a timing") + " launched a kernel)")
+        problems.append(
+            "no kernel name although -kname=1 was passed (a run that printed "
+            + ("a valid: verdict" if out.valid is not None else "a timing")
+            + " launched a kernel)"
+        )
     if out.unparsed:
-        problems.append("field" + ("s" if len(out.unparsed) > 1 else "") + " " + ", ".join(map(repr, out.unparsed))
-                        + " not in the result line's grammar")
+        problems.append(
+            "field"
+            + ("s" if len(out.unparsed) > 1 else "")
+            + " "
+            + ", ".join(map(repr, out.unparsed))
+            + " not in the result line's grammar"
+        )
     return problems
 
 

@@ -35,16 +35,15 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ckfmha.kernel import Bias, Family, Mode
 from ckfmha.masking import MaskError, MaskSpec
 from ckfmha.problem import Problem, ProblemError
 from ckfmha.upstream.result import SideResult, Verdict
-from ckfmha.upstream.tile_output import (TileOutput, TileOutputError, format_problems, json_verification,
-                                        parse_stdout)
+from ckfmha.upstream.tile_output import TileOutput, TileOutputError, format_problems, json_verification, parse_stdout
 
 ENV_DIR = "CK_TILE_EXAMPLE_DIR"
 DEFAULT_TIMEOUT_S = 120.0
@@ -79,8 +78,7 @@ def find_binary(binary: str, bin_dir: str | Path | None = None) -> tuple[Path | 
     return None, f"{name}: not found in {d} (nor {d / 'bin'})"
 
 
-def tile_example_args(problem: Problem, json_file: str | Path | None = None,
-                      extra: Sequence[str] = ()) -> list[str]:
+def tile_example_args(problem: Problem, json_file: str | Path | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The argument list (without the program) for the problem's binary."""
     args = problem.to_ck_args() + list(RUNNER_OPTIONS)
     if json_file is not None:
@@ -109,9 +107,14 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def run_process(argv: Sequence[str], timeout_s: float, cwd: str | Path | None = None,
-                env: dict | None = None, max_stream_bytes: int = MAX_STREAM_BYTES,
-                eof_grace_s: float = EOF_GRACE_S) -> RawRun:
+def run_process(
+    argv: Sequence[str],
+    timeout_s: float,
+    cwd: str | Path | None = None,
+    env: dict | None = None,
+    max_stream_bytes: int = MAX_STREAM_BYTES,
+    eof_grace_s: float = EOF_GRACE_S,
+) -> RawRun:
     """Run ``argv`` in a new session, reading stdout/stderr incrementally with bounded buffers; every wait has a
     deadline (see the module doc: output cap, timeout, EOF grace, kill wait, drain).  POSIX only."""
     if timeout_s <= 0:
@@ -121,8 +124,15 @@ def run_process(argv: Sequence[str], timeout_s: float, cwd: str | Path | None = 
     if eof_grace_s < 0:
         raise ValueError(f"eof_grace_s: {eof_grace_s!r} must be >= 0")
     t0 = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=cwd, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
     streams = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
     bufs = {name: bytearray() for name in streams.values()}
     sel = selectors.DefaultSelector()
@@ -176,8 +186,9 @@ def run_process(argv: Sequence[str], timeout_s: float, cwd: str | Path | None = 
                     if not read_ready(0.0):
                         break
         try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not (capped or timed_out or held_open)
-                      else KILL_WAIT_S)
+            proc.wait(
+                timeout=max(0.0, deadline - time.monotonic()) if not (capped or timed_out or held_open) else KILL_WAIT_S
+            )
         except subprocess.TimeoutExpired:  # every stream closed but the binary still runs: past the timeout
             timed_out = True
             _kill_group(proc.pid)
@@ -190,9 +201,18 @@ def run_process(argv: Sequence[str], timeout_s: float, cwd: str | Path | None = 
         for f in (proc.stdout, proc.stderr):
             f.close()
     rc = None if (timed_out or capped) else proc.returncode
-    return RawRun(list(argv), rc, bufs["stdout"].decode("utf-8", "replace"),
-                  bufs["stderr"].decode("utf-8", "replace"), timed_out, time.monotonic() - t0, capped,
-                  max_stream_bytes, held_open, eof_grace_s)
+    return RawRun(
+        list(argv),
+        rc,
+        bufs["stdout"].decode("utf-8", "replace"),
+        bufs["stderr"].decode("utf-8", "replace"),
+        timed_out,
+        time.monotonic() - t0,
+        capped,
+        max_stream_bytes,
+        held_open,
+        eof_grace_s,
+    )
 
 
 # ------------------------------------------------------------------------------------------ echo check
@@ -288,33 +308,48 @@ def echo_mismatches(problem: Problem, out: TileOutput) -> list[str]:
 def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_example") -> SideResult:
     """Decide the verdict from the exit status together with the parsed output (see the module doc)."""
     text = raw.stdout + (("\n--- stderr ---\n" + raw.stderr) if raw.stderr.strip() else "")
-    fields = {"argv": raw.argv, "returncode": raw.returncode, "seconds": raw.seconds, "capped": raw.capped,
-              "held_open": raw.held_open, **out.to_dict()}
+    fields = {
+        "argv": raw.argv,
+        "returncode": raw.returncode,
+        "seconds": raw.seconds,
+        "capped": raw.capped,
+        "held_open": raw.held_open,
+        **out.to_dict(),
+    }
     err_words = " | ".join(line.strip() for line in (raw.stderr.strip().splitlines()[-3:] or []))
     notes: list[str] = []
     if raw.capped:
         notes.append(f"{raw.capped} truncated to its first {raw.cap_bytes} bytes")
     if raw.held_open:
-        notes.append(f"a process kept the binary's output open {raw.eof_grace_s:g}s after the binary exited; "
-                     "its process group was killed and reading stopped")
+        notes.append(
+            f"a process kept the binary's output open {raw.eof_grace_s:g}s after the binary exited; "
+            "its process group was killed and reading stopped"
+        )
 
     def res(verdict: Verdict, reason: str) -> SideResult:
         return SideResult(side, verdict, reason, None, {}, fields, text, list(notes))
 
     if raw.capped:
-        return res(Verdict.ERROR, f"printed more than {raw.cap_bytes} bytes on {raw.capped} (output capped; "
-                   "process group killed)")
+        return res(
+            Verdict.ERROR,
+            f"printed more than {raw.cap_bytes} bytes on {raw.capped} (output capped; process group killed)",
+        )
     if raw.timed_out:
-        return res(Verdict.ERROR, f"timed out after {raw.seconds:.1f}s (process group killed)"
-                   + (f"; last output: {out.result_line}" if out.result_line else ""))
+        return res(
+            Verdict.ERROR,
+            f"timed out after {raw.seconds:.1f}s (process group killed)"
+            + (f"; last output: {out.result_line}" if out.result_line else ""),
+        )
     rc = raw.returncode
     line = out.result_line or ""
     if rc is not None and rc < 0:
         return res(Verdict.ERROR, f"killed by signal {-rc}" + (f"; output: {line}" if line else ""))
     jv = json_verification(out)
     if jv is not None and out.valid is not None and jv != out.valid:
-        notes.append(f"JSON verification={out.json_result.get('verification')!r} disagrees with valid:"
-                     f"{'y' if out.valid else 'n'}")
+        notes.append(
+            f"JSON verification={out.json_result.get('verification')!r} disagrees with valid:"
+            f"{'y' if out.valid else 'n'}"
+        )
     if rc == 255:
         words = err_words or " | ".join(out.other_lines[-3:]) or "(no message)"
         return res(Verdict.ERROR, f"exit 255 (argument error): {words}")
@@ -326,8 +361,10 @@ def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_
         return res(Verdict.ERROR, f"exit {rc}, {kind}: {words}")
     problems = format_problems(out, problem.ck_binary)
     if problems:
-        return res(Verdict.UNPARSEABLE, f"not a tile_example_fmha_{problem.ck_binary} result line: "
-                   + "; ".join(problems) + f" (line: {line!r})")
+        return res(
+            Verdict.UNPARSEABLE,
+            f"not a tile_example_fmha_{problem.ck_binary} result line: " + "; ".join(problems) + f" (line: {line!r})",
+        )
     if out.not_supported and out.valid is not None:
         return res(Verdict.ERROR, f"exit {rc}: the line says both 'not supported yet' and valid: {line}")
     mism = echo_mismatches(problem, out)
@@ -352,16 +389,24 @@ def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_
         return res(Verdict.RAN_INVALID, f"valid:n ({line})" + (f"; stderr: {err_words}" if err_words else ""))
     if out.valid is True:
         return res(Verdict.ERROR, f"exit 254 but valid:y: {line}")
-    return res(Verdict.ERROR, f"exit 254 without valid:n or 'not supported yet' (invalid arguments or an "
-               f"exception): {line}" + (f"; stderr: {err_words}" if err_words else ""))
+    return res(
+        Verdict.ERROR,
+        f"exit 254 without valid:n or 'not supported yet' (invalid arguments or an "
+        f"exception): {line}" + (f"; stderr: {err_words}" if err_words else ""),
+    )
 
 
 class TileExampleSide:
     """``tile_example`` as a parity side: ``run(problem, seed) -> SideResult``.  ``seed`` is passed as CK's
     ``-seed`` (inputs are CK's own; the binary validates against its own CPU reference)."""
 
-    def __init__(self, bin_dir: str | Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 extra_args: Sequence[str] = (), name: str = "tile_example") -> None:
+    def __init__(
+        self,
+        bin_dir: str | Path | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        extra_args: Sequence[str] = (),
+        name: str = "tile_example",
+    ) -> None:
         self.bin_dir = bin_dir
         self.timeout_s = timeout_s
         self.extra_args = tuple(extra_args)

@@ -79,9 +79,11 @@ def parse_backend(spec: str) -> str:
     """``torch`` -> the default (``math``); ``torch:flash`` -> ``flash``; a bare backend name is accepted."""
     s = spec.strip()
     if s.startswith("torch"):
-        s = s[len("torch"):].lstrip(":") or DEFAULT_BACKEND
+        s = s[len("torch") :].lstrip(":") or DEFAULT_BACKEND
     if s not in BACKENDS:
-        raise ValueError(f"torch backend: {spec!r} unknown; allowed: torch, " + ", ".join(f"torch:{b}" for b in BACKENDS))
+        raise ValueError(
+            f"torch backend: {spec!r} unknown; allowed: torch, " + ", ".join(f"torch:{b}" for b in BACKENDS)
+        )
     return s
 
 
@@ -107,26 +109,38 @@ def express(problem: Problem, backend: str) -> Expression:
     b = parse_backend(backend)
     p = problem
     if p.family not in (Family.FWD, Family.BWD_DQ_DK_DV):
-        return _no(b, f"family {p.family.value}: torch computes plain attention; CK's split-KV / paged / "
-                   "append-KV / batch-prefill storage and kernels have no torch counterpart")
+        return _no(
+            b,
+            f"family {p.family.value}: torch computes plain attention; CK's split-KV / paged / "
+            "append-KV / batch-prefill storage and kernels have no torch counterpart",
+        )
     if p.dtype not in _DTYPES[b]:
         allowed = "/".join(d.value for d in _DTYPES[b])
-        return _no(b, f"dtype {p.dtype.value}: torch:{b} computes in {allowed} only"
-                   + (" (no fp8 path matching CK's quantization)" if p.dtype.is_fp8_family else ""))
+        return _no(
+            b,
+            f"dtype {p.dtype.value}: torch:{b} computes in {allowed} only"
+            + (" (no fp8 path matching CK's quantization)" if p.dtype.is_fp8_family else ""),
+        )
     if p.p_drop > 0:
-        return _no(b, f"dropout p={p.p_drop:g}: torch draws its own random mask, not CK's philox stream, so "
-                   "outputs cannot be compared")
+        return _no(
+            b,
+            f"dropout p={p.p_drop:g}: torch draws its own random mask, not CK's philox stream, so "
+            "outputs cannot be compared",
+        )
     notes: list[str] = []
     additive: list[str] = []
     compare = list(compared_names(p))
     if "lse" in compare and b != "flex":
         compare.remove("lse")
-        notes.append("lse not compared: scaled_dot_product_attention does not return the log-sum-exp (only "
-                     "private aten ops do)")
+        notes.append(
+            "lse not compared: scaled_dot_product_attention does not return the log-sum-exp (only private aten ops do)"
+        )
     if "dbias" in compare and b != "math":
         compare.remove("dbias")
-        notes.append(f"dbias not compared: torch:{b} does not give the bias gradient here (math does, through "
-                     "the dense additive mask)")
+        notes.append(
+            f"dbias not compared: torch:{b} does not give the bias gradient here (math does, through "
+            "the dense additive mask)"
+        )
     gqa = "none"
     if p.nhead_q != p.nhead_k:
         gqa = "enable_gqa" if b in _NATIVE_GQA else "repeat_interleave"
@@ -147,11 +161,17 @@ def express(problem: Problem, backend: str) -> Expression:
         return Expression(b, True, "", mask, tuple(additive), gqa, p.sink, tuple(compare), tuple(notes))
     # ---------------------------------------------------------------- SDPA backends
     if p.logits_soft_cap > 0:
-        return _no(b, "logits soft-cap (cap*tanh(s/cap) before bias and mask) cannot be stated in "
-                   "scaled_dot_product_attention (the score enters the softmax unmodified); use torch:flex")
+        return _no(
+            b,
+            "logits soft-cap (cap*tanh(s/cap) before bias and mask) cannot be stated in "
+            "scaled_dot_product_attention (the score enters the softmax unmodified); use torch:flex",
+        )
     if has_empty_rows(p) and not p.sink:
-        return _no(b, "some query rows have no allowed key: SDPA's output for fully masked rows is "
-                   "backend-defined (NaN or 0) while CK defines O=0; use torch:flex")
+        return _no(
+            b,
+            "some query rows have no allowed key: SDPA's output for fully masked rows is "
+            "backend-defined (NaN or 0) while CK defines O=0; use torch:flex",
+        )
     half = p.dtype in (DType.FP16, DType.BF16)
     if b == "flash":
         if p.hdim_q != p.hdim_v:
@@ -163,11 +183,17 @@ def express(problem: Problem, backend: str) -> Expression:
         if p.mask.kind is MaskKind.GENERIC or (p.mask.kind is not MaskKind.NONE and not p.mask.is_causal):
             return _no(b, f"mask {p.mask.to_ck()}: flash takes no attn_mask and SDPA exposes no window_size")
     if p.bias is Bias.ALIBI and half:
-        return _no(b, f"ALiBi in {p.dtype.value}: an additive attn_mask is stored in the query dtype, which "
-                   "rounds slope*distance beyond the tolerance; use torch:flex or fp32")
+        return _no(
+            b,
+            f"ALiBi in {p.dtype.value}: an additive attn_mask is stored in the query dtype, which "
+            "rounds slope*distance beyond the tolerance; use torch:flex or fp32",
+        )
     if p.sink and half:
-        return _no(b, f"sink in {p.dtype.value}: the virtual sink key's logit would be stored in the query dtype "
-                   "in the attn_mask (rounding the sink logit); use torch:flex or fp32")
+        return _no(
+            b,
+            f"sink in {p.dtype.value}: the virtual sink key's logit would be stored in the query dtype "
+            "in the attn_mask (rounding the sink logit); use torch:flex or fp32",
+        )
     if p.bias is Bias.ELEMENTWISE:
         additive.append("bias:attn_mask")
     elif p.bias is Bias.ALIBI:
@@ -181,8 +207,11 @@ def express(problem: Problem, backend: str) -> Expression:
         mask = "dense"
     elif p.mask.kind is MaskKind.TOP_LEFT:
         if b == "flash" and not square:
-            return _no(b, "top-left causal with seqlen_q != seqlen_k: torch's flash refuses is_causal for "
-                       "non-square problems (flash-attn's causal is bottom-right)")
+            return _no(
+                b,
+                "top-left causal with seqlen_q != seqlen_k: torch's flash refuses is_causal for "
+                "non-square problems (flash-attn's causal is bottom-right)",
+            )
         mask = "is_causal"
     elif square:  # bottom-right causal equals top-left causal when seqlen_q == seqlen_k
         mask = "is_causal"

@@ -81,8 +81,13 @@ def _units(p: Problem):
     if p.mode is Mode.GROUP:
         for b in range(p.batch):
             sq, sk = p.seqlens_q[b], p.seqlens_k[b]
-            yield b, (slice(0, 1), slice(p.seqstart_q[b], p.seqstart_q[b] + sq)), \
-                (slice(0, 1), slice(p.seqstart_k[b], p.seqstart_k[b] + sk)), sq, sk
+            yield (
+                b,
+                (slice(0, 1), slice(p.seqstart_q[b], p.seqstart_q[b] + sq)),
+                (slice(0, 1), slice(p.seqstart_k[b], p.seqstart_k[b] + sk)),
+                sq,
+                sk,
+            )
     else:
         yield None, (slice(None), slice(0, p.seqlen_q)), (slice(None), slice(0, p.seqlen_k)), p.seqlen_q, p.seqlen_k
 
@@ -164,8 +169,12 @@ def _call(expr: Expression, p: Problem, q, k, v, bias_t, add_np, allowed: np.nda
             if bias_t is not None:
                 mt = mt + F.pad(bias_t, (0, sk_ext - sk))
             kw["attn_mask"] = mt
-    backend = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[expr.backend]
+    backend = {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[expr.backend]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -195,6 +204,7 @@ def _flex_call(expr, p, q, k, v, bias_t, add_np, allowed, sk, sk_ext, device, fl
         asel, ahsel = int(add_t.shape[0] > 1), int(add_t.shape[1] > 1)
     score_mod = None
     if cap > 0 or bias_f is not None or add_t is not None:
+
         def score_mod(score, b, h, qi, ki):
             s = score
             if cap > 0:
@@ -204,6 +214,7 @@ def _flex_call(expr, p, q, k, v, bias_t, add_np, allowed, sk, sk_ext, device, fl
             if add_t is not None:
                 s = s + add_t[b * asel, h * ahsel, qi, ki]
             return s
+
     block_mask = None
     if expr.mask == "mask_mod":
         start, end = p.mask.key_range(sq, sk)
@@ -215,15 +226,22 @@ def _flex_call(expr, p, q, k, v, bias_t, add_np, allowed, sk, sk_ext, device, fl
             return ((ki >= st[qi]) & (ki < en[qi])) | (ki == sink_col)
 
         block_mask = create_block_mask(mask_mod, None, None, sq, sk_ext, device=device)
-    out, lse = flex_fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=p.softmax_scale,
-                       enable_gqa=expr.gqa == "enable_gqa", return_lse=True)
+    out, lse = flex_fn(
+        q,
+        k,
+        v,
+        score_mod=score_mod,
+        block_mask=block_mask,
+        scale=p.softmax_scale,
+        enable_gqa=expr.gqa == "enable_gqa",
+        return_lse=True,
+    )
     return out, lse
 
 
 # ------------------------------------------------------------------------------------------ the side
 def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex_fn=None) -> dict[str, np.ndarray]:
     """Run the problem through torch as ``expr`` says; outputs in CK's shapes and dtypes."""
-    import torch
 
     from ckfmha.inputs import lse_shape, output_dtype, storage_dtype
     from ckfmha.reference._core import from_hsd, to_hsd
@@ -272,8 +290,11 @@ def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex
                 else:
                     dbias[0:1, :, q_sel[1], :sk] += g
     if bwd:
-        outs = {"dq": from_hsd(dq, p.input_layout), "dk": from_hsd(dk, p.input_layout),
-                "dv": from_hsd(dv, p.input_layout)}
+        outs = {
+            "dq": from_hsd(dq, p.input_layout),
+            "dk": from_hsd(dk, p.input_layout),
+            "dv": from_hsd(dv, p.input_layout),
+        }
         if want_dbias:
             outs["dbias"] = dbias
         return outs
@@ -290,8 +311,13 @@ class TorchSide:
     (default: on a GPU) runs FlexAttention through ``torch.compile`` (the real fused kernel); eager flex is
     torch's unfused reference path."""
 
-    def __init__(self, backend: str = "math", device: str | None = None, flex_compile: bool | None = None,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: str = "math",
+        device: str | None = None,
+        flex_compile: bool | None = None,
+        name: str | None = None,
+    ) -> None:
         self.backend = parse_backend(backend)
         self.device = device
         self.flex_compile = flex_compile
@@ -328,8 +354,14 @@ class TorchSide:
             except ImportError:
                 return SideResult(self.name, Verdict.SKIPPED, "torch is not installed")
         inputs, _ = inputs_and_reference(problem, seed)
-        fields = {"backend": self.backend, "device": device, "mask": expr.mask, "additive": list(expr.additive),
-                  "gqa": expr.gqa, "virtual_sink_key": expr.virtual_sink_key}
+        fields = {
+            "backend": self.backend,
+            "device": device,
+            "mask": expr.mask,
+            "additive": list(expr.additive),
+            "gqa": expr.gqa,
+            "virtual_sink_key": expr.virtual_sink_key,
+        }
         t0 = time.perf_counter()
         try:
             flex_fn = self._flex_fn(device) if self.backend == "flex" else None
@@ -337,18 +369,42 @@ class TorchSide:
         except TorchUnavailable as e:
             return SideResult(self.name, Verdict.SKIPPED, str(e), fields=fields, notes=list(expr.notes))
         except NotImplementedError as e:  # e.g. FlexAttention's backward on the CPU
-            return SideResult(self.name, Verdict.SKIPPED, f"torch:{self.backend} on {device}: {e}", fields=fields,
-                              notes=list(expr.notes))
+            return SideResult(
+                self.name,
+                Verdict.SKIPPED,
+                f"torch:{self.backend} on {device}: {e}",
+                fields=fields,
+                notes=list(expr.notes),
+            )
         except Exception as e:
             if type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
                 # torch.compile could not build FlexAttention's kernel for this shape: torch cannot run it
                 first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                return SideResult(self.name, Verdict.SKIPPED, f"torch:{self.backend} could not compile its kernel: "
-                                  f"{type(e).__name__}: {first}", fields=fields, raw=traceback.format_exc(),
-                                  notes=list(expr.notes))
-            return SideResult(self.name, Verdict.ERROR, f"{type(e).__name__}: {e}", fields=fields,
-                              raw=traceback.format_exc(), notes=list(expr.notes))
+                return SideResult(
+                    self.name,
+                    Verdict.SKIPPED,
+                    f"torch:{self.backend} could not compile its kernel: {type(e).__name__}: {first}",
+                    fields=fields,
+                    raw=traceback.format_exc(),
+                    notes=list(expr.notes),
+                )
+            return SideResult(
+                self.name,
+                Verdict.ERROR,
+                f"{type(e).__name__}: {e}",
+                fields=fields,
+                raw=traceback.format_exc(),
+                notes=list(expr.notes),
+            )
         fields["seconds"] = time.perf_counter() - t0
         j = judge(problem, seed, outs, expr.compare, VERDICT_RULE)
-        return SideResult(self.name, j.verdict, j.words, outputs=outs, checks=j.checks, fields=fields,
-                          notes=list(expr.notes), rule=VERDICT_RULE)
+        return SideResult(
+            self.name,
+            j.verdict,
+            j.words,
+            outputs=outs,
+            checks=j.checks,
+            fields=fields,
+            notes=list(expr.notes),
+            rule=VERDICT_RULE,
+        )

@@ -44,6 +44,7 @@ STAGE_KIND: dict[Family, str] = {
     Family.BWD_CONVERT_DQ: "convert",
 }
 
+
 class PreconditionError(BackendError):
     """A launch a real kernel's host check would refuse (unaligned length on a kernel without padding, a head dim
     the kernel cannot serve, a query length over a bwd kernel's max_seq_len_q)."""
@@ -55,18 +56,29 @@ def make_plan(c: KernelConfig) -> dict:
     tile = dict(zip(names, c.tile))
     loop: dict = {}
     if "bm0" in tile and "bn0" in tile:
-        loop = {"query_tile": tile["bm0"], "key_tile": tile["bn0"],
-                "order": "key tiles inside query tiles" if c.family is not Family.BWD_DQ_DK_DV
-                else "query tiles inside key tiles"}
+        loop = {
+            "query_tile": tile["bm0"],
+            "key_tile": tile["bn0"],
+            "order": "key tiles inside query tiles"
+            if c.family is not Family.BWD_DQ_DK_DV
+            else "query tiles inside key tiles",
+        }
     elif "bm0" in tile:
         loop = {"row_tile": tile["bm0"]}
     elif "bs" in tile:
         loop = {"q_tile": tile["bs"], "knew_tile": tile["bsk"]}
     return {
-        "schema": PLAN_SCHEMA, "version": CPU_BACKEND_VERSION, "kernel_id": c.kernel_id, "family": c.family.value,
-        "stage_kind": STAGE_KIND[c.family], "tile": tile, "loop": loop,
+        "schema": PLAN_SCHEMA,
+        "version": CPU_BACKEND_VERSION,
+        "kernel_id": c.kernel_id,
+        "family": c.family.value,
+        "stage_kind": STAGE_KIND[c.family],
+        "tile": tile,
+        "loop": loop,
         "pads": {"seqlen_q": c.pad_s, "seqlen_k": c.pad_sk, "hdim_q": c.pad_d, "hdim_v": c.pad_dv},
-        "p_dtype": c.dtype.value, "hdim_q": c.hdim_q, "hdim_v": c.hdim_v,
+        "p_dtype": c.dtype.value,
+        "hdim_q": c.hdim_q,
+        "hdim_v": c.hdim_v,
     }
 
 
@@ -100,8 +112,10 @@ class CpuBackend(Backend):
     def supports(self, config: KernelConfig) -> str | None:
         c = config
         if c.dtype.is_fp8_family:
-            return (f"dtype {c.dtype.value}: fp8 kernels quantize P and O with static/block scales whose exact "
-                    "rounding the emulation does not model (it emulates fp16, bf16 and fp32)")
+            return (
+                f"dtype {c.dtype.value}: fp8 kernels quantize P and O with static/block scales whose exact "
+                "rounding the emulation does not model (it emulates fp16, bf16 and fp32)"
+            )
         if c.qscale is not QScale.NONE or c.fp8_static_quant:
             return f"qscale {c.qscale.value}: quantized (fp8/mx) kernels are not emulated"
         if c.pipeline is Pipeline.TRITON:
@@ -110,8 +124,10 @@ class CpuBackend(Backend):
         if names is None:
             return f"family {c.family.value} is not emulated"
         if len(c.tile) != len(names):
-            return (f"tile {list(c.tile)} has {len(c.tile)} entries, {c.family.value} needs {len(names)} "
-                    f"({', '.join(names)})")
+            return (
+                f"tile {list(c.tile)} has {len(c.tile)} entries, {c.family.value} needs {len(names)} "
+                f"({', '.join(names)})"
+            )
         if any(x <= 0 for x in c.tile[:2]):
             return f"tile {list(c.tile)}: the loop tiles must be positive"
         return None
@@ -130,8 +146,14 @@ class CpuBackend(Backend):
         plan = json.loads((entry / "artifact.json").read_text())
         if plan.get("kernel_id") != config.kernel_id or plan.get("schema") != PLAN_SCHEMA:
             raise BackendError(f"cpu build cache entry {entry} does not hold {config.kernel_id}")
-        return BuiltKernel(config, self.name, artifact=plan, build_seconds=float(meta.get("build_seconds", 0.0)),
-                           cached=cached, info={"entry": str(entry), "load_seconds": time.perf_counter() - t0})
+        return BuiltKernel(
+            config,
+            self.name,
+            artifact=plan,
+            build_seconds=float(meta.get("build_seconds", 0.0)),
+            cached=cached,
+            info={"entry": str(entry), "load_seconds": time.perf_counter() - t0},
+        )
 
     def run_stage(self, kernel: BuiltKernel, stage, problem, tensors: dict, *, timing: bool = False) -> StageResult:
         from ckfmha.backends.cpu.stages import STAGE_FUNCTIONS
@@ -140,8 +162,9 @@ class CpuBackend(Backend):
         if kernel.backend != self.name:
             raise BackendError(f"kernel {c.kernel_id} was built by backend {kernel.backend!r}, not {self.name!r}")
         if stage.kernel != c:
-            raise BackendError(f"stage {stage.role.value} names {stage.kernel.kernel_id}, the built kernel is "
-                               f"{c.kernel_id}")
+            raise BackendError(
+                f"stage {stage.role.value} names {stage.kernel.kernel_id}, the built kernel is {c.kernel_id}"
+            )
         self.check_supported(c)
         check_preconditions(c, stage.role, problem)
         plan = kernel.artifact if isinstance(kernel.artifact, dict) else make_plan(c)

@@ -45,8 +45,10 @@ def alibi_mode(mask: MaskSpec) -> AlibiMode:
     if mask.kind is MaskKind.NONE:
         return AlibiMode.FROM_BOTTOM_RIGHT
     if mask.kind is MaskKind.GENERIC:
-        raise KernelInputError(f"mask: {mask.to_ck()} with ALiBi: CK's make_alibi_from_lr_mask casts mask_type 3 "
-                               "to an AlibiMode that has no meaning (block_position_encoding.hpp); not emulated")
+        raise KernelInputError(
+            f"mask: {mask.to_ck()} with ALiBi: CK's make_alibi_from_lr_mask casts mask_type 3 "
+            "to an AlibiMode that has no meaning (block_position_encoding.hpp); not emulated"
+        )
     left, right, top_left = mask.kernel_window()
     if left < 0 and right == 0:
         return AlibiMode.VERTICAL

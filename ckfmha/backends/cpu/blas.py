@@ -14,8 +14,8 @@ import contextlib
 import ctypes
 import glob
 import os
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Iterator
 
 
 @lru_cache(maxsize=1)

@@ -86,9 +86,8 @@ def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:
 
 def _randval(p: Problem, ex: SequenceExtras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
     if ex.randval is not None:
-        return ex.randval[:, rows[0]:rows[-1] + 1, c0:c1]
-    return _rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows,
-                                np.arange(c0, c1))
+        return ex.randval[:, rows[0] : rows[-1] + 1, c0:c1]
+    return _rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(c0, c1))
 
 
 def _alibi(p: Problem, ex: SequenceExtras, sq: int, sk: int) -> Alibi | None:
@@ -98,8 +97,9 @@ def _alibi(p: Problem, ex: SequenceExtras, sq: int, sk: int) -> Alibi | None:
     return Alibi(np.asarray(ex.alibi, dtype=F32), alibi_mode(p.mask), sq, sk)
 
 
-def _logits(p: Problem, s: np.ndarray, ex: SequenceExtras, alibi: Alibi | None, r0: int, r1: int, c0: int,
-            c1: int, start, end) -> np.ndarray:
+def _logits(
+    p: Problem, s: np.ndarray, ex: SequenceExtras, alibi: Alibi | None, r0: int, r1: int, c0: int, c1: int, start, end
+) -> np.ndarray:
     """Soft-cap, bias, ALiBi and mask of one (hq, R, n) score tile (already scaled), in CK's order."""
     cap = p.logits_soft_cap
     if cap > 0:
@@ -115,9 +115,21 @@ def _logits(p: Problem, s: np.ndarray, ex: SequenceExtras, alibi: Alibi | None, 
     return s
 
 
-def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: SequenceExtras, *, bm0: int,
-                 bn0: int, p_dtype, key_lo: int = 0, key_hi: int | None = None, use_sink: bool = True,
-                 stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+def attend_tiled(
+    p: Problem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    ex: SequenceExtras,
+    *,
+    bm0: int,
+    bn0: int,
+    p_dtype,
+    key_lo: int = 0,
+    key_hi: int | None = None,
+    use_sink: bool = True,
+    stats: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Tiled forward of one sequence over keys ``[key_lo, key_hi)``; returns normalised ``o`` (hq, sq, dv) and
     ``lse`` (hq, sq), float32. ``stats`` (optional dict) counts visited tiles."""
     hq, sq, dq = q.shape
@@ -177,9 +189,23 @@ def attend_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, ex: Se
     return o, lse
 
 
-def backward_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, lse: np.ndarray,
-                   d: np.ndarray, ex: SequenceExtras, *, bm0: int, bn0: int, p_dtype, deterministic: bool,
-                   dq_acc: np.ndarray, want_dbias: bool = False):
+def backward_tiled(
+    p: Problem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    do: np.ndarray,
+    lse: np.ndarray,
+    d: np.ndarray,
+    ex: SequenceExtras,
+    *,
+    bm0: int,
+    bn0: int,
+    p_dtype,
+    deterministic: bool,
+    dq_acc: np.ndarray,
+    want_dbias: bool = False,
+):
     """Tiled dq_dk_dv of one sequence. ``q``/``do`` (hq, sq, *), ``k``/``v`` (hk, sk, *), ``lse``/``d`` (hq, sq),
     all float32. ``dq_acc`` (nsplits, hq, sq, dq) float32 is accumulated into (slice = key tile index when
     deterministic, else 0). Returns ``dk`` (hq, sk, dq), ``dv`` (hq, sk, dv) per q-head and ``dbias``
@@ -233,8 +259,9 @@ def backward_tiled(p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: 
                 dbias[:, r0:r1, c0:c1] = ds
             ds_r = round_to(ds, p_dtype)
             dk_acc += np.matmul(ds_r.transpose(0, 2, 1), qt) * scale
-            dq_acc[slot, :, r0:r1] += np.matmul(ds_r.reshape(hk, g, r1 - r0, n), kt[:, None]).reshape(
-                hq, r1 - r0, dq) * scale
+            dq_acc[slot, :, r0:r1] += (
+                np.matmul(ds_r.reshape(hk, g, r1 - r0, n), kt[:, None]).reshape(hq, r1 - r0, dq) * scale
+            )
         dk_out[:, c0:c1] = dk_acc
         dv_out[:, c0:c1] = dv_acc
     return dk_out, dv_out, dbias

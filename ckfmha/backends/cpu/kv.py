@@ -92,8 +92,10 @@ class PageBlockNavigator:
         block_index = keys // self.page_block_size
         local = keys - self.page_block_size * block_index
         if keys.size and int(block_index.max()) >= self.num_blocks:
-            raise KernelInputError(f"{self.name}: key {int(keys.max())} lies in logical block "
-                                   f"{int(block_index.max())}, the sequence has {self.num_blocks} block(s)")
+            raise KernelInputError(
+                f"{self.name}: key {int(keys.max())} lies in logical block "
+                f"{int(block_index.max())}, the sequence has {self.num_blocks} block(s)"
+            )
         return self.physical_blocks[block_index], local
 
     def _index(self, keys: np.ndarray) -> tuple:
@@ -133,11 +135,11 @@ class ContiguousRows:
     layout: Layout
 
     def read(self, lo: int, hi: int) -> np.ndarray:
-        return as_bhsd(self.tensor, self.layout)[self.row, :, self.start + lo:self.start + hi]
+        return as_bhsd(self.tensor, self.layout)[self.row, :, self.start + lo : self.start + hi]
 
     def write(self, lo: int, values: np.ndarray) -> None:
         s = self.start + lo
-        as_bhsd(self.tensor, self.layout)[self.row, :, s:s + values.shape[1]] = values
+        as_bhsd(self.tensor, self.layout)[self.row, :, s : s + values.shape[1]] = values
 
 
 KVSource = PageBlockNavigator | ContiguousRows
@@ -192,8 +194,10 @@ def _check_pages(pages: np.ndarray, num_pages: int, where: Callable[[int], str],
     bad = np.flatnonzero((pages < 0) | (pages >= num_pages))
     if bad.size:
         j = int(bad[0])
-        raise KernelInputError(f"{where(j)}: {int(pages[j])} (sequence {b}, logical block {j}) is not a page of the "
-                               f"K/V pools; allowed 0..{num_pages - 1}")
+        raise KernelInputError(
+            f"{where(j)}: {int(pages[j])} (sequence {b}, logical block {j}) is not a page of the "
+            f"K/V pools; allowed 0..{num_pages - 1}"
+        )
     return pages.astype(np.intp)
 
 
@@ -204,8 +208,10 @@ def _vllm_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray]:
     for b, sk in enumerate(p.seqlens_k_list):
         n = -(-sk // page)
         if n > bt.shape[1]:
-            raise KernelInputError(f"block_table: sequence {b} has {sk} keys in {n} page(s) of {page}, the table "
-                                   f"has {bt.shape[1]} column(s)")
+            raise KernelInputError(
+                f"block_table: sequence {b} has {sk} keys in {n} page(s) of {page}, the table "
+                f"has {bt.shape[1]} column(s)"
+            )
         out.append(_check_pages(bt[b, :n], num_pages, lambda j, b=b: f"block_table[{b}, {j}]", b))
     return out
 
@@ -220,19 +226,25 @@ def _sglang_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray
     for b, sk in enumerate(p.seqlens_k_list):
         first, end = int(indptr[b]), int(indptr[b + 1])
         if not 0 <= first <= end <= indices.size:
-            raise KernelInputError(f"kv_indptr[{b}], kv_indptr[{b + 1}]: ({first}, {end}) must satisfy 0 <= "
-                                   f"kv_indptr[b] <= kv_indptr[b + 1] <= len(kv_page_indices) = {indices.size}")
+            raise KernelInputError(
+                f"kv_indptr[{b}], kv_indptr[{b + 1}]: ({first}, {end}) must satisfy 0 <= "
+                f"kv_indptr[b] <= kv_indptr[b + 1] <= len(kv_page_indices) = {indices.size}"
+            )
         n = end - first
         keys = 0  # CK: num_page_blocks > 0 ? (num_page_blocks - 1) * page_block_size + last_page_len : 0
         if n:
             last_len = int(last[b])
             if not 1 <= last_len <= page:
-                raise KernelInputError(f"kv_last_page_lens[{b}]: {last_len} must be in 1..page_block_size={page} "
-                                       f"(sequence {b} has {n} page(s))")
+                raise KernelInputError(
+                    f"kv_last_page_lens[{b}]: {last_len} must be in 1..page_block_size={page} "
+                    f"(sequence {b} has {n} page(s))"
+                )
             keys = (n - 1) * page + last_len
         if keys != sk:
-            raise KernelInputError(f"kv_indptr, kv_last_page_lens: sequence {b}'s page table holds {keys} keys "
-                                   f"((pages - 1) * page_block_size + last page length), seqlens_k[{b}] = {sk}")
+            raise KernelInputError(
+                f"kv_indptr, kv_last_page_lens: sequence {b}'s page table holds {keys} keys "
+                f"((pages - 1) * page_block_size + last page length), seqlens_k[{b}] = {sk}"
+            )
         out.append(_check_pages(indices[first:end], num_pages, lambda j, f=first: f"kv_page_indices[{f + j}]", b))
     return out
 
@@ -243,8 +255,9 @@ def _pool(tensors: dict, name: str, layout: PoolLayout, page: int) -> np.ndarray
         raise KernelInputError(f"{name}: shape {a.shape} must have {layout.ndim} axes {layout.value}")
     held = layout.keys_per_page(a.shape)
     if held != page:
-        raise KernelInputError(f"{name}: shape {a.shape} holds {held} keys per page {layout.value}, "
-                               f"page_block_size = {page}")
+        raise KernelInputError(
+            f"{name}: shape {a.shape} holds {held} keys per page {layout.value}, page_block_size = {page}"
+        )
     return a
 
 
@@ -259,8 +272,7 @@ def _contiguous(p: Problem, tensors: dict, name: str) -> list[ContiguousRows]:
         rows = [int(r) for r in idx]
         for b, r in enumerate(rows):
             if not 0 <= r < rows_held:
-                raise KernelInputError(f"cache_batch_idx[{b}]: {r} is not a row of {name}; allowed "
-                                       f"0..{rows_held - 1}")
+                raise KernelInputError(f"cache_batch_idx[{b}]: {r} is not a row of {name}; allowed 0..{rows_held - 1}")
         starts = [0] * p.batch
     elif p.mode is Mode.GROUP:
         rows, starts = [0] * p.batch, list(p.seqstart_k[:-1])
@@ -269,8 +281,10 @@ def _contiguous(p: Problem, tensors: dict, name: str) -> list[ContiguousRows]:
     out = []
     for b, (r, s, sk) in enumerate(zip(rows, starts, p.seqlens_k_list)):
         if r >= rows_held or s + sk > keys_held:
-            raise KernelInputError(f"{name}: shape {x.shape} ({p.input_layout.value}) holds {rows_held} row(s) of "
-                                   f"{keys_held} keys; sequence {b} reads row {r}, keys {s}..{s + sk - 1}")
+            raise KernelInputError(
+                f"{name}: shape {x.shape} ({p.input_layout.value}) holds {rows_held} row(s) of "
+                f"{keys_held} keys; sequence {b} reads row {r}, keys {s}..{s + sk - 1}"
+            )
         out.append(ContiguousRows(name, x, r, s, p.input_layout))
     return out
 
@@ -288,5 +302,10 @@ def sequence_kv(p: Problem, tensors: dict, addressing: KVAddressing) -> list[tup
         blocks = _sglang_blocks(p, tensors, num_pages)
     else:
         blocks = _vllm_blocks(p, tensors, num_pages)
-    return [(PageBlockNavigator("k_cache", k_pool, blk, page, addressing.k_pool),
-             PageBlockNavigator("v_cache", v_pool, blk, page, addressing.v_pool)) for blk in blocks]
+    return [
+        (
+            PageBlockNavigator("k_cache", k_pool, blk, page, addressing.k_pool),
+            PageBlockNavigator("v_cache", v_pool, blk, page, addressing.v_pool),
+        )
+        for blk in blocks
+    ]

@@ -50,8 +50,10 @@ def rotary_tables(tensors: dict, rotary_dim: int, last_row: int) -> tuple[np.nda
         if a.ndim != 2 or a.shape[1] != rotary_dim // 2:
             raise KernelInputError(f"{name}: shape {a.shape} must be (rows, rotary_dim / 2 = {rotary_dim // 2})")
         if last_row >= a.shape[0]:
-            raise KernelInputError(f"{name}: {a.shape[0]} rows, the append reads row {last_row} (cache length + "
-                                   f"appended position); the table needs at least {last_row + 1} rows")
+            raise KernelInputError(
+                f"{name}: {a.shape[0]} rows, the append reads row {last_row} (cache length + "
+                f"appended position); the table needs at least {last_row + 1} rows"
+            )
         out.append(a)
     return out[0], out[1]
 

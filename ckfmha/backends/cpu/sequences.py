@@ -97,16 +97,16 @@ def sequence_extras(p: Problem, tensors: dict, b: int, sq: int, sk: int) -> Sequ
     return SequenceExtras(bias=bias, alibi=alibi, sink=sink, randval=randval, batch=b)
 
 
-def forward_sequences(p: Problem, tensors: dict, kv: list[tuple[KVSource, KVSource]]
-                      ) -> Iterator[tuple[int, int, slice, np.ndarray, np.ndarray, np.ndarray]]:
+def forward_sequences(
+    p: Problem, tensors: dict, kv: list[tuple[KVSource, KVSource]]
+) -> Iterator[tuple[int, int, slice, np.ndarray, np.ndarray, np.ndarray]]:
     """Per sequence ``b``: ``(b, batch index, query rows, q (hq, sq, dq), k (hk, sk, dq), v (hk, sk, dv))``,
     float32; K/V from the sequence's sources ``kv[b]`` (:func:`ckfmha.backends.cpu.kv.sequence_kv`)."""
     q = as_bhsd(np.asarray(tensors["q"]), p.input_layout)
     for b, (k_src, v_src) in enumerate(kv):
         sk = p.seqlens_k_list[b]
         bi, rows = batch_index(p, b), query_rows(p, b)
-        yield (b, bi, rows, q[bi, :, rows].astype(F32), k_src.read(0, sk).astype(F32),
-               v_src.read(0, sk).astype(F32))
+        yield (b, bi, rows, q[bi, :, rows].astype(F32), k_src.read(0, sk).astype(F32), v_src.read(0, sk).astype(F32))
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,22 @@ class BackwardSequence:
     extras: SequenceExtras
 
 
-def backward_sequences(p: Problem, tensors: dict, kv: list[tuple[KVSource, KVSource]], q_bhsd: np.ndarray,
-                       do_bhsd: np.ndarray) -> Iterator[BackwardSequence]:
+def backward_sequences(
+    p: Problem, tensors: dict, kv: list[tuple[KVSource, KVSource]], q_bhsd: np.ndarray, do_bhsd: np.ndarray
+) -> Iterator[BackwardSequence]:
     """A :class:`BackwardSequence` per sequence of ``p``; ``q_bhsd`` / ``do_bhsd`` are (B, h, S, d) views."""
     for b, (k_src, v_src) in enumerate(kv):
         sk = p.seqlens_k_list[b]
         bi, rows = batch_index(p, b), query_rows(p, b)
         q = q_bhsd[bi, :, rows].astype(F32)
-        yield BackwardSequence(b=b, bi=bi, rows=rows, keys=key_rows(p, b), q=q, k=k_src.read(0, sk).astype(F32),
-                               v=v_src.read(0, sk).astype(F32), do=do_bhsd[bi, :, rows].astype(F32),
-                               extras=sequence_extras(p, tensors, b, q.shape[1], sk))
+        yield BackwardSequence(
+            b=b,
+            bi=bi,
+            rows=rows,
+            keys=key_rows(p, b),
+            q=q,
+            k=k_src.read(0, sk).astype(F32),
+            v=v_src.read(0, sk).astype(F32),
+            do=do_bhsd[bi, :, rows].astype(F32),
+            extras=sequence_extras(p, tensors, b, q.shape[1], sk),
+        )

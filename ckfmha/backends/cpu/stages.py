@@ -43,19 +43,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha.workspace import dq_acc_shape
 from ckfmha.backends.base import BackendError
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
 from ckfmha.backends.cpu.kv import KVAddressing, sequence_kv
 from ckfmha.backends.cpu.layout import as_bhsd, from_bhsd
 from ckfmha.backends.cpu.rope import rotary_tables, rotate, table_rows
 from ckfmha.backends.cpu.sequences import backward_sequences, forward_sequences, sequence_extras
-from ckfmha.inputs import (dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, o_shape, output_dtype,
-                           storage_dtype)
+from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, KVLookupTable, KVMemoryLayout, Mode
 from ckfmha.masking import MaskKind
 from ckfmha.poison import poisoned
 from ckfmha.problem import Problem
+from ckfmha.workspace import dq_acc_shape
 
 
 def _out(tensors: dict, name: str, shape, dtype) -> np.ndarray:
@@ -121,8 +120,9 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
         ex = sequence_extras(p, tensors, b, sq, sk)
         if num_splits:
             for i, (lo, hi) in enumerate(split_key_ranges(sk, num_splits)):
-                oi, li = attend_tiled(p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt, key_lo=lo, key_hi=hi,
-                                      use_sink=(i == 0))
+                oi, li = attend_tiled(
+                    p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt, key_lo=lo, key_hi=hi, use_sink=(i == 0)
+                )
                 o_acc[i, bi, :, rows] = oi
                 lse_acc[i, bi, :, rows] = li
         else:
@@ -241,13 +241,26 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
         dbias[...] = 0  # CK's host clears dBias before the launch (fmha_bwd_runner.hpp: dbias_buf.SetZero())
     for seq in backward_sequences(p, tensors, kv, q_bhsd, do_bhsd):
         bi, rows = seq.bi, seq.rows
-        dkh, dvh, dsb = backward_tiled(p, seq.q, seq.k, seq.v, seq.do, lse[bi, :, rows], d[bi, :, rows], seq.extras,
-                                       bm0=bm0, bn0=bn0, p_dtype=pdt, deterministic=cfg.deterministic,
-                                       dq_acc=dq_acc[:, bi, :, rows], want_dbias=want_dbias)
+        dkh, dvh, dsb = backward_tiled(
+            p,
+            seq.q,
+            seq.k,
+            seq.v,
+            seq.do,
+            lse[bi, :, rows],
+            d[bi, :, rows],
+            seq.extras,
+            bm0=bm0,
+            bn0=bn0,
+            p_dtype=pdt,
+            deterministic=cfg.deterministic,
+            dq_acc=dq_acc[:, bi, :, rows],
+            want_dbias=want_dbias,
+        )
         dk[bi, :, seq.keys] = dkh.astype(sdt)
         dv[bi, :, seq.keys] = dvh.astype(sdt)
         if dbias is not None:  # fmha_bwd_kernel.hpp's dbias window: seqlen_q x seqlen_k at the sequence's rows;
-            dbias[seq.bi, :, seq.rows, :dsb.shape[2]] = dsb.astype(dbias.dtype)  # columns past seqlen_k untouched
+            dbias[seq.bi, :, seq.rows, : dsb.shape[2]] = dsb.astype(dbias.dtype)  # columns past seqlen_k untouched
     written = ["dq_acc", "dk_raw", "dv_raw"]
     if dbias is not None:
         written.append("dbias_raw")

@@ -111,12 +111,19 @@ class TritonBackend(Backend):
             from ckfmha.backends.triton.warmup import compile_config
 
             compile_config(config)
-        return BuiltKernel(config, self.name, artifact=None, build_seconds=float(meta.get("compile_seconds", 0.0))
-                           if not cached else time.perf_counter() - t0, cached=cached, info=meta)
+        return BuiltKernel(
+            config,
+            self.name,
+            artifact=None,
+            build_seconds=float(meta.get("compile_seconds", 0.0)) if not cached else time.perf_counter() - t0,
+            cached=cached,
+            info=meta,
+        )
 
     # ------------------------------------------------------------------ running
-    def run_stage(self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *,
-                  timing: bool = False) -> StageResult:
+    def run_stage(
+        self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *, timing: bool = False
+    ) -> StageResult:
         from ckfmha.backends.triton.execute import run_stage
 
         return run_stage(kernel.config, stage, problem, tensors, timing=timing)

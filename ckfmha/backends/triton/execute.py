@@ -24,8 +24,25 @@ if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
-_INPUT_KEYS = ("q", "k", "v", "k_cache", "v_cache", "block_table", "cache_seqlens", "seqstart_q", "seqstart_k",
-               "seqlen_k", "bias", "alibi_slopes", "sink", "q_descale", "k_descale", "v_descale", "cache_batch_idx")
+_INPUT_KEYS = (
+    "q",
+    "k",
+    "v",
+    "k_cache",
+    "v_cache",
+    "block_table",
+    "cache_seqlens",
+    "seqstart_q",
+    "seqstart_k",
+    "seqlen_k",
+    "bias",
+    "alibi_slopes",
+    "sink",
+    "q_descale",
+    "k_descale",
+    "v_descale",
+    "cache_batch_idx",
+)
 RANDVAL_MAX_ELEMENTS = 1 << 26
 
 
@@ -40,8 +57,12 @@ def device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
     return dev
 
 
-_POISON_VIEW = {torch.float64: ("float64", torch.int64), torch.float32: ("float32", torch.int32),
-                torch.float16: ("float16", torch.int16), torch.bfloat16: ("bfloat16", torch.int16)}
+_POISON_VIEW = {
+    torch.float64: ("float64", torch.int64),
+    torch.float32: ("float32", torch.int32),
+    torch.float16: ("float16", torch.int16),
+    torch.bfloat16: ("bfloat16", torch.int16),
+}
 
 
 def _poisoned(shape, dtype) -> torch.Tensor:
@@ -73,8 +94,9 @@ def _timed(launch, timing: bool) -> float | None:
     return float(start.elapsed_time(end))
 
 
-def run_stage(c: KernelConfig, stage: "Stage", p: "Problem", tensors: dict[str, Any], *,
-              timing: bool = False) -> StageResult:
+def run_stage(
+    c: KernelConfig, stage: "Stage", p: "Problem", tensors: dict[str, Any], *, timing: bool = False
+) -> StageResult:
     t = device_tensors(tensors)
     fam = c.signature.family
     outputs: dict[str, Any] = {}

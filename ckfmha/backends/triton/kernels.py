@@ -61,22 +61,76 @@ def _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl
 
 @triton.jit
 def _attn_block(
-    acc, m_i, l_i, q, qrow_scale, n_lo, n_hi,
-    K_DESC, V_DESC, tma_row0,
-    K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, k_dmask, v_dmask,
-    BLOCK_TABLE, bt_row, page_size, stride_kpage, stride_vpage,
-    offs_m, row_lo, row_hi, sk, sq,
-    qk_scale, softcap,
-    BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-    KDESC, kdesc_base, VDESC, vdesc_base,
-    RANDVAL, rv_base, stride_rm, stride_rn,
-    seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, EVEN_N: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, BIAS_KIND: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr, STORE_RANDVAL: tl.constexpr, IS_PAGED: tl.constexpr,
-    QSCALE: tl.constexpr, ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr,
-    NUM_STAGES: tl.constexpr, WARP_SPEC: tl.constexpr = False, USE_TMA: tl.constexpr = False,
-    MASK_TAIL: tl.constexpr = False, mask_from=0,
+    acc,
+    m_i,
+    l_i,
+    q,
+    qrow_scale,
+    n_lo,
+    n_hi,
+    K_DESC,
+    V_DESC,
+    tma_row0,
+    K,
+    V,
+    k_row_base,
+    v_row_base,
+    stride_kn,
+    stride_vn,
+    offs_dq,
+    offs_dv,
+    k_dmask,
+    v_dmask,
+    BLOCK_TABLE,
+    bt_row,
+    page_size,
+    stride_kpage,
+    stride_vpage,
+    offs_m,
+    row_lo,
+    row_hi,
+    sk,
+    sq,
+    qk_scale,
+    softcap,
+    BIAS,
+    bias_base,
+    stride_bm,
+    stride_bn,
+    alibi_slope,
+    alibi_mode,
+    KDESC,
+    kdesc_base,
+    VDESC,
+    vdesc_base,
+    RANDVAL,
+    rv_base,
+    stride_rm,
+    stride_rn,
+    seed_lo,
+    seed_hi,
+    off_lo,
+    off_hi,
+    bh,
+    p_undrop,
+    rp_keep,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    BIAS_KIND: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    STORE_RANDVAL: tl.constexpr,
+    IS_PAGED: tl.constexpr,
+    QSCALE: tl.constexpr,
+    ELEM: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    DROPOUT_ROUNDS: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    WARP_SPEC: tl.constexpr = False,
+    USE_TMA: tl.constexpr = False,
+    MASK_TAIL: tl.constexpr = False,
+    mask_from=0,
 ):
     """Key blocks [n_lo, n_hi) into the running softmax state. MASKED: every block is masked (rows' windows and
     the key bound); MASK_TAIL: one pipelined loop whose blocks from ``mask_from`` on are masked (a uniform branch),
@@ -118,7 +172,9 @@ def _attn_block(
         else:
             s = qk * (qk_scale * LOG2E_C)
         if BIAS_KIND == 1:
-            b_ptrs = BIAS + bias_base + offs_m.to(tl.int64)[:, None] * stride_bm + offs_n.to(tl.int64)[None, :] * stride_bn
+            b_ptrs = (
+                BIAS + bias_base + offs_m.to(tl.int64)[:, None] * stride_bm + offs_n.to(tl.int64)[None, :] * stride_bn
+            )
             bias = tl.load(b_ptrs, mask=(offs_m[:, None] < sq) & (offs_n[None, :] < sk), other=0.0)
             s += bias.to(tl.float32) * LOG2E_C
         elif BIAS_KIND == 2:
@@ -144,10 +200,14 @@ def _attn_block(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
-            rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[:, None], offs_n[None, :],
-                                 DROPOUT_ROUNDS)
+            rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[:, None], offs_n[None, :], DROPOUT_ROUNDS)
             if STORE_RANDVAL:
-                rv_ptrs = RANDVAL + rv_base + offs_m.to(tl.int64)[:, None] * stride_rm + offs_n.to(tl.int64)[None, :] * stride_rn
+                rv_ptrs = (
+                    RANDVAL
+                    + rv_base
+                    + offs_m.to(tl.int64)[:, None] * stride_rm
+                    + offs_n.to(tl.int64)[None, :] * stride_rn
+                )
                 tl.store(rv_ptrs, rv.to(tl.uint8), mask=(offs_m[:, None] < sq) & (offs_n[None, :] < sk))
             p = tl.where(rv <= p_undrop, p * rp_keep, 0.0)
         if QSCALE == 2:
@@ -160,31 +220,114 @@ def _attn_block(
 
 @triton.jit
 def attn_fwd_kernel(
-    Q, K, V, O, LSE, BIAS, ALIBI, SINK, RANDVAL, BLOCK_TABLE, SEQSTART_Q, SEQSTART_K, SEQLENS_K,
-    QDESC, KDESC, VDESC, K_TMA, V_TMA, CACHE_BATCH_IDX,
-    stride_qb, stride_qh, stride_qm,
-    stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn,
-    stride_os, stride_ob, stride_oh, stride_om,
-    stride_ls, stride_lb, stride_lh, stride_lm,
-    stride_bb, stride_bh, stride_bm, stride_bn,
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    BIAS,
+    ALIBI,
+    SINK,
+    RANDVAL,
+    BLOCK_TABLE,
+    SEQSTART_Q,
+    SEQSTART_K,
+    SEQLENS_K,
+    QDESC,
+    KDESC,
+    VDESC,
+    K_TMA,
+    V_TMA,
+    CACHE_BATCH_IDX,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_os,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_ls,
+    stride_lb,
+    stride_lh,
+    stride_lm,
+    stride_bb,
+    stride_bh,
+    stride_bm,
+    stride_bn,
     stride_alb,
-    stride_rb, stride_rh, stride_rm, stride_rn,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rn,
     stride_btb,
-    stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
-    seqlen_q, seqlen_k, nhead_q, group, num_splits, page_size,
-    qk_scale, softcap, q_descale, k_descale, v_descale,
-    mask_kind, mask_left, mask_right, mask_y, mask_x, alibi_mode, min_seqlen_q,
-    seed_lo, seed_hi, off_lo, off_hi, p_undrop, rp_keep,
-    HDIM_Q: tl.constexpr, HDIM_V: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQ: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_MASK: tl.constexpr, BIAS_KIND: tl.constexpr,
-    HAS_LSE: tl.constexpr, HAS_DROPOUT: tl.constexpr, STORE_RANDVAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_SINK: tl.constexpr, IS_GROUP: tl.constexpr, IS_SPLIT: tl.constexpr, IS_PAGED: tl.constexpr,
-    HAS_SEQLENS_K: tl.constexpr, QSCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-    ELEM: tl.constexpr, DOT_PREC: tl.constexpr, DROPOUT_ROUNDS: tl.constexpr, NUM_STAGES: tl.constexpr,
-    PACK_GQA: tl.constexpr, REVERSE_M: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr,
-    TMA_EDGES: tl.constexpr, HAS_CBI: tl.constexpr, SKIP_MIN_SEQLEN_Q: tl.constexpr, FUSE_TAIL: tl.constexpr,
+    stride_qdb,
+    stride_qdh,
+    stride_kdb,
+    stride_kdh,
+    stride_vdb,
+    stride_vdh,
+    seqlen_q,
+    seqlen_k,
+    nhead_q,
+    group,
+    num_splits,
+    page_size,
+    qk_scale,
+    softcap,
+    q_descale,
+    k_descale,
+    v_descale,
+    mask_kind,
+    mask_left,
+    mask_right,
+    mask_y,
+    mask_x,
+    alibi_mode,
+    min_seqlen_q,
+    seed_lo,
+    seed_hi,
+    off_lo,
+    off_hi,
+    p_undrop,
+    rp_keep,
+    HDIM_Q: tl.constexpr,
+    HDIM_V: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DQ: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    BIAS_KIND: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    STORE_RANDVAL: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    IS_GROUP: tl.constexpr,
+    IS_SPLIT: tl.constexpr,
+    IS_PAGED: tl.constexpr,
+    HAS_SEQLENS_K: tl.constexpr,
+    QSCALE: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    ELEM: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    DROPOUT_ROUNDS: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    PACK_GQA: tl.constexpr,
+    REVERSE_M: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    TMA_EDGES: tl.constexpr,
+    HAS_CBI: tl.constexpr,
+    SKIP_MIN_SEQLEN_Q: tl.constexpr,
+    FUSE_TAIL: tl.constexpr,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -252,10 +395,16 @@ def attn_fwd_kernel(
     # window (a g:y,x mask arrives as the bottom-right window left=y, right=x, as CK's kernels read it; kind 3,
     # raw coordinates mask_y/mask_x, is not launched)
     if HAS_MASK:
-        y = tl.where(mask_kind == 1, tl.where(mask_left < 0, sq, 1 + mask_left),
-                     tl.where(mask_kind == 2, tl.where(mask_left < 0, sq, 1 + mask_left + sq - sk), mask_y))
-        x = tl.where(mask_kind == 1, tl.where(mask_right < 0, sk, 1 + mask_right),
-                     tl.where(mask_kind == 2, tl.where(mask_right < 0, sk, 1 + mask_right + sk - sq), mask_x))
+        y = tl.where(
+            mask_kind == 1,
+            tl.where(mask_left < 0, sq, 1 + mask_left),
+            tl.where(mask_kind == 2, tl.where(mask_left < 0, sq, 1 + mask_left + sq - sk), mask_y),
+        )
+        x = tl.where(
+            mask_kind == 1,
+            tl.where(mask_right < 0, sk, 1 + mask_right),
+            tl.where(mask_kind == 2, tl.where(mask_right < 0, sk, 1 + mask_right + sk - sq), mask_x),
+        )
     else:
         y = sq
         x = sk
@@ -277,8 +426,13 @@ def attn_fwd_kernel(
     hi = tl.maximum(hi, lo)
 
     # ---- Q tile
-    q_ptrs = Q + bq.to(tl.int64) * stride_qb + hrow.to(tl.int64)[:, None] * stride_qh \
-        + (q_start + qpos).to(tl.int64)[:, None] * stride_qm + offs_dq[None, :]
+    q_ptrs = (
+        Q
+        + bq.to(tl.int64) * stride_qb
+        + hrow.to(tl.int64)[:, None] * stride_qh
+        + (q_start + qpos).to(tl.int64)[:, None] * stride_qm
+        + offs_dq[None, :]
+    )
     if EVEN_M:
         q = tl.load(q_ptrs, mask=q_dmask[None, :], other=0.0)
     else:
@@ -290,8 +444,9 @@ def attn_fwd_kernel(
         qk_s = qk_scale * q_descale * k_descale
     qrow_scale = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
     if QSCALE == 2:
-        qrow_scale = tl.load(QDESC + b.to(tl.int64) * stride_qdb + hrow * stride_qdh + qpos // 128, mask=mrow,
-                             other=0.0)
+        qrow_scale = tl.load(
+            QDESC + b.to(tl.int64) * stride_qdb + hrow * stride_qdh + qpos // 128, mask=mrow, other=0.0
+        )
 
     # ---- running softmax state; the sink seeds it (counted once: split 0)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
@@ -349,47 +504,222 @@ def attn_fwd_kernel(
         if not EVEN_N:
             full_hi = tl.maximum(tl.minimum(full_hi, (sk // BLOCK_N) * BLOCK_N), full_lo)
     acc, m_i, l_i = _attn_block(
-        acc, m_i, l_i, q, qrow_scale, lo_blk, full_lo,
-        K_TMA, V_TMA, tma_row0,
-        K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-        BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-        qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-        BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-        KDESC, kdesc_base, VDESC, vdesc_base,
-        RANDVAL, rv_base, stride_rm, stride_rn,
-        seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-        BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
+        acc,
+        m_i,
+        l_i,
+        q,
+        qrow_scale,
+        lo_blk,
+        full_lo,
+        K_TMA,
+        V_TMA,
+        tma_row0,
+        K,
+        V,
+        k_row_base,
+        v_row_base,
+        stride_kn,
+        stride_vn,
+        offs_dq,
+        offs_dv,
+        q_dmask,
+        v_dmask,
+        BLOCK_TABLE,
+        bt_row,
+        page_size,
+        stride_kb,
+        stride_vb,
+        qpos,
+        row_lo,
+        row_hi,
+        sk,
+        sq,
+        qk_s,
+        softcap,
+        BIAS,
+        bias_base,
+        stride_bm,
+        stride_bn,
+        alibi_slope,
+        alibi_mode,
+        KDESC,
+        kdesc_base,
+        VDESC,
+        vdesc_base,
+        RANDVAL,
+        rv_base,
+        stride_rm,
+        stride_rn,
+        seed_lo,
+        seed_hi,
+        off_lo,
+        off_hi,
+        bh,
+        p_undrop,
+        rp_keep,
+        BLOCK_N,
+        True,
+        False,
+        HAS_SOFTCAP,
+        BIAS_KIND,
+        HAS_DROPOUT,
+        STORE_RANDVAL,
+        IS_PAGED,
+        QSCALE,
+        ELEM,
+        DOT_PREC,
+        DROPOUT_ROUNDS,
+        1,
+        False,
+        USE_TMA and TMA_EDGES,
+    )
     # with FUSE_TAIL the unmasked blocks and the trailing masked ones run in one pipelined loop
     mid_hi = full_hi
     if FUSE_TAIL:
         mid_hi = hi
     acc, m_i, l_i = _attn_block(
-        acc, m_i, l_i, q, qrow_scale, full_lo, mid_hi,
-        K_TMA, V_TMA, tma_row0,
-        K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-        BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-        qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-        BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-        KDESC, kdesc_base, VDESC, vdesc_base,
-        RANDVAL, rv_base, stride_rm, stride_rn,
-        seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-        BLOCK_N, False, EVEN_N or not FUSE_TAIL, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-        QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, NUM_STAGES, WARP_SPEC, USE_TMA,
-        FUSE_TAIL, full_hi)
+        acc,
+        m_i,
+        l_i,
+        q,
+        qrow_scale,
+        full_lo,
+        mid_hi,
+        K_TMA,
+        V_TMA,
+        tma_row0,
+        K,
+        V,
+        k_row_base,
+        v_row_base,
+        stride_kn,
+        stride_vn,
+        offs_dq,
+        offs_dv,
+        q_dmask,
+        v_dmask,
+        BLOCK_TABLE,
+        bt_row,
+        page_size,
+        stride_kb,
+        stride_vb,
+        qpos,
+        row_lo,
+        row_hi,
+        sk,
+        sq,
+        qk_s,
+        softcap,
+        BIAS,
+        bias_base,
+        stride_bm,
+        stride_bn,
+        alibi_slope,
+        alibi_mode,
+        KDESC,
+        kdesc_base,
+        VDESC,
+        vdesc_base,
+        RANDVAL,
+        rv_base,
+        stride_rm,
+        stride_rn,
+        seed_lo,
+        seed_hi,
+        off_lo,
+        off_hi,
+        bh,
+        p_undrop,
+        rp_keep,
+        BLOCK_N,
+        False,
+        EVEN_N or not FUSE_TAIL,
+        HAS_SOFTCAP,
+        BIAS_KIND,
+        HAS_DROPOUT,
+        STORE_RANDVAL,
+        IS_PAGED,
+        QSCALE,
+        ELEM,
+        DOT_PREC,
+        DROPOUT_ROUNDS,
+        NUM_STAGES,
+        WARP_SPEC,
+        USE_TMA,
+        FUSE_TAIL,
+        full_hi,
+    )
     if not FUSE_TAIL:
         acc, m_i, l_i = _attn_block(
-            acc, m_i, l_i, q, qrow_scale, full_hi, hi,
-            K_TMA, V_TMA, tma_row0,
-            K, V, k_row_base, v_row_base, stride_kn, stride_vn, offs_dq, offs_dv, q_dmask, v_dmask,
-            BLOCK_TABLE, bt_row, page_size, stride_kb, stride_vb,
-            qpos, row_lo, row_hi, sk, sq, qk_s, softcap,
-            BIAS, bias_base, stride_bm, stride_bn, alibi_slope, alibi_mode,
-            KDESC, kdesc_base, VDESC, vdesc_base,
-            RANDVAL, rv_base, stride_rm, stride_rn,
-            seed_lo, seed_hi, off_lo, off_hi, bh, p_undrop, rp_keep,
-            BLOCK_N, True, False, HAS_SOFTCAP, BIAS_KIND, HAS_DROPOUT, STORE_RANDVAL, IS_PAGED,
-            QSCALE, ELEM, DOT_PREC, DROPOUT_ROUNDS, 1, False, USE_TMA and TMA_EDGES)
+            acc,
+            m_i,
+            l_i,
+            q,
+            qrow_scale,
+            full_hi,
+            hi,
+            K_TMA,
+            V_TMA,
+            tma_row0,
+            K,
+            V,
+            k_row_base,
+            v_row_base,
+            stride_kn,
+            stride_vn,
+            offs_dq,
+            offs_dv,
+            q_dmask,
+            v_dmask,
+            BLOCK_TABLE,
+            bt_row,
+            page_size,
+            stride_kb,
+            stride_vb,
+            qpos,
+            row_lo,
+            row_hi,
+            sk,
+            sq,
+            qk_s,
+            softcap,
+            BIAS,
+            bias_base,
+            stride_bm,
+            stride_bn,
+            alibi_slope,
+            alibi_mode,
+            KDESC,
+            kdesc_base,
+            VDESC,
+            vdesc_base,
+            RANDVAL,
+            rv_base,
+            stride_rm,
+            stride_rn,
+            seed_lo,
+            seed_hi,
+            off_lo,
+            off_hi,
+            bh,
+            p_undrop,
+            rp_keep,
+            BLOCK_N,
+            True,
+            False,
+            HAS_SOFTCAP,
+            BIAS_KIND,
+            HAS_DROPOUT,
+            STORE_RANDVAL,
+            IS_PAGED,
+            QSCALE,
+            ELEM,
+            DOT_PREC,
+            DROPOUT_ROUNDS,
+            1,
+            False,
+            USE_TMA and TMA_EDGES,
+        )
 
     # ---- epilogue
     empty = l_i == 0.0
@@ -399,24 +729,53 @@ def attn_fwd_kernel(
         o = o * v_descale
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) / 1.4426950408889634)
     rows64 = (q_start + qpos).to(tl.int64)
-    o_ptrs = O + pid_s.to(tl.int64) * stride_os + bq.to(tl.int64) * stride_ob + hrow.to(tl.int64)[:, None] * stride_oh \
-        + rows64[:, None] * stride_om + offs_dv[None, :]
+    o_ptrs = (
+        O
+        + pid_s.to(tl.int64) * stride_os
+        + bq.to(tl.int64) * stride_ob
+        + hrow.to(tl.int64)[:, None] * stride_oh
+        + rows64[:, None] * stride_om
+        + offs_dv[None, :]
+    )
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=mrow[:, None] & v_dmask[None, :])
     if HAS_LSE or IS_SPLIT:
-        l_ptrs = LSE + pid_s.to(tl.int64) * stride_ls + bq.to(tl.int64) * stride_lb + hrow.to(tl.int64) * stride_lh \
+        l_ptrs = (
+            LSE
+            + pid_s.to(tl.int64) * stride_ls
+            + bq.to(tl.int64) * stride_lb
+            + hrow.to(tl.int64) * stride_lh
             + rows64 * stride_lm
+        )
         tl.store(l_ptrs, lse, mask=mrow)
 
 
 @triton.jit
 def splitkv_combine_kernel(
-    OACC, LSEACC, O, LSE,
-    stride_as, stride_ab, stride_ah, stride_am,
-    stride_ls, stride_lb, stride_lh, stride_lm,
-    stride_ob, stride_oh, stride_om,
-    stride_Lb, stride_Lh, stride_Lm,
-    total_rows, nhead_q, num_splits,
-    HDIM_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, MAX_SPLITS: tl.constexpr,
+    OACC,
+    LSEACC,
+    O,
+    LSE,
+    stride_as,
+    stride_ab,
+    stride_ah,
+    stride_am,
+    stride_ls,
+    stride_lb,
+    stride_lh,
+    stride_lm,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_Lb,
+    stride_Lh,
+    stride_Lm,
+    total_rows,
+    nhead_q,
+    num_splits,
+    HDIM_V: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
     HAS_LSE: tl.constexpr,
 ):
     """o = sum_i exp(lse_i - lse) o_i, lse = log(sum_i exp(lse_i)); rows with lse = -inf give o = 0."""
@@ -429,8 +788,13 @@ def splitkv_combine_kernel(
     offs_d = tl.arange(0, BLOCK_DV)
     mrow = offs_m < total_rows
     smask = offs_s < num_splits
-    l_ptrs = LSEACC + offs_s.to(tl.int64)[None, :] * stride_ls + b.to(tl.int64) * stride_lb \
-        + h.to(tl.int64) * stride_lh + offs_m.to(tl.int64)[:, None] * stride_lm
+    l_ptrs = (
+        LSEACC
+        + offs_s.to(tl.int64)[None, :] * stride_ls
+        + b.to(tl.int64) * stride_lb
+        + h.to(tl.int64) * stride_lh
+        + offs_m.to(tl.int64)[:, None] * stride_lm
+    )
     lse_i = tl.load(l_ptrs, mask=mrow[:, None] & smask[None, :], other=float("-inf"))
     mx = tl.max(lse_i, 1)
     mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
@@ -442,15 +806,29 @@ def splitkv_combine_kernel(
     dmask = offs_d < HDIM_V
     for s in range(0, num_splits):
         ws = tl.sum(tl.where(offs_s[None, :] == s, w, 0.0), 1)
-        o_ptrs = OACC + s * stride_as + b.to(tl.int64) * stride_ab + h.to(tl.int64) * stride_ah \
-            + offs_m.to(tl.int64)[:, None] * stride_am + offs_d[None, :]
+        o_ptrs = (
+            OACC
+            + s * stride_as
+            + b.to(tl.int64) * stride_ab
+            + h.to(tl.int64) * stride_ah
+            + offs_m.to(tl.int64)[:, None] * stride_am
+            + offs_d[None, :]
+        )
         o_s = tl.load(o_ptrs, mask=mrow[:, None] & dmask[None, :], other=0.0)
         acc += ws[:, None] * o_s
     o = acc / tot_safe[:, None]
-    out_ptrs = O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh + offs_m.to(tl.int64)[:, None] * stride_om \
+    out_ptrs = (
+        O
+        + b.to(tl.int64) * stride_ob
+        + h.to(tl.int64) * stride_oh
+        + offs_m.to(tl.int64)[:, None] * stride_om
         + offs_d[None, :]
+    )
     tl.store(out_ptrs, o.to(O.dtype.element_ty), mask=mrow[:, None] & dmask[None, :])
     if HAS_LSE:
         lse = tl.where(empty, float("-inf"), mx_safe + tl.log(tot_safe))
-        tl.store(LSE + b.to(tl.int64) * stride_Lb + h.to(tl.int64) * stride_Lh + offs_m.to(tl.int64) * stride_Lm,
-                 lse, mask=mrow)
+        tl.store(
+            LSE + b.to(tl.int64) * stride_Lb + h.to(tl.int64) * stride_Lh + offs_m.to(tl.int64) * stride_Lm,
+            lse,
+            mask=mrow,
+        )

@@ -6,20 +6,20 @@ Everything here imports torch and triton; the backend imports this module only w
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+from ckfmha.backends.triton import kernels
 from ckfmha.kernel import Bias, DType, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
-from ckfmha.rules import misfit
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
-from ckfmha.backends.triton import kernels
+from ckfmha.rules import misfit
 
 SMEM_BYTES = 227 * 1024  # Hopper: 227 KiB of shared memory per block
 DEVICE = "cuda"  # tests of the kernels under TRITON_INTERPRET=1 set "cpu"
@@ -163,14 +163,22 @@ def pack_gqa(c: KernelConfig, p: Problem) -> bool:
     otherwise be mostly empty (decode) — K/V are then read once per kv-head. Not with per-head terms that need
     a head per row in the inner loop (bias, ALiBi, dropout)."""
     g = p.nhead_q // p.nhead_k
-    return (g > 1 and p.seqlen_q * 2 <= c.algorithm.tile[0] and c.signature.bias is Bias.NONE
-            and p.p_drop == 0)
+    return g > 1 and p.seqlen_q * 2 <= c.algorithm.tile[0] and c.signature.bias is Bias.NONE and p.p_drop == 0
 
 
-def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], *, split: bool = False,
-                       num_splits: int = 1, shape: LaunchShape | None = None,
-                       warp_specialize: bool = False, tma: bool | None = None,
-                       tma_edges: bool | None = None, fuse_tail: bool | None = None) -> Callable[[], None]:
+def attention_launcher(
+    c: KernelConfig,
+    p: Problem,
+    t: dict[str, torch.Tensor],
+    *,
+    split: bool = False,
+    num_splits: int = 1,
+    shape: LaunchShape | None = None,
+    warp_specialize: bool = False,
+    tma: bool | None = None,
+    tma_edges: bool | None = None,
+    fuse_tail: bool | None = None,
+) -> Callable[[], None]:
     """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
     t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize``/``tma``/``tma_edges``/``fuse_tail`` override the
     config's launch (tuning only)."""
@@ -241,44 +249,133 @@ def attention_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], 
     p_keep = 1.0 - p.p_drop
     dummy = _dummy(dev)
     rows_per_head = p.seqlen_q * (p.nhead_q // p.nhead_k if pack else 1)
-    grid = (triton.cdiv(rows_per_head, ls.block_m), p.batch * (p.nhead_k if pack else p.nhead_q),
-            num_splits if split else 1)
+    grid = (
+        triton.cdiv(rows_per_head, ls.block_m),
+        p.batch * (p.nhead_k if pack else p.nhead_q),
+        num_splits if split else 1,
+    )
     scale = p.softmax_scale
     args = (
-        q, k, v, o, lse, bias if bias is not None else dummy, alibi if alibi is not None else dummy,
-        t.get("sink", dummy), randval if randval is not None else dummy, bt if bt is not None else dummy,
-        t.get("seqstart_q", dummy), t.get("seqstart_k", dummy), seqlens_k if seqlens_k is not None else dummy,
-        qd if qscale == 2 else dummy, kd if qscale == 2 else dummy, vd if qscale == 2 else dummy,
-        sqb if not group else 0, sqh, sqm, skb, skh, skn, svb, svh, svn,
-        sos, sob if not group else 0, soh, som, sls, slb, slh, slm,
-        sbb, sbh, sbm, sbn, salb, srb, srh, srm, srn, sbtb,
-        sqdb, sqdh, skdb, skdh, svdb, svdh,
-        p.seqlen_q, p.seqlen_k, p.nhead_q, p.nhead_q // p.nhead_k, num_splits, p.page_block_size or 1,
-        scale, p.logits_soft_cap or 1.0, qdv, kdv, vdv,
-        mask_kind, ml, mr, my, mx, alibi_mode, p.min_seqlen_q,
-        seed & 0xFFFFFFFF, seed >> 32, off & 0xFFFFFFFF, off >> 32, p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        bias if bias is not None else dummy,
+        alibi if alibi is not None else dummy,
+        t.get("sink", dummy),
+        randval if randval is not None else dummy,
+        bt if bt is not None else dummy,
+        t.get("seqstart_q", dummy),
+        t.get("seqstart_k", dummy),
+        seqlens_k if seqlens_k is not None else dummy,
+        qd if qscale == 2 else dummy,
+        kd if qscale == 2 else dummy,
+        vd if qscale == 2 else dummy,
+        sqb if not group else 0,
+        sqh,
+        sqm,
+        skb,
+        skh,
+        skn,
+        svb,
+        svh,
+        svn,
+        sos,
+        sob if not group else 0,
+        soh,
+        som,
+        sls,
+        slb,
+        slh,
+        slm,
+        sbb,
+        sbh,
+        sbm,
+        sbn,
+        salb,
+        srb,
+        srh,
+        srm,
+        srn,
+        sbtb,
+        sqdb,
+        sqdh,
+        skdb,
+        skdh,
+        svdb,
+        svdh,
+        p.seqlen_q,
+        p.seqlen_k,
+        p.nhead_q,
+        p.nhead_q // p.nhead_k,
+        num_splits,
+        p.page_block_size or 1,
+        scale,
+        p.logits_soft_cap or 1.0,
+        qdv,
+        kdv,
+        vdv,
+        mask_kind,
+        ml,
+        mr,
+        my,
+        mx,
+        alibi_mode,
+        p.min_seqlen_q,
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        off & 0xFFFFFFFF,
+        off >> 32,
+        p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
         1.0 / p_keep,
     )
     meta = dict(
-        HDIM_Q=p.hdim_q, HDIM_V=p.hdim_v, BLOCK_M=ls.block_m, BLOCK_N=ls.block_n, BLOCK_DQ=ls.block_dq,
-        BLOCK_DV=ls.block_dv, HAS_MASK=s.mask is not MaskImpl.NONE,
+        HDIM_Q=p.hdim_q,
+        HDIM_V=p.hdim_v,
+        BLOCK_M=ls.block_m,
+        BLOCK_N=ls.block_n,
+        BLOCK_DQ=ls.block_dq,
+        BLOCK_DV=ls.block_dv,
+        HAS_MASK=s.mask is not MaskImpl.NONE,
         BIAS_KIND={Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}[s.bias],
-        HAS_LSE=split or t.get("lse") is not None, HAS_DROPOUT=p.p_drop > 0,
+        HAS_LSE=split or t.get("lse") is not None,
+        HAS_DROPOUT=p.p_drop > 0,
         STORE_RANDVAL=randval is not None and p.p_drop > 0,
-        HAS_SOFTCAP=s.logits_soft_cap, HAS_SINK=s.sink, IS_GROUP=group, IS_SPLIT=split, IS_PAGED=paged,
-        HAS_SEQLENS_K=seqlens_k is not None, QSCALE=qscale, EVEN_M=not c.algorithm.pad_s and not pack,
-        EVEN_N=not c.algorithm.pad_sk, ELEM=_ELEM[s.dtype], DOT_PREC="ieee" if s.dtype is DType.FP32 else "tf32",
-        DROPOUT_ROUNDS=DROPOUT_ROUNDS, NUM_STAGES=ls.num_stages, PACK_GQA=pack,
-        REVERSE_M=s.mask is not MaskImpl.NONE and not pack, WARP_SPEC=warp_specialize,
+        HAS_SOFTCAP=s.logits_soft_cap,
+        HAS_SINK=s.sink,
+        IS_GROUP=group,
+        IS_SPLIT=split,
+        IS_PAGED=paged,
+        HAS_SEQLENS_K=seqlens_k is not None,
+        QSCALE=qscale,
+        EVEN_M=not c.algorithm.pad_s and not pack,
+        EVEN_N=not c.algorithm.pad_sk,
+        ELEM=_ELEM[s.dtype],
+        DOT_PREC="ieee" if s.dtype is DType.FP32 else "tf32",
+        DROPOUT_ROUNDS=DROPOUT_ROUNDS,
+        NUM_STAGES=ls.num_stages,
+        PACK_GQA=pack,
+        REVERSE_M=s.mask is not MaskImpl.NONE and not pack,
+        WARP_SPEC=warp_specialize,
     )
     k_tma = v_tma = None
     if tma is None:  # the config's load strategy (see the package table)
         tma = c.algorithm.pipeline in (Pipeline.TRITON, Pipeline.QR_ASYNC_TRLOAD, Pipeline.QR_ASYNC_TRLOAD_V3)
     if tma_edges is None:  # masked edge blocks: plain loads measured as fast or faster under a mask
         tma_edges = s.mask is MaskImpl.NONE
-    use_tma = (tma and not paged and not group and "cache_batch_idx" not in t and p.input_layout is Layout.BHSD and k.is_contiguous()
-               and v.is_contiguous() and p.hdim_q == ls.block_dq and p.hdim_v == ls.block_dv
-               and s.dtype in (DType.FP16, DType.BF16))
+    use_tma = (
+        tma
+        and not paged
+        and not group
+        and "cache_batch_idx" not in t
+        and p.input_layout is Layout.BHSD
+        and k.is_contiguous()
+        and v.is_contiguous()
+        and p.hdim_q == ls.block_dq
+        and p.hdim_v == ls.block_dv
+        and s.dtype in (DType.FP16, DType.BF16)
+    )
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -311,14 +408,34 @@ def combine_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], nu
     rows = p.total_q if group else p.seqlen_q
     block_m = 32
     grid = (triton.cdiv(rows, block_m), (1 if group else p.batch) * p.nhead_q)
-    args = (oacc, lacc, o, lse if lse is not None else dummy,
-            oacc.stride(0), oacc.stride(1), oacc.stride(2), oacc.stride(3),
-            lacc.stride(0), lacc.stride(1), lacc.stride(2), lacc.stride(3),
-            sob, soh, som,
-            *(lse.stride() if lse is not None else (0, 0, 0)),
-            rows, p.nhead_q, num_splits)
-    meta = dict(HDIM_V=p.hdim_v, BLOCK_M=block_m, BLOCK_DV=next_pow2(max(p.hdim_v, 16)),
-                MAX_SPLITS=next_pow2(max(num_splits, 2)), HAS_LSE=lse is not None and c.signature.lse)
+    args = (
+        oacc,
+        lacc,
+        o,
+        lse if lse is not None else dummy,
+        oacc.stride(0),
+        oacc.stride(1),
+        oacc.stride(2),
+        oacc.stride(3),
+        lacc.stride(0),
+        lacc.stride(1),
+        lacc.stride(2),
+        lacc.stride(3),
+        sob,
+        soh,
+        som,
+        *(lse.stride() if lse is not None else (0, 0, 0)),
+        rows,
+        p.nhead_q,
+        num_splits,
+    )
+    meta = dict(
+        HDIM_V=p.hdim_v,
+        BLOCK_M=block_m,
+        BLOCK_DV=next_pow2(max(p.hdim_v, 16)),
+        MAX_SPLITS=next_pow2(max(num_splits, 2)),
+        HAS_LSE=lse is not None and c.signature.lse,
+    )
 
     def launch() -> None:
         kernels.splitkv_combine_kernel[grid](*args, **meta, num_warps=4)

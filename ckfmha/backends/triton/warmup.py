@@ -17,8 +17,17 @@ def synthetic_problem(c: KernelConfig):
     fam = {Family.FWD_SPLITKV_COMBINE: Family.FWD_SPLITKV}.get(s.family, s.family)
     bm0 = a.tile[0] if len(a.tile) >= 2 else 64
     bn0 = a.tile[1] if len(a.tile) >= 2 else 64
-    kw: dict[str, Any] = dict(family=fam, dtype=s.dtype, mode=s.mode, batch=1, nhead_q=1, hdim_q=s.hdim_q,
-                              hdim_v=s.hdim_v, seqlen_q=bm0, seqlen_k=max(bn0, 128) if fam is not Family.FWD else bn0)
+    kw: dict[str, Any] = dict(
+        family=fam,
+        dtype=s.dtype,
+        mode=s.mode,
+        batch=1,
+        nhead_q=1,
+        hdim_q=s.hdim_q,
+        hdim_v=s.hdim_v,
+        seqlen_q=bm0,
+        seqlen_k=max(bn0, 128) if fam is not Family.FWD else bn0,
+    )
     if s.mask is not MaskImpl.NONE:
         kw["mask"] = "t" if s.mask in (MaskImpl.ANY, MaskImpl.CAUSAL) else "t:4,4"
     if s.bias is not Bias.NONE:
@@ -49,13 +58,17 @@ def synthetic_problem(c: KernelConfig):
 def compile_config(c: KernelConfig) -> dict[str, Any]:
     """Launch the config once on a synthetic problem (compiles through Triton's JIT and cache)."""
     from ckfmha.backends.triton.execute import run_stage
-    from ckfmha.plan import Stage, StageRole
     from ckfmha.inputs import make_inputs
+    from ckfmha.plan import Stage, StageRole
 
     p = synthetic_problem(c)
     tensors = make_inputs(p, seed=0)
-    role = {Family.FWD: StageRole.FWD, Family.FWD_SPLITKV: StageRole.SPLITKV,
-            Family.FWD_SPLITKV_COMBINE: StageRole.COMBINE, Family.FWD_PAGEDKV: StageRole.PAGEDKV}[c.signature.family]
+    role = {
+        Family.FWD: StageRole.FWD,
+        Family.FWD_SPLITKV: StageRole.SPLITKV,
+        Family.FWD_SPLITKV_COMBINE: StageRole.COMBINE,
+        Family.FWD_PAGEDKV: StageRole.PAGEDKV,
+    }[c.signature.family]
     t0 = time.perf_counter()
     if role is StageRole.COMBINE:
         # the combine reads the split stage's partials: fabricate them directly
