@@ -40,9 +40,10 @@ VENDORS = ("amd", "nvidia")
 FP8_FORMATS = ("fnuz", "ocp")
 
 try:  # the C loader is 5-10x faster; fall back to the pure-Python one
-    _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - depends on the PyYAML build
-    _Loader = yaml.SafeLoader
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    # mypy types _Loader as the first import; the pure-Python loader has the same API
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 
 class ArchSpecError(ValueError):
@@ -185,8 +186,12 @@ def ck_archs() -> tuple[str, ...]:
 
 
 def fp8_format(arch: str) -> str:
-    """The fp8 encoding (``fnuz`` or ``ocp``) CK's kernels use on ``arch`` (its data file's ``fp8_format``)."""
-    return load_arch_spec(arch).fp8_format  # type: ignore[return-value] - required by the loader
+    """The fp8 encoding (``fnuz`` or ``ocp``) CK's kernels use on ``arch`` (its data file's ``fp8_format``); an
+    :class:`ArchSpecError` naming the file for a spec without one."""
+    spec = load_arch_spec(arch)
+    if spec.fp8_format is None:  # load_arch_spec requires the key: only a hand-built ArchSpec lacks it
+        raise ArchSpecError(f"{spec.path}: fp8_format: missing; expected one of {', '.join(FP8_FORMATS)}")
+    return spec.fp8_format
 
 
 def __getattr__(name: str) -> Any:

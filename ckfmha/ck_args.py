@@ -475,8 +475,8 @@ def _shape_args(p: Problem) -> list[tuple[str, Any]]:
     ]
     if group:
         out += [
-            ("s", ",".join(map(str, p.seqlens_q))),
-            ("s_k", ",".join(map(str, p.seqlens_k))),
+            ("s", ",".join(map(str, p.seqlens_q_list))),
+            ("s_k", ",".join(map(str, p.seqlens_k_list))),
             ("s_kpad", None if p.s_kpad is None else ",".join(map(str, p.s_kpad))),
         ]
     else:

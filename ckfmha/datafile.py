@@ -47,9 +47,10 @@ MAX_NESTING_DEPTH = 64
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 try:
-    _SafeLoader = yaml.CSafeLoader  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _SafeLoader = yaml.SafeLoader
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # pragma: no cover - PyYAML without libyaml
+    # mypy types _SafeLoader as the first import; the pure-Python loader has the same API
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 
 class DataFileError(ValueError):
@@ -108,7 +109,7 @@ def read_text(path: str | Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- YAML
-class StrictYAMLLoader(_SafeLoader):  # type: ignore[misc, valid-type]
+class StrictYAMLLoader(_SafeLoader):
     """PyYAML's safe loader that rejects a key written twice in one mapping (:class:`DuplicateKeyError`)."""
 
     source = "<yaml>"
@@ -135,7 +136,8 @@ class StrictYAMLLoader(_SafeLoader):  # type: ignore[misc, valid-type]
     def construct_mapping(self, node: Node, deep: bool = False) -> dict:
         if isinstance(node, MappingNode):
             first: dict[Any, Node] = {}
-            for key_node, _ in self._written.get(id(node), node.value):
+            written = self._written.get(id(node))
+            for key_node, _ in written if written is not None else node.value:
                 if key_node.tag == _MERGE_TAG:
                     continue
                 key = self.construct_object(key_node, deep=True)
@@ -150,16 +152,18 @@ class StrictYAMLLoader(_SafeLoader):  # type: ignore[misc, valid-type]
                         f"(first at line {earlier.start_mark.line + 1})"
                     )
                 first[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+        # PyYAML's stub types the node as MappingNode, but the base class takes any node and rejects a non-mapping
+        # one (e.g. ``!!map`` on a scalar) with its own ConstructorError
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
 def _check_yaml_depth(text: str, source: str) -> None:
     """Nesting depth from the event stream (flat: libyaml's parser keeps its own stack, nothing recurses)."""
 
-    def too_deep(line: int) -> NestingError:
+    def too_deep(line: int | None) -> NestingError:
+        where = f"line {line + 1}: " if line is not None else ""  # None: the event carries no position
         return NestingError(
-            f"{source}: line {line + 1}: nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} "
-            "levels of lists/mappings"
+            f"{source}: {where}nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of lists/mappings"
         )
 
     loader = _SafeLoader(text)
@@ -170,7 +174,7 @@ def _check_yaml_depth(text: str, source: str) -> None:
             if isinstance(event, CollectionStartEvent):
                 depth += 1
                 if depth > MAX_NESTING_DEPTH:
-                    raise too_deep(event.start_mark.line)
+                    raise too_deep(event.start_mark.line if event.start_mark is not None else None)
             elif isinstance(event, CollectionEndEvent):
                 depth -= 1
     except yaml.MarkedYAMLError as e:

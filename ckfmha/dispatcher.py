@@ -62,7 +62,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ckfmha.kernel import Dropout, DType, Family, KernelConfig, KVLoad
 from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole  # noqa: F401  (re-exported: older imports)
@@ -295,15 +295,18 @@ class Dispatcher:
         if self._num_cus is None:
             from ckfmha.archs import load_arch_spec
 
-            self._num_cus = load_arch_spec(self.registry.arch).num_cus
+            # load_arch_spec requires a positive int num_cus (ArchSpec's None is for hand-built specs only)
+            self._num_cus = cast(int, load_arch_spec(self.registry.arch).num_cus)
         return self._num_cus
 
     # ------------------------------------------------------------------ public API
     def select(self, problem: "Problem") -> Plan:
         explanation = self.explain(problem)
-        if any(s.chosen is None for s in explanation.stages):
-            raise NoKernelError(explanation)
-        chosen = {s.role: s.chosen for s in explanation.stages}
+        chosen: dict[StageRole, KernelConfig] = {}
+        for s in explanation.stages:
+            if s.chosen is None:
+                raise NoKernelError(explanation)
+            chosen[s.role] = s.chosen
         stages = [Stage(role, chosen[role], args) for role, args in self._stage_args(problem, chosen)]
         return Plan(problem, tuple(stages))
 

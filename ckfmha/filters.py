@@ -508,7 +508,7 @@ def _static_path(node: ast.AST) -> tuple | None:
     """(field, i, j...) of a checked ``c.<field>[i][j]`` node."""
     idx: list[int] = []
     while isinstance(node, ast.Subscript):
-        assert isinstance(node.slice, ast.Constant)
+        assert isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)  # checked by _check
         idx.append(node.slice.value)
         node = node.value
     if isinstance(node, ast.Attribute):

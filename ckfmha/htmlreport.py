@@ -339,7 +339,7 @@ def _errors(rows: list[dict[str, Any]], plt) -> str:
 
 
 def _skips(rows: list[dict[str, Any]]) -> str:
-    reasons = Counter()
+    reasons: Counter[str] = Counter()
     for r in rows:
         if r.get("verdict") == "skipped":
             reason = str(r.get("reason") or "")

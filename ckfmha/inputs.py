@@ -13,6 +13,7 @@ along the seq axis of a batch of 1 (``seqstart_q`` / ``seqstart_k`` give the off
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -169,13 +170,15 @@ def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dic
         out["seqlen_k"] = np.array(p.seqlens_k, dtype=np.int32)
     if f is Family.BATCH_PREFILL:
         page, vec = p.page_block_size, p.vector_size
+        k_shp: Callable[[int, int], tuple[int, ...]]  # (pages, head dim) -> cache shape
+        v_shp: Callable[[int, int], tuple[int, ...]]
         if p.kv_layout is KVMemoryLayout.LINEAR:
             shp = lambda n, d: (n, page, p.nhead_k, d)  # noqa: E731
             k_shp, v_shp = shp, shp
         else:
             k_shp = lambda n, d: (n, p.nhead_k, d // vec, page, vec)  # noqa: E731
             v_shp = lambda n, d: (n, p.nhead_k, page // vec, d, vec)  # noqa: E731
-        nblk = [(-(-sk // page)) for sk in p.seqlens_k]
+        nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]  # batch_prefill is group mode
         num_pages = sum(nblk) + 1
         perm = rng.permutation(num_pages).astype(np.int32)
         out["k_cache"] = _normal(rng, k_shp(num_pages, p.hdim_q), sdt, scale_in)

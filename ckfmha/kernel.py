@@ -307,7 +307,7 @@ def _install_fast_init(cls: type) -> None:
     exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n", ns)  # noqa: S102 - our own code
     init = ns["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
+    init.__doc__ = vars(cls)["__init__"].__doc__
     cls.__init__ = init  # type: ignore[misc]
 
 

@@ -110,12 +110,13 @@ def _int(text: str, what: str, kid: str) -> int:
 def _parse_triples(text: str, what: str, kid: str) -> tuple[tuple[int, int, int], ...]:
     if text == "":
         return ()
-    out = []
+    out: list[tuple[int, int, int]] = []
     for stage in text.split("-"):
         vals = stage.split("x")
         if len(vals) != 3:
             raise KernelIdError(f"kernel id {kid!r}: {what} stage {stage!r} must be MxNxK")
-        out.append(tuple(_int(v, what, kid) for v in vals))
+        m, n, k = vals
+        out.append((_int(m, what, kid), _int(n, what, kid), _int(k, what, kid)))
     return tuple(out)
 
 

@@ -203,11 +203,11 @@ class MaskSpec:
             if t in ("t", "b", "g"):
                 if "," not in v:
                     raise MaskError(f"mask: invalid mask value {s!r} (expected {t}:a,b)")
-                a, b = v.split(",", 1)
-                if t != "g" and "," in b:  # t:l,r,sink / b:l,r,sink (see _check_sink)
-                    b, sink = b.split(",", 1)
+                a_text, b_text = v.split(",", 1)
+                if t != "g" and "," in b_text:  # t:l,r,sink / b:l,r,sink (see _check_sink)
+                    b_text, sink = b_text.split(",", 1)
                     _check_sink(_int(sink, s), s)
-                a, b = _int(a, s), _int(b, s)
+                a, b = _int(a_text, s), _int(b_text, s)
                 if t == "g":
                     return cls.generic(a, b)
                 return cls.window(a, b, bottom_right=(t == "b"))

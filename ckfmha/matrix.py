@@ -215,11 +215,11 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
     where = f"{fname}: entries[{i}]"
     if not isinstance(e, dict):
         raise MatrixError(f"{where}: expected a mapping, found {type(e).__name__}")
-    name = e.get("name")
-    named = isinstance(name, str) and _NAME_RE.match(name) is not None
-    _check_keys(f"{fname}: entry {name!r}" if named else where, e, ENTRY_META_KEYS | SHAPE_FIELDS)
-    if not named:
-        raise MatrixError(f"{where}: name: expected a name of letters, digits and '_', found {name!r}")
+    written_name = e.get("name")
+    name = written_name if isinstance(written_name, str) and _NAME_RE.match(written_name) else None
+    _check_keys(f"{fname}: entry {name!r}" if name is not None else where, e, ENTRY_META_KEYS | SHAPE_FIELDS)
+    if name is None:
+        raise MatrixError(f"{where}: name: expected a name of letters, digits and '_', found {written_name!r}")
     where = f"{fname}: entry {name!r}"
     cat = e.get("category")
     if cat not in CATEGORIES:
@@ -266,7 +266,7 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
             seen[k] = f"zip.{key}"
         if not isinstance(rows_in, list) or not rows_in:
             raise MatrixError(f"{where}: zip.{key}: expected a non-empty list of rows, found {rows_in!r}")
-        rows = []
+        zip_rows: list[tuple[Any, ...]] = []
         for j, row in enumerate(rows_in):
             if len(names) == 1 and not isinstance(row, list):
                 row = [row]
@@ -275,10 +275,10 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
                     f"{where}: zip.{key}[{j}]: expected a row of {len(names)} value(s) "
                     f"({', '.join(names)}), found {row!r}"
                 )
-            rows.append(tuple(_check_value(f"{where}: zip.{key}[{j}]", k, v) for k, v in zip(names, row)))
-        if len(set(rows)) != len(rows):
+            zip_rows.append(tuple(_check_value(f"{where}: zip.{key}[{j}]", k, v) for k, v in zip(names, row)))
+        if len(set(zip_rows)) != len(zip_rows):
             raise MatrixError(f"{where}: zip.{key}: repeated row")
-        axes.append((names, tuple(rows)))
+        axes.append((names, tuple(zip_rows)))
     for k in seen:
         fixed.pop(k, None) if seen[k] != "the entry" else None
     return _Entry(name, cat, fam, fixed, tuple(axes))
@@ -315,7 +315,9 @@ def _expand(fname: str, ent: _Entry) -> list[Shape]:
         for (names, _), row in zip(axes, combo):
             values.update(zip(names, row))
         try:
-            p = Problem(family=ent.family, **_problem_kwargs(values))
+            # Problem takes the family token and parses it (Problem._coerce_tokens, as for every other field here);
+            # its dataclass annotation names only the parsed type, Family
+            p = Problem(family=ent.family, **_problem_kwargs(values))  # type: ignore[arg-type]
         except ProblemError as err:
             assigned = ", ".join(f"{n}={v!r}" for (names, _), row in zip(axes, combo) for n, v in zip(names, row))
             raise MatrixError(

@@ -681,19 +681,28 @@ def _pads(token: str | None, dims: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def _group(g: dict[str, str | None], key: str) -> str:
+    """The text of a named group that every pattern reaching this use has and always matches (by construction
+    of :data:`_PATTERNS`); a pattern without it is a defect of this module, reported as such."""
+    text = g.get(key)
+    if text is None:
+        raise CKNameError(f"naming pattern defect: group {key!r} is required here but did not match")
+    return text
+
+
 def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> dict[str, Any]:
     """KernelConfig fields of a matched name (``g``: the pattern's named groups)."""
     f: dict[str, Any] = {"family": fam, **IMPLIED_FIELDS[scheme].get(fam, {})}
     occ = g.get("occ")
     f["occupancy"] = int(occ) if occ else -1
-    f["hdim_q"] = int(g["hq"])
+    f["hdim_q"] = int(_group(g, "hq"))
     f["dtype"] = g["dtype"]
     if g.get("mode"):
         f["mode"] = g["mode"]
     if g.get("arch"):
         f["arch_tag"] = g["arch"]
-    if g.get("vl"):
-        f["vlayout"] = _TOKEN_VLAYOUT[g["vl"]]
+    if vl := g.get("vl"):
+        f["vlayout"] = _TOKEN_VLAYOUT[vl]
     for flag in ("logits", "lse", "skip", "trload", "sink", "squant", "pagedkv", "dbias", "deterministic"):
         tok = g.get(flag)
         if tok is not None:
@@ -710,29 +719,29 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
                     "sink": "sink",
                 }[flag]
             ] = tok == flag
-    if g.get("bias"):
-        f["bias"] = _TOKEN_BIAS[g["bias"]]
-    if g.get("mask"):
-        f["mask"] = _TOKEN_MASK[g["mask"]]
-    if g.get("qscale"):
-        f["qscale"] = _TOKEN_QSCALE[g["qscale"]]
+    if bias := g.get("bias"):
+        f["bias"] = _TOKEN_BIAS[bias]
+    if mask := g.get("mask"):
+        f["mask"] = _TOKEN_MASK[mask]
+    if qscale := g.get("qscale"):
+        f["qscale"] = _TOKEN_QSCALE[qscale]
     if g.get("r0"):  # fwd-style and bwd block tiles
-        f["warps"] = tuple(_t3(g[k]) for k in ("r0", "r1", "r2") if g.get(k))
-        f["warp_tiles"] = (_t3(g["w0"]), _t3(g["w1"]))
-    tile = _ints(g["tile"])
+        f["warps"] = tuple(_t3(r) for k in ("r0", "r1", "r2") if (r := g.get(k)))
+        f["warp_tiles"] = (_t3(_group(g, "w0")), _t3(_group(g, "w1")))
+    tile = _ints(_group(g, "tile"))
     f["tile"] = tile
     if fam in (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.BATCH_PREFILL):
         f.update(pipeline=g["pipe"], hdim_v=tile[3], **_pads(g["pad"], ("s", "sk", "d", "dv")))
         if fam in (Family.FWD, Family.BATCH_PREFILL):
-            f["dropout"] = _TOKEN_FWD_DROPOUT[g["dropout"]]
+            f["dropout"] = _TOKEN_FWD_DROPOUT[_group(g, "dropout")]
             if "squant" in g:  # the 2025-11 scheme's fp8 static quant is today's qscale (module doc)
                 f.pop("fp8_static_quant")
-                f["qscale"] = _SQUANT_QSCALE[g["squant"]]
+                f["qscale"] = _SQUANT_QSCALE[_group(g, "squant")]
         if fam is Family.BATCH_PREFILL:
             f.update(paged_kv=True, arch_tag=ArchTag.NONE)
-            if g.get("ps"):
+            if ps := g.get("ps"):
                 f.update(
-                    page_size=int(g["ps"]), kv_load=g["load"], kv_memory_layout=g["layout"], kv_lookup_table=g["lookup"]
+                    page_size=int(ps), kv_load=g["load"], kv_memory_layout=g["layout"], kv_lookup_table=g["lookup"]
                 )
     elif fam is Family.FWD_SPLITKV_COMBINE:
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.SPLITKV_COMBINE, **_pads(g["pad"], ("s", "dv")))
@@ -752,13 +761,13 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
         # head-dim pads
         f.update(
             hdim_v=tile[8],
-            max_seq_len_q=int(g["maxq"]),
+            max_seq_len_q=int(_group(g, "maxq")),
             pad_s=1,
             pad_sk=1,
             pad_d=int(pm.group(1) or 0),
             pad_dv=int(pm.group(2) or 0),
             pipeline=Pipeline.BWD_DQ_DK_DV,
-            dropout=_TOKEN_BWD_DROPOUT[g["dropout"]],
+            dropout=_TOKEN_BWD_DROPOUT[_group(g, "dropout")],
         )
     elif fam is Family.BWD_DOT_DO_O:
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_DOT_DO_O, **_pads(g["pad"], ("s", "dv")))

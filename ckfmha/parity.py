@@ -45,19 +45,23 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ckfmha.kernel import TokenEnum
 from ckfmha.problem import Problem, ProblemError
 from ckfmha.upstream.result import SideResult, Verdict, check_summary
 from ckfmha.validator import NoiseFloorResult, Rule
 
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
 PARITY_DEFAULT_PATH = Path(__file__).with_name("data") / "parity_default.yaml"
 
 
 @runtime_checkable
 class ParitySide(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...  # pragma: no cover - protocol (read-only: an attribute or a property)
 
     def run(self, problem: Problem, seed: int = 0) -> SideResult:  # pragma: no cover - protocol
         ...
@@ -229,10 +233,10 @@ def comparison_rule(left: SideResult, right: SideResult) -> Rule:
 
 
 def _noise_against_truth(
-    problem: Problem, seed: int, sides: tuple[SideResult, SideResult], names: list[str]
-) -> tuple[dict[str, tuple[NoiseFloorResult, ...]], str]:
-    """Per output, each side's noise-floor result against the truth of ``make_inputs(problem, seed)``; or ({}, why)
-    when the truth cannot be had for some output."""
+    problem: Problem, seed: int, outputs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]], names: list[str]
+) -> tuple[dict[str, tuple[NoiseFloorResult, NoiseFloorResult]], str]:
+    """Per output, the (left, right) sides' noise-floor results against the truth of ``make_inputs(problem,
+    seed)``; or ({}, why) when the truth cannot be had for some output."""
     from ckfmha.upstream.reference_cache import noise_references
     from ckfmha.validator import validate_noise_floor
 
@@ -241,10 +245,10 @@ def _noise_against_truth(
     except Exception as e:  # noqa: BLE001 - a reference that cannot be computed: the rule cannot judge
         return {}, f"no float64 ground truth ({type(e).__name__}: {e})"
     try:
-        per_side = [validate_noise_floor(problem, r.outputs, truth, same, names=names) for r in sides]
+        left, right = (validate_noise_floor(problem, o, truth, same, names=names) for o in outputs)
     except ValueError as e:
         return {}, str(e)
-    return {n: tuple(res[n] for res in per_side) for n in names}, ""
+    return {n: (left[n], right[n]) for n in names}, ""
 
 
 def _cross_summary(
@@ -298,7 +302,8 @@ def compare_results(
         return Status.DISAGREE, "verdicts", f"verdicts differ: {both}", {}
     if left.verdict is Verdict.UNSUPPORTED:
         return Status.AGREE, "verdicts", f"both unsupported: {both}", {}
-    common = [n for n in (left.outputs or {}) if n in (right.outputs or {})]
+    left_outputs, right_outputs = left.outputs or {}, right.outputs or {}
+    common = [n for n in left_outputs if n in right_outputs]
     note = " (both invalid)" if left.verdict is Verdict.RAN_INVALID else ""
     if not common:
         lacking = [r.side for r in (left, right) if not r.outputs]
@@ -314,8 +319,8 @@ def compare_results(
     from ckfmha.validator import validate
 
     rule = comparison_rule(left, right)
-    checks = validate(problem, left.outputs, right.outputs, names=common)
-    noise, why = _noise_against_truth(problem, seed, (left, right), common)
+    checks = validate(problem, left_outputs, right_outputs, names=common)
+    noise, why = _noise_against_truth(problem, seed, (left_outputs, right_outputs), common)
     summ = {n: _cross_summary(checks[n], noise.get(n), rule, (left.side, right.side), why) for n in common}
     if rule is Rule.NOISE_FLOOR and why:
         return Status.ERROR, "verdicts+outputs", f"noise-floor rule cannot judge the outputs: {why} || {both}", summ

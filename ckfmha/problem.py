@@ -30,7 +30,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ckfmha.kernel import Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, TokenEnum, VLayout
 from ckfmha.limits import INT32_MAX
@@ -179,11 +179,13 @@ class Problem:
     mode: Mode = Mode.BATCH
     batch: int = 1
     nhead_q: int = 1
-    nhead_k: int | None = None
+    # nhead_k / seqlen_k / hdim_v take None (their default), which __post_init__ always replaces by an int: they
+    # are typed as every reader sees them, and mypy cannot know that __post_init__ resolves the None default.
+    nhead_k: int = None  # type: ignore[assignment]  # None: see above
     seqlen_q: int = 1
-    seqlen_k: int | None = None
+    seqlen_k: int = None  # type: ignore[assignment]  # None: see above
     hdim_q: int = 64
-    hdim_v: int | None = None
+    hdim_v: int = None  # type: ignore[assignment]  # None: see above
     seqlens_q: tuple[int, ...] | None = None
     seqlens_k: tuple[int, ...] | None = None
     s_kpad: tuple[int, ...] | None = None
@@ -391,12 +393,12 @@ class Problem:
         for name in ("seqlens_q", "seqlens_k"):
             if any(x < 0 for x in getattr(self, name)):
                 raise _err(name, getattr(self, name), "has a negative length")
-        if sum(self.seqlens_q) < 1:
+        if sum(self.seqlens_q_list) < 1:
             raise _err("seqlens_q", self.seqlens_q, "must contain at least one query")
         if self.s_kpad is not None:
             if len(self.s_kpad) != self.batch:
                 raise _err("s_kpad", self.s_kpad, f"has {len(self.s_kpad)} entries, batch={self.batch}")
-            for i, (p, k) in enumerate(zip(self.s_kpad, self.seqlens_k)):
+            for i, (p, k) in enumerate(zip(self.s_kpad, self.seqlens_k_list)):
                 if p < k:
                     raise _err(
                         "s_kpad",
@@ -615,11 +617,15 @@ class Problem:
 
     @property
     def seqlens_q_list(self) -> tuple[int, ...]:
-        return self.seqlens_q if self.mode is Mode.GROUP else (self.seqlen_q,) * self.batch
+        if self.mode is Mode.GROUP:
+            return cast("tuple[int, ...]", self.seqlens_q)  # group mode: always set by _expand_lengths
+        return (self.seqlen_q,) * self.batch
 
     @property
     def seqlens_k_list(self) -> tuple[int, ...]:
-        return self.seqlens_k if self.mode is Mode.GROUP else (self.seqlen_k,) * self.batch
+        if self.mode is Mode.GROUP:
+            return cast("tuple[int, ...]", self.seqlens_k)  # group mode: always set by _expand_lengths
+        return (self.seqlen_k,) * self.batch
 
     @property
     def kpad_list(self) -> tuple[int, ...]:

@@ -221,7 +221,7 @@ def pad_rules(role: StageRole, config: KernelConfig) -> tuple[PadRule, ...]:
 def sequence_lengths(problem: "Problem") -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(query lengths, key lengths): one each in batch mode, one per sequence in group mode."""
     if problem.mode is Mode.GROUP:
-        return problem.seqlens_q, problem.seqlens_k
+        return problem.seqlens_q_list, problem.seqlens_k_list
     return (problem.seqlen_q,), (problem.seqlen_k,)
 
 

@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -414,7 +414,8 @@ def run(
         forward = _forward_for_backward(p, inputs)
     tensors, written = prepare_tensors(p, plan, inputs, forward)
     specs = output_specs(p, plan)
-    ex = execute(disp.backend, plan, tensors, timing=timing)
+    backend_impl = cast(Backend, disp.backend)  # dispatcher_for always binds a backend
+    ex = execute(backend_impl, plan, tensors, timing=timing)
     outputs = {n: tensors[n] for n in written}
     inputs_finite = all(
         np.all(np.isfinite(np.asarray(a, dtype=np.float64)))

@@ -438,9 +438,9 @@ def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: s
     ref_err = float(ref_cmp[4].max()) if ref_cmp[4].size else 0.0
     limit = k * ref_err + atol
     if nonfinite_bad is not None and nonfinite_bad.any():
-        where = tuple(int(i) for i in np.argwhere(nonfinite_bad)[0])
-        o = np.asarray(out)[where]
-        t = np.asarray(truth)[where]
+        bad_at = tuple(int(i) for i in np.argwhere(nonfinite_bad)[0])
+        o = np.asarray(out)[bad_at]
+        t = np.asarray(truth)[bad_at]
         return NoiseFloorResult(
             name,
             False,
@@ -450,8 +450,8 @@ def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: s
             atol,
             limit,
             None,
-            where,
-            f"non-finite mismatch at {where}: out={float(o)!r} truth={float(t)!r}",
+            bad_at,
+            f"non-finite mismatch at {bad_at}: out={float(o)!r} truth={float(t)!r}",
         )
     e = float(err.max()) if err.size else 0.0
     where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else None

@@ -52,8 +52,8 @@ def dq_acc_shape(problem: "Problem", bn0: int) -> tuple[int, int, int, int, int]
 
 def bwd_workspace_bytes(problem: "Problem", bn0: int = MIN_BN0) -> int:
     """Exact workspace bytes for ``problem`` with a dq_dk_dv kernel whose key tile is ``bn0``."""
-    rows = problem.batch * problem.seqlen_q if problem.mode is Mode.BATCH else sum(problem.seqlens_q)
-    max_sk = problem.seqlen_k if problem.mode is Mode.BATCH else max(problem.seqlens_k)
+    rows = problem.batch * problem.seqlen_q if problem.mode is Mode.BATCH else sum(problem.seqlens_q_list)
+    max_sk = problem.seqlen_k if problem.mode is Mode.BATCH else max(problem.seqlens_k_list)
     return _sizes(rows, problem.nhead_q, problem.hdim_q, dq_acc_splits(max_sk, bn0, problem.deterministic))
 
 

@@ -136,6 +136,8 @@ def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
     from ckfmha.matrix import load_matrices, select
     from pytest_ckfmha.ids import shape_id
 
+    if settings.category is None:  # State.specs() is called only when --ckfmha-category is given
+        raise ValueError("build_specs: settings.category is None; the shapes are a category's (--ckfmha-category)")
     shapes = select(load_matrices(settings.matrices), settings.category, settings.families)
     views = Views(registry)
     specs = []

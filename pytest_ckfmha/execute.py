@@ -106,11 +106,12 @@ def make_plan(rt: Runtime, problem, kernel, backend):
 
     view = rt.views.for_dtype(problem.dtype)
     reg = view if kernel is None else PinnedRegistry(view, kernel)
+    # Dispatcher is annotated with Registry but reads only .arch and .candidates(), which the views provide
     try:
-        return Dispatcher(reg, backend).select(problem)
+        return Dispatcher(reg, backend).select(problem)  # type: ignore[arg-type]
     except NoKernelError as e:
         try:
-            Dispatcher(reg).select(problem)
+            Dispatcher(reg).select(problem)  # type: ignore[arg-type]
         except NoKernelError:
             raise ItemSkip(
                 f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "

@@ -36,7 +36,11 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 #: bytes of the child's log kept for a failure reason / the captured output
 LOG_TAIL_BYTES = 64 * 1024
@@ -161,15 +165,16 @@ class ChildExecutor:
 
     def __init__(self, resolve: Callable[[str], Callable[[], ItemResult]]) -> None:
         self._resolve = resolve
-        self._proc = None
-        self._conn = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None  # the parent's end of the pipe to the child
         self._dir = Path(tempfile.mkdtemp(prefix="ckfmha-child-"))
         self._log = self._dir / "child.log"
         self.started = 0  # children forked so far
         self.last_backend = ""
 
     # -- lifecycle
-    def _start(self) -> None:
+    def _start(self) -> tuple[BaseProcess, Connection]:
+        """Fork a child; returns (the child, the parent's end of the pipe), also kept as the current child."""
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
@@ -188,15 +193,18 @@ class ChildExecutor:
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
         self.started += 1
+        return proc, parent_conn
 
     def _kill(self) -> int | None:
         proc = self._proc
         if proc is None:
             return None
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        pid = proc.pid
+        if pid is not None:  # always set: _start keeps only a started child
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             proc.kill()
         except Exception:  # noqa: BLE001 - already gone
@@ -221,12 +229,13 @@ class ChildExecutor:
 
     def close_child(self) -> None:
         """Stop the child (if any); the next item forks a new one."""
-        proc = self._proc
+        proc, conn = self._proc, self._conn
         if proc is not None:
-            try:
-                self._conn.close()
-            except OSError:
-                pass
+            if conn is not None:  # closing the pipe ends the child's loop
+                try:
+                    conn.close()
+                except OSError:
+                    pass
             proc.join(5.0)
             if proc.is_alive():
                 self._kill()
@@ -236,10 +245,10 @@ class ChildExecutor:
     def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult | int | None, str]:
         """Run the work of ``nodeid``: ``("done", ItemResult, output)``, ``("crashed", exitcode, output)`` or
         ``("timeout", None, output)``."""
-        if self._proc is None or not self._proc.is_alive():
-            self._forget()
-            self._start()
         proc, conn = self._proc, self._conn
+        if proc is None or conn is None or not proc.is_alive():
+            self._forget()
+            proc, conn = self._start()
         try:
             conn.send(nodeid)
         except (BrokenPipeError, OSError):  # died between items

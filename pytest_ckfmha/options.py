@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pytest
 
@@ -42,8 +42,11 @@ def _choices(allowed: tuple[str, ...]) -> str:
     return "{" + ",".join(allowed) + "}"
 
 
+# the ini value types this plugin declares (a subset of what pytest's Parser.addini accepts)
+IniType = Literal["string", "linelist", "bool"]
+
 # (name, argparse keywords, ini type -- None: no ini key)
-_OPTIONS: list[tuple[str, dict[str, Any], str | None]] = [
+_OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
     (
         "category",
         dict(

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -198,7 +201,8 @@ class _Recorder:
         self.meta: dict = {}
         self.problems: list[str] = []
         self.signal: str | None = None
-        self._previous_sigterm = None
+        # SIGTERM's handler before install_sigterm (as signal.getsignal gives it), restored at unconfigure
+        self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
 
     # -- SIGTERM behaves like Ctrl-C: pytest stops, sessionfinish runs, the report is written
     def install_sigterm(self) -> None:

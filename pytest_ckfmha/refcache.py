@@ -73,7 +73,8 @@ def _save(path: Path, arrays: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp.npz", dir=path.parent)
     os.close(fd)
     try:
-        np.savez(tmp, **plain)
+        # numpy's stub matches **plain against savez's allow_pickle: bool too; the keys here are array names
+        np.savez(tmp, **plain)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -108,6 +109,7 @@ def get_reference(
     if key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key], True
+    ref: dict | None  # None until read from the cache file or computed
     if cache_dir is None:
         ref = reference(problem, inputs)
         cached = False

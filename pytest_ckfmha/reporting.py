@@ -312,7 +312,8 @@ class RowBook:
                 return None
             row = self.rows.get(nodeid) or self._base(nodeid)
             row["verdict"] = "error"
-            row["reason"] = (row.get("reason") + " | " if row.get("reason") else "") + "teardown: " + _reason(report)
+            prior_reason = row.get("reason")
+            row["reason"] = (prior_reason + " | " if prior_reason else "") + "teardown: " + _reason(report)
         else:  # xdist's report for the item a dead worker was running (when="???")
             row = self._base(nodeid)
             row["verdict"] = "crashed"

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_ckfmha.isolation import ChildExecutor, InlineExecutor
 
 STATE_KEY = pytest.StashKey["State"]()
 
@@ -14,7 +19,7 @@ class State:
         self._registry = None
         self._specs = None
         self._runtime = None
-        self._executor = None
+        self._executor: ChildExecutor | InlineExecutor | None = None
         self._by_nodeid: dict | None = None
         self.collect_seconds: float | None = None
 
@@ -56,7 +61,7 @@ class State:
             )
         return self._parity
 
-    def executor(self, session):
+    def executor(self, session: pytest.Session) -> ChildExecutor | InlineExecutor:
         """This process's executor of items' work (isolation.py), made on first use."""
         if self._executor is None:
             from pytest_ckfmha.isolation import ChildExecutor, InlineExecutor

@@ -47,6 +47,7 @@ import dataclasses
 import itertools
 import re
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +162,7 @@ def _tname(v: Any) -> str:
 
 
 def _mapping(
-    v: Any, where: _Where, path: str, allowed: set[str] | None = None, required: set[str] = frozenset()
+    v: Any, where: _Where, path: str, allowed: set[str] | None = None, required: AbstractSet[str] = frozenset()
 ) -> dict:
     if not isinstance(v, dict):
         raise SectionError(f"{where(path)}: expected a mapping, found {_tname(v)} {v!r}")
@@ -230,10 +231,10 @@ def _pad_token(tok: Any, where: _Where, path: str) -> tuple[int, int, int, int]:
 def _pipeline_entry(v: Any, where: _Where, path: str) -> PipelineEntry:
     m = _mapping(v, where, path, {"pipeline", "set", "product", "pads"}, {"pipeline", "pads"})
     pipe = _enum(Pipeline, m["pipeline"], where, f"{path}.pipeline")
-    fixed = []
+    fixed: list[tuple[str, Any]] = []
     for k, val in _mapping(m.get("set", {}) or {}, where, f"{path}.set", set(_FEATURE_FIELDS)).items():
         fixed.append((k, _feature(k, val, where, f"{path}.set.{k}")))
-    product = []
+    product: list[tuple[str, tuple[Any, ...] | None]] = []
     for k, vals in _mapping(m.get("product", {}) or {}, where, f"{path}.product", set(_FEATURE_FIELDS)).items():
         if k == "mask" and vals == _MASKS_TOKEN:
             product.append((k, None))

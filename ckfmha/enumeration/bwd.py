@@ -56,6 +56,7 @@ order of first use).
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ckfmha.archs import ArchSpecError
@@ -112,7 +113,11 @@ class _Checker:
         return ArchSpecError(f"{self.loc(path)}: expected {expected}, found {found!r}")
 
     def mapping(
-        self, value: Any, path: str, required: set[str] | dict[str, str], optional: set[str] = frozenset()
+        self,
+        value: Any,
+        path: str,
+        required: AbstractSet[str] | dict[str, str],
+        optional: AbstractSet[str] = frozenset(),
     ) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(path, "a mapping", value)
@@ -162,7 +167,11 @@ class _Checker:
         items = self.seq(value, path, "[m, n, k] triples")
         if len(items) != count:
             raise self.fail(path, f"a list of {count} [m, n, k] triples", value)
-        return tuple(self.int_list(v, f"{path}[{i}]", 3, 1) for i, v in enumerate(items))  # type: ignore[misc]
+        out: list[tuple[int, int, int]] = []
+        for i, v in enumerate(items):
+            m, n, k = self.int_list(v, f"{path}[{i}]", 3, 1)
+            out.append((m, n, k))
+        return tuple(out)
 
 
 class _Plan:
@@ -209,14 +218,14 @@ class _Plan:
         pads = ck.mapping(sec["pads"], "pads", {"ntrload", "trload"})
         self.pads: dict[bool, tuple[tuple[int, int], ...]] = {}
         for key, trl in (("trload", True), ("ntrload", False)):
-            pairs = []
+            pairs: list[tuple[int, int]] = []
             for i, p in enumerate(ck.seq(pads[key], f"pads.{key}", "[pad_d, pad_dv] pairs")):
-                pair = ck.int_list(p, f"pads.{key}[{i}]", 2)
-                for j, v in enumerate(pair):
+                pad_d, pad_dv = ck.int_list(p, f"pads.{key}[{i}]", 2)
+                for j, v in enumerate((pad_d, pad_dv)):
                     if v not in PAD_VALUES:
                         raise ck.fail(f"pads.{key}[{i}][{j}]", f"a pad in {PAD_VALUES}", v)
-                pairs.append(pair)
-            self.pads[trl] = tuple(pairs)  # type: ignore[assignment]
+                pairs.append((pad_d, pad_dv))
+            self.pads[trl] = tuple(pairs)
 
         one_d = ck.mapping(sec["one_d"], "one_d", {"bm0", "occupancy", "seqlen_pad"})
         self.bm0 = ck.integer(one_d["bm0"], "one_d.bm0", 1)
@@ -369,8 +378,10 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
     for dtype in p.dtypes:
         for trload in (True, False):  # CK tries trload tiles first
             for hq, hv, maxq, algs, dv_flags, d_flags in p.tiles.get((dtype, trload), ()):
+                if not algs:
+                    continue  # an empty pads list: no pad variant, so the tile has no kernel (and no 1-D kernel)
                 convert = not (maxq and p.maxq_no_convert)
-                alg0 = algs[0][2] if algs else None
+                alg0 = algs[0][2]  # any one: a signature-only filter answers alike for every algorithm
                 for mode in p.modes:
                     spads = p.seqlen_pad[mode]
                     if maxq and maxq < p.bm0 and p.maxq_short_needs_spad:

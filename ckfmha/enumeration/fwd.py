@@ -71,7 +71,7 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckfmha.archs import ArchSpecError
 from ckfmha.filters import FilterError, compile_filter
@@ -157,6 +157,10 @@ class _Probe:
             for name in names:
                 setattr(self, name, getattr(part, name))
 
+    if TYPE_CHECKING:  # the slots come from the field lists, so mypy cannot see them: any field may be set
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
+
 
 class _Err:
     """Builds ArchSpecErrors: '<file> (<key path>): expected ..., found ...'."""
@@ -227,7 +231,7 @@ class _DTypeSpec:
 @dataclass(frozen=True)
 class _Rule:
     name: str
-    fn: Callable[[KernelConfig], Any]
+    fn: Callable[[Any], Any]  # reads c.<field> only: takes a KernelConfig or a _Probe
     stage: str  # "signature" | "algorithm" | "config"
 
 
@@ -315,15 +319,13 @@ def _parse_when(value: Any, path: str, err: _Err) -> _Cond:
     feats = []
     for _i, axis in enumerate(_AXES):
         if axis in value:
-            feats.append(
-                (
-                    axis,
-                    _matcher(
-                        value[axis], f"{path}.{axis}", err, lambda v, p, a=axis: _parse_axis_value(a, v, p, err), False
-                    ),
-                )
-            )
+            feats.append((axis, _matcher(value[axis], f"{path}.{axis}", err, _axis_parser(axis, err), False)))
     return _Cond(hdims, hdim_q, receipts, tuple((_AXES.index(a), m) for a, m in feats))
+
+
+def _axis_parser(axis: str, err: _Err) -> Callable[[Any, str], Any]:
+    """``_parse_axis_value`` for one axis, as :func:`_matcher`'s ``parse_one``."""
+    return lambda v, p: _parse_axis_value(axis, v, p, err)
 
 
 def _parse_tile(entry: Any, path: str, err: _Err, hdim_v: int) -> _Tile:
@@ -348,7 +350,11 @@ def _parse_tile(entry: Any, path: str, err: _Err, hdim_v: int) -> _Tile:
     if v[3] != hdim_v:
         raise err(path, f"bn1 (the 4th block entry) equal to the table's hdim_v {hdim_v}", entry)
     occ = int(m.group(19)) if m.group(19) is not None else -1
-    return _Tile(tuple(v[0:6]), (tuple(v[6:9]), tuple(v[9:12])), (tuple(v[12:15]), tuple(v[15:18])), occ, rc)
+
+    def triple(i: int) -> tuple[int, int, int]:
+        return (v[i], v[i + 1], v[i + 2])
+
+    return _Tile(tuple(v[0:6]), (triple(6), triple(9)), (triple(12), triple(15)), occ, rc)
 
 
 def _parse_variant(value: Any, path: str, err: _Err) -> _Variant:
@@ -368,12 +374,13 @@ def _parse_variant(value: Any, path: str, err: _Err) -> _Variant:
             "a CK pad token: npad or p followed by s, sk, d, dv in this order (e.g. psskddv)",
             value["pad"],
         )
-    pads = tuple(1 if g else 0 for g in pm.groups())
+    pad_s, pad_sk, pad_d, pad_dv = (1 if g else 0 for g in pm.groups())
     vlayout = _parse_enum(VLayout, value.get("vlayout", "row"), f"{path}.vlayout", err)
     trload = value.get("trload", False)
     if not isinstance(trload, bool):
         raise err(f"{path}.trload", "a boolean", trload)
-    return _Variant(pipeline, pads, vlayout, trload, _parse_when(value.get("when"), f"{path}.when", err))  # type: ignore[arg-type]
+    pads = (pad_s, pad_sk, pad_d, pad_dv)
+    return _Variant(pipeline, pads, vlayout, trload, _parse_when(value.get("when"), f"{path}.when", err))
 
 
 def _parse_group(value: Any, path: str, err: _Err) -> _Group:
@@ -385,7 +392,7 @@ def _parse_group(value: Any, path: str, err: _Err) -> _Group:
     feats = value.get("features", {})
     if not isinstance(feats, dict):
         raise err(f"{path}.features", "a mapping axis -> list of values", feats)
-    axes = []
+    axes: list[tuple[str, Any]] = []
     for axis, vals in feats.items():
         ap = f"{path}.features.{axis}"
         if axis not in _AXES:
@@ -680,7 +687,7 @@ def enumerate_api(ctx) -> list[KernelConfig]:
                     valid = []
                     for vi, a in enumerate(row):
                         ok = a is not None
-                        if ok and alg_preds:
+                        if a is not None and alg_preds:
                             ap.vlayout = variants[vi].vlayout
                             ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
                             ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = (

@@ -149,7 +149,18 @@ def enumerate_api(ctx) -> list[KernelConfig]:
             launch = table.get(hq, [])
             qs = [QScale.parse(q, "qscale") for q in qscale.get(dt.value, ["none"])]
             algs = [
-                KernelAlgorithm(Pipeline.TRITON, (bm0, bn0), ((w, 1, 1), (w, 1, 1)), (), -1, *pad, num_stages=st)
+                KernelAlgorithm(
+                    Pipeline.TRITON,
+                    (bm0, bn0),
+                    ((w, 1, 1), (w, 1, 1)),
+                    (),
+                    -1,
+                    pad_s=pad[0],
+                    pad_sk=pad[1],
+                    pad_d=pad[2],
+                    pad_dv=pad[3],
+                    num_stages=st,
+                )
                 for (bm0, bn0, w, st) in launch
                 for pad in pads
             ]

@@ -38,7 +38,7 @@ def seq_slice(p: Problem, x_hsd: np.ndarray, b: int, which: str) -> np.ndarray:
     """Sequence ``b`` of a (B, h, S, d) tensor as (h, s_b, d); ``which`` is 'q' or 'k'."""
     if p.mode is Mode.GROUP:
         starts = p.seqstart_q if which == "q" else p.seqstart_k
-        n = p.seqlens_q[b] if which == "q" else p.seqlens_k[b]
+        n = p.seqlens_q_list[b] if which == "q" else p.seqlens_k_list[b]
         return x_hsd[0, :, starts[b] : starts[b] + n]
     n = p.seqlen_q if which == "q" else p.seqlen_k
     return x_hsd[b, :, :n]
@@ -46,14 +46,14 @@ def seq_slice(p: Problem, x_hsd: np.ndarray, b: int, which: str) -> np.ndarray:
 
 def q_rows(p: Problem, b: int) -> slice:
     if p.mode is Mode.GROUP:
-        return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q[b])
+        return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q_list[b])
     return slice(0, p.seqlen_q)
 
 
 def k_rows(p: Problem, b: int) -> slice:
     """Key rows of sequence ``b`` in a (B, h, S, d) tensor (group mode: logical lengths, padding excluded)."""
     if p.mode is Mode.GROUP:
-        return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k[b])
+        return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k_list[b])
     return slice(0, p.seqlen_k)
 
 
@@ -167,7 +167,7 @@ def attend(
             s = accum(cap) * t
         if ex.bias is not None:
             s += ex.bias[:, r0:r1, key_lo:key_hi].astype(accum)
-        if alibi_mode is not None:
+        if alibi_mode is not None and ex.alibi is not None:  # alibi_mode is set exactly when ex.alibi is
             s += alibi_bias(ex.alibi, alibi_mode, rows, sq, sk, accum)[:, :, key_lo:key_hi]
         allowed = None
         if has_mask or key_lo > 0 or key_hi < sk:

@@ -30,8 +30,8 @@ def sequences(p: Problem, inputs: dict, accum, k_override=None, v_override=None)
     v_hsd = None if v_override else to_hsd(inputs["v"], p.input_layout)
     for b in range(p.batch):
         qb = seq_slice(p, q_hsd, b, "q")
-        kb = k_override(b) if k_override else seq_slice(p, k_hsd, b, "k")
-        vb = v_override(b) if v_override else seq_slice(p, v_hsd, b, "k")
+        kb = seq_slice(p, k_hsd, b, "k") if k_hsd is not None else k_override(b)
+        vb = seq_slice(p, v_hsd, b, "k") if v_hsd is not None else v_override(b)
         yield (
             b,
             dequant_rows(qb, inputs.get("q_descale"), p, b, p.nhead_q, accum),
@@ -50,7 +50,7 @@ def run_sequences(
     lse = np.full(lse_shape(p), -np.inf, dtype=accum)
     want_rv = return_randval and p.p_drop > 0
     randval = np.zeros(lse_shape(p) + (p.seqlen_k,), dtype=np.uint8) if want_rv else None
-    splits_o = splits_lse = None
+    splits: tuple[np.ndarray, np.ndarray] | None = None  # (o_acc, lse_acc) with key_ranges
     for b, qb, kb, vb in seqs if seqs is not None else sequences(p, inputs, accum):
         sq, sk = qb.shape[1], kb.shape[1]
         bi = 0 if p.mode is Mode.GROUP else b
@@ -64,9 +64,12 @@ def run_sequences(
         ex = sequence_extras(p, inputs, b, sq, sk, accum)
         if key_ranges is not None:
             ranges = key_ranges(b, sk)
-            if splits_o is None:
-                splits_o = np.zeros((len(ranges),) + o_hsd.shape, dtype=accum)
-                splits_lse = np.full((len(ranges),) + lse.shape, -np.inf, dtype=accum)
+            if splits is None:
+                splits = (
+                    np.zeros((len(ranges),) + o_hsd.shape, dtype=accum),
+                    np.full((len(ranges),) + lse.shape, -np.inf, dtype=accum),
+                )
+            splits_o, splits_lse = splits
             for i, (lo, hi) in enumerate(ranges):
                 ex_i = ex if i == 0 else dataclasses.replace(ex, sink=None)  # the sink counts once, in split 0
                 so, sl, _ = attend(p, qb, kb, vb, ex_i, accum, key_lo=lo, key_hi=hi)
@@ -75,14 +78,13 @@ def run_sequences(
         ob, lb, rv = attend(p, qb, kb, vb, ex, accum, want_randval=want_rv)
         o_hsd[bi, :, rows] = ob
         lse[bi, :, rows] = lb
-        if want_rv:
+        if randval is not None:  # want_rv
             randval[bi, :, rows, :sk] = rv
     out = {"o": from_hsd(o_hsd, p.output_layout), "lse": lse}
-    if want_rv:
+    if randval is not None:
         out["randval"] = randval
-    if splits_o is not None:
-        out["o_acc"] = splits_o
-        out["lse_acc"] = splits_lse
+    if splits is not None:
+        out["o_acc"], out["lse_acc"] = splits
     return out
 
 

@@ -270,29 +270,28 @@ class ApiDiff:
             CKNameError,
             CKNamingScheme,
             CKSchemeError,
+            ParsedCKName,
             ck_instance_name,
             cross_scheme_config,
             parse_ck_name,
         )
 
-        parsed = {}
+        parsed: dict[str, ParsedCKName] = {}
         sch: Counter = Counter()
         for n in self.missing:
             try:
-                p = parse_ck_name(n)
+                parsed[n] = parse_ck_name(n)
             except CKNameError:
                 self.unparsed.append(n)
-                continue
-            parsed[n] = p
         for n in self.upstream:
-            p = parsed.get(n)
-            if p is None and n not in self.unparsed:
+            found = parsed.get(n)
+            if found is None and n not in self.unparsed:
                 try:
-                    p = parse_ck_name(n)
+                    found = parse_ck_name(n)
                 except CKNameError:
                     continue
-            if p is not None:
-                sch[_scheme_label(p.schemes)] += 1
+            if found is not None:
+                sch[_scheme_label(found.schemes)] += 1
         self.schemes = dict(sch)
         older = [p.scheme for p in parsed.values() if CKNamingScheme.CURRENT not in p.schemes]
         if not older:  # the checkout names kernels like ckfmha: file names are the comparison
@@ -445,7 +444,7 @@ class EnumParityReport:
 
     def table(self, show: int = 20) -> str:
         lines = self._summary_lines()
-        rows = [("arch", "api", "family", "upstream", "ours", "missing", "extra")]
+        rows: list[tuple[str | int, ...]] = [("arch", "api", "family", "upstream", "ours", "missing", "extra")]
         for d in self.diffs:
             for fam, c in d.per_family().items():
                 rows.append((d.arch, d.api, fam, c["upstream"], c["ours"], c["missing"], c["extra"]))

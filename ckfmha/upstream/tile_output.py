@@ -66,7 +66,9 @@ class TileOutputError(ValueError):
 
 def split_fields(text: str) -> list[str]:
     """Split on ``", "`` outside square brackets (padding diagnostics hold ``[a,b]`` lists)."""
-    out, depth, cur, i = [], 0, [], 0
+    out: list[str] = []
+    cur: list[str] = []
+    depth, i = 0, 0
     while i < len(text):
         c = text[i]
         if c == "[":
@@ -189,8 +191,7 @@ def _parse_result(text: str, out: TileOutput) -> None:
             continue
         nu = _NUM_UNIT.match(tok)
         if nu:
-            val = float(nu.group("num"))
-            setattr(out, {"ms": "ms", "TFlops": "tflops", "GB/s": "gbps"}[nu.group("unit")], val)
+            setattr(out, {"ms": "ms", "TFlops": "tflops", "GB/s": "gbps"}[nu.group("unit")], float(nu.group("num")))
             continue
         kv = _KV.match(tok)
         if kv:

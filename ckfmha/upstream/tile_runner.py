@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 from ckfmha.kernel import Bias, Family, Mode
 from ckfmha.masking import MaskError, MaskSpec
@@ -133,7 +134,9 @@ def run_process(
         env=env,
         start_new_session=True,
     )
-    streams = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+    # stdout/stderr=PIPE: Popen made both pipes (typeshed types the attributes Optional)
+    pipes = (cast(IO[bytes], proc.stdout), cast(IO[bytes], proc.stderr))
+    streams = {pipes[0].fileno(): "stdout", pipes[1].fileno(): "stderr"}
     bufs = {name: bytearray() for name in streams.values()}
     sel = selectors.DefaultSelector()
     for fd in streams:
@@ -198,7 +201,7 @@ def run_process(
                 pass
     finally:
         sel.close()
-        for f in (proc.stdout, proc.stderr):
+        for f in pipes:
             f.close()
     rc = None if (timed_out or capped) else proc.returncode
     return RawRun(
@@ -346,10 +349,8 @@ def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_
         return res(Verdict.ERROR, f"killed by signal {-rc}" + (f"; output: {line}" if line else ""))
     jv = json_verification(out)
     if jv is not None and out.valid is not None and jv != out.valid:
-        notes.append(
-            f"JSON verification={out.json_result.get('verification')!r} disagrees with valid:"
-            f"{'y' if out.valid else 'n'}"
-        )
+        verification = "pass" if jv else "fail"  # the JSON file's value that json_verification read
+        notes.append(f"JSON verification={verification!r} disagrees with valid:{'y' if out.valid else 'n'}")
     if rc == 255:
         words = err_words or " | ".join(out.other_lines[-3:]) or "(no message)"
         return res(Verdict.ERROR, f"exit 255 (argument error): {words}")

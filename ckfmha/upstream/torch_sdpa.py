@@ -18,8 +18,10 @@ from __future__ import annotations
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ckfmha.kernel import Bias, Mode
 from ckfmha.problem import Problem
@@ -58,7 +60,7 @@ def to_torch(a: np.ndarray, device):
     return torch.from_numpy(a.copy()).to(device)
 
 
-def to_numpy(t, like: np.dtype) -> np.ndarray:
+def to_numpy(t, like: DTypeLike) -> np.ndarray:
     import ml_dtypes
     import torch
 
@@ -80,7 +82,7 @@ def _units(p: Problem):
     per sequence.  Selections index the (B, h, S, d) views."""
     if p.mode is Mode.GROUP:
         for b in range(p.batch):
-            sq, sk = p.seqlens_q[b], p.seqlens_k[b]
+            sq, sk = p.seqlens_q_list[b], p.seqlens_k_list[b]
             yield (
                 b,
                 (slice(0, 1), slice(p.seqstart_q[b], p.seqstart_q[b] + sq)),
@@ -100,7 +102,7 @@ def _additive(p: Problem, inputs: dict, b, sq: int, sk: int, sk_ext: int) -> np.
     """float32 (Ba, Ha, sq, sk_ext): ALiBi term and the sink column (elementwise bias is added separately)."""
     from ckfmha.reference._core import alibi_bias
 
-    parts = None
+    parts: np.ndarray | None = None
     if p.bias is Bias.ALIBI:
         sl = np.asarray(inputs["alibi_slopes"], dtype=np.float32)
         rows = np.arange(sq)
@@ -240,6 +242,18 @@ def _flex_call(expr, p, q, k, v, bias_t, add_np, allowed, sk, sk_ext, device, fl
 
 
 # ------------------------------------------------------------------------------------------ the side
+@dataclass
+class _Backward:
+    """A backward problem's ``dO`` and the gradients the units write into, in (B, h, S, d) views (``dbias`` in
+    the bias's own shape, only when compared)."""
+
+    do_hsd: np.ndarray
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dbias: np.ndarray | None
+
+
 def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex_fn=None) -> dict[str, np.ndarray]:
     """Run the problem through torch as ``expr`` says; outputs in CK's shapes and dtypes."""
 
@@ -253,14 +267,18 @@ def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex
     k_hsd = to_hsd(inputs["k"], p.input_layout)
     v_hsd = to_hsd(inputs["v"], p.input_layout)
     bwd = p.is_backward
-    do_hsd = to_hsd(inputs["do"], p.output_layout) if bwd else None
     o = np.zeros(q_hsd.shape[:3] + (p.hdim_v,), output_dtype(p.dtype))
     lse = np.full(lse_shape(p), -np.inf, np.float32)
-    dq = np.zeros(q_hsd.shape, sdt) if bwd else None
-    dk = np.zeros(k_hsd.shape, sdt) if bwd else None
-    dv = np.zeros(v_hsd.shape, sdt) if bwd else None
-    dbias = np.zeros(inputs["bias"].shape, np.float32) if (bwd and "dbias" in expr.compare) else None
-    want_dbias = dbias is not None
+    grads = None
+    if bwd:
+        grads = _Backward(
+            do_hsd=to_hsd(inputs["do"], p.output_layout),
+            dq=np.zeros(q_hsd.shape, sdt),
+            dk=np.zeros(k_hsd.shape, sdt),
+            dv=np.zeros(v_hsd.shape, sdt),
+            dbias=np.zeros(inputs["bias"].shape, np.float32) if "dbias" in expr.compare else None,
+        )
+    want_dbias = grads is not None and grads.dbias is not None
     for b, q_sel, k_sel, sq, sk in _units(p):
         if sq == 0:
             continue
@@ -278,25 +296,27 @@ def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex
         o[q_sel[0], :, q_sel[1]] = to_numpy(out, o.dtype)
         if lse_u is not None:
             lse[q_sel[0] if b is None else slice(0, 1), :, q_sel[1]] = to_numpy(lse_u, np.float32)
-        if bwd:
-            out.backward(to_torch(_sel(do_hsd, q_sel), device).to(dt))
-            dq[q_sel[0], :, q_sel[1]] = to_numpy(q.grad, sdt)
-            dk[k_sel[0], :, k_sel[1]] = to_numpy(k.grad, sdt)
-            dv[k_sel[0], :, k_sel[1]] = to_numpy(v.grad, sdt)
-            if want_dbias:
+        if grads is not None:
+            out.backward(to_torch(_sel(grads.do_hsd, q_sel), device).to(dt))
+            grads.dq[q_sel[0], :, q_sel[1]] = to_numpy(q.grad, sdt)
+            grads.dk[k_sel[0], :, k_sel[1]] = to_numpy(k.grad, sdt)
+            grads.dv[k_sel[0], :, k_sel[1]] = to_numpy(v.grad, sdt)
+            if grads.dbias is not None:
+                if bias_t is None:  # express() compares dbias only for an elementwise bias
+                    raise ValueError(f"dbias: compared, but the problem's bias is {p.bias.value}, not elementwise")
                 g = to_numpy(bias_t.grad, np.float32)
                 if b is None:
-                    dbias[...] = g
+                    grads.dbias[...] = g
                 else:
-                    dbias[0:1, :, q_sel[1], :sk] += g
-    if bwd:
+                    grads.dbias[0:1, :, q_sel[1], :sk] += g
+    if grads is not None:
         outs = {
-            "dq": from_hsd(dq, p.input_layout),
-            "dk": from_hsd(dk, p.input_layout),
-            "dv": from_hsd(dv, p.input_layout),
+            "dq": from_hsd(grads.dq, p.input_layout),
+            "dk": from_hsd(grads.dk, p.input_layout),
+            "dv": from_hsd(grads.dv, p.input_layout),
         }
-        if want_dbias:
-            outs["dbias"] = dbias
+        if grads.dbias is not None:
+            outs["dbias"] = grads.dbias
         return outs
     outs = {"o": from_hsd(o, p.output_layout)}
     if "lse" in expr.compare:

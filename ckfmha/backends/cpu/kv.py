@@ -41,6 +41,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -190,6 +191,14 @@ def _index_tensor(tensors: dict, name: str, shape: tuple, why: str) -> np.ndarra
     return a
 
 
+def _block_table_entry(b: int, j: int) -> str:
+    return f"block_table[{b}, {j}]"
+
+
+def _page_indices_entry(first: int, j: int) -> str:
+    return f"kv_page_indices[{first + j}]"
+
+
 def _check_pages(pages: np.ndarray, num_pages: int, where: Callable[[int], str], b: int) -> np.ndarray:
     bad = np.flatnonzero((pages < 0) | (pages >= num_pages))
     if bad.size:
@@ -212,7 +221,7 @@ def _vllm_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray]:
                 f"block_table: sequence {b} has {sk} keys in {n} page(s) of {page}, the table "
                 f"has {bt.shape[1]} column(s)"
             )
-        out.append(_check_pages(bt[b, :n], num_pages, lambda j, b=b: f"block_table[{b}, {j}]", b))
+        out.append(_check_pages(bt[b, :n], num_pages, partial(_block_table_entry, b), b))
     return out
 
 
@@ -245,7 +254,7 @@ def _sglang_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray
                 f"kv_indptr, kv_last_page_lens: sequence {b}'s page table holds {keys} keys "
                 f"((pages - 1) * page_block_size + last page length), seqlens_k[{b}] = {sk}"
             )
-        out.append(_check_pages(indices[first:end], num_pages, lambda j, f=first: f"kv_page_indices[{f + j}]", b))
+        out.append(_check_pages(indices[first:end], num_pages, partial(_page_indices_entry, first), b))
     return out
 
 
@@ -295,8 +304,14 @@ def sequence_kv(p: Problem, tensors: dict, addressing: KVAddressing) -> list[tup
     page = addressing.page_block_size
     if not page:
         return list(zip(_contiguous(p, tensors, "k"), _contiguous(p, tensors, "v")))
-    k_pool = _pool(tensors, "k_cache", addressing.k_pool, page)
-    v_pool = _pool(tensors, "v_cache", addressing.v_pool, page)
+    k_layout, v_layout = addressing.k_pool, addressing.v_pool
+    if k_layout is None or v_layout is None:  # KVAddressing.of always sets both for paged K/V
+        raise ValueError(
+            f"addressing: k_pool={k_layout}, v_pool={v_layout}: paged K/V (page_block_size={page}) needs both pool "
+            "layouts (build it with KVAddressing.of)"
+        )
+    k_pool = _pool(tensors, "k_cache", k_layout, page)
+    v_pool = _pool(tensors, "v_cache", v_layout, page)
     num_pages = min(k_pool.shape[0], v_pool.shape[0])
     if addressing.lookup is KVLookupTable.SGLANG:
         blocks = _sglang_blocks(p, tensors, num_pages)
@@ -304,8 +319,8 @@ def sequence_kv(p: Problem, tensors: dict, addressing: KVAddressing) -> list[tup
         blocks = _vllm_blocks(p, tensors, num_pages)
     return [
         (
-            PageBlockNavigator("k_cache", k_pool, blk, page, addressing.k_pool),
-            PageBlockNavigator("v_cache", v_pool, blk, page, addressing.v_pool),
+            PageBlockNavigator("k_cache", k_pool, blk, page, k_layout),
+            PageBlockNavigator("v_cache", v_pool, blk, page, v_layout),
         )
         for blk in blocks
     ]

@@ -49,14 +49,14 @@ class SequenceExtras:
 def query_rows(p: Problem, b: int) -> slice:
     """Sequence ``b``'s rows in a (B, h, S, ...) query-side tensor (module doc)."""
     if p.mode is Mode.GROUP:
-        return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q[b])
+        return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q_list[b])
     return slice(0, p.seqlen_q)
 
 
 def key_rows(p: Problem, b: int) -> slice:
     """Sequence ``b``'s rows in a (B, h, S_k, ...) key-side tensor (module doc)."""
     if p.mode is Mode.GROUP:
-        return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k[b])
+        return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k_list[b])
     return slice(0, p.seqlen_k)
 
 

@@ -175,25 +175,30 @@ def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     per_row = p.mask.kind is not MaskKind.NONE  # CK: q's table row stride is has_mask * rotary_dim / 2
     q_rows = [table_rows(cache[b], p.seqlen_q, per_row) for b in range(p.batch)]
     knew_rows = [table_rows(cache[b], p.seqlen_knew, True) for b in range(p.batch)]
-    cos = sin = None
+    tables: tuple[np.ndarray, np.ndarray] | None = None  # (cos, sin) when p.rotary_dim
     if p.rotary_dim:
         last = max([int(r.max()) for r in q_rows + knew_rows if r.size], default=-1)
-        cos, sin = rotary_tables(tensors, p.rotary_dim, last)
-    kn = vn = None
+        tables = rotary_tables(tensors, p.rotary_dim, last)
+    new_kv: tuple[np.ndarray, np.ndarray] | None = None  # (knew, vnew) as bhsd when p.seqlen_knew
     if p.seqlen_knew:
-        kn = as_bhsd(_need(tensors, "knew", "appendkv"), p.input_layout)
-        vn = as_bhsd(_need(tensors, "vnew", "appendkv"), p.input_layout)
+        new_kv = (
+            as_bhsd(_need(tensors, "knew", "appendkv"), p.input_layout),
+            as_bhsd(_need(tensors, "vnew", "appendkv"), p.input_layout),
+        )
     written = []
-    if p.rotary_dim:
+    if tables is not None:
+        cos, sin = tables
         q_bhsd = as_bhsd(q, p.input_layout).copy()
         for b in range(p.batch):
             q_bhsd[b] = rotate(q_bhsd[b], cos[q_rows[b]], sin[q_rows[b]], cfg.rope, p.rotary_dim)
         tensors["q"] = from_bhsd(q_bhsd, p.input_layout)
         written.append("q")
-    if p.seqlen_knew:
+    if new_kv is not None:
+        kn, vn = new_kv
         for b, (k_dst, v_dst) in enumerate(kv):
             knb = kn[b]
-            if p.rotary_dim:
+            if tables is not None:
+                cos, sin = tables
                 knb = rotate(knb, cos[knew_rows[b]], sin[knew_rows[b]], cfg.rope, p.rotary_dim)
             k_dst.write(cache[b], knb)
             v_dst.write(cache[b], vn[b])

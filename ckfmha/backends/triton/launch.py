@@ -125,11 +125,22 @@ def seq_strides(t: torch.Tensor, layout: Layout) -> tuple[int, int, int]:
     return t.stride(0), t.stride(2), t.stride(1)
 
 
+_DESCALE_KEYS = ("q_descale", "k_descale", "v_descale")
+
+
 def _dummy(device: str) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
 # ------------------------------------------------------------------------------------------ checks
+def _required(t: dict[str, torch.Tensor], name: str, reader: str) -> torch.Tensor:
+    """``t[name]``, which ``reader`` reads: a stage's tensors without it are a bug of its inputs, not a skip."""
+    tensor = t.get(name)
+    if tensor is None:
+        raise ValueError(f"tensors: {name!r} is missing; {reader} reads it")
+    return tensor
+
+
 def check_preconditions(c: KernelConfig, p: Problem, role: StageRole | None = None) -> None:
     """The checks of a real kernel launch, by the dispatcher's rules (:func:`ckfmha.rules.misfit`: family, dtype,
     mode, head dims, features, sequence padding incl. group mode and pad 8): a :class:`PreconditionError` with the
@@ -218,6 +229,7 @@ def attention_launcher(
     bias = t.get("bias")
     sbb = sbh = sbm = sbn = 0
     if s.bias is Bias.ELEMENTWISE:
+        bias = _required(t, "bias", "a kernel with elementwise bias")
         # broadcast dims (size 1) get stride 0
         sbb = bias.stride(0) if bias.shape[0] > 1 else 0
         sbh = bias.stride(1) if bias.shape[1] > 1 else 0
@@ -225,6 +237,7 @@ def attention_launcher(
     alibi = t.get("alibi_slopes")
     salb = 0
     if s.bias is Bias.ALIBI:
+        alibi = _required(t, "alibi_slopes", "a kernel with alibi bias")
         salb = alibi.stride(0) if alibi.shape[0] > 1 else 0
     randval = t.get("randval")
     srb = srh = srm = srn = 0
@@ -233,16 +246,18 @@ def attention_launcher(
     bt = t.get("block_table")
     sbtb = bt.stride(0) if bt is not None else 0
     seqlens_k = t.get("cache_seqlens") if not group else t.get("seqlen_k")
-    qd, kd, vd = t.get("q_descale"), t.get("k_descale"), t.get("v_descale")
+    qd, kd, vd = (t.get(n) for n in _DESCALE_KEYS)
     qscale = {QScale.NONE: 0, QScale.PERTENSOR: 1, QScale.BLOCKSCALE: 2}[p.qscale]
     qdv = kdv = vdv = 1.0
     sqdb = sqdh = skdb = skdh = svdb = svdh = 0
-    if qscale == 1:
-        qdv, kdv, vdv = (float(x.reshape(-1)[0].item()) for x in (qd, kd, vd))
-    elif qscale == 2:
-        sqdb, sqdh = qd.stride(0), qd.stride(1)
-        skdb, skdh = kd.stride(0), kd.stride(1)
-        svdb, svdh = vd.stride(0), vd.stride(1)
+    if qscale:
+        qd, kd, vd = (_required(t, n, f"a kernel with qscale {p.qscale.value}") for n in _DESCALE_KEYS)
+        if qscale == 1:
+            qdv, kdv, vdv = (float(x.reshape(-1)[0].item()) for x in (qd, kd, vd))
+        else:
+            sqdb, sqdh = qd.stride(0), qd.stride(1)
+            skdb, skdh = kd.stride(0), kd.stride(1)
+            svdb, svdh = vd.stride(0), vd.stride(1)
     mask_kind, ml, mr, my, mx, alibi_mode = _mask_args(p)
     seed = p.drop_seed & ((1 << 64) - 1)
     off = p.drop_offset & ((1 << 64) - 1)
@@ -255,7 +270,7 @@ def attention_launcher(
         num_splits if split else 1,
     )
     scale = p.softmax_scale
-    args = (
+    args: tuple[object, ...] = (
         q,
         k,
         v,

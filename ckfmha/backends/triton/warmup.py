@@ -62,7 +62,7 @@ def compile_config(c: KernelConfig) -> dict[str, Any]:
     from ckfmha.plan import Stage, StageRole
 
     p = synthetic_problem(c)
-    tensors = make_inputs(p, seed=0)
+    tensors: dict[str, Any] = dict(make_inputs(p, seed=0))
     role = {
         Family.FWD: StageRole.FWD,
         Family.FWD_SPLITKV: StageRole.SPLITKV,
