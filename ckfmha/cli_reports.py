@@ -3,14 +3,17 @@
     ckfmha compare BASELINE.json NEW.json [--threshold 0.10] [--format text|json]
     ckfmha report RUN.json [--baseline OLD.json] -o report.html
     ckfmha merge SHARD1.json SHARD2.json ... -o ALL.json
+    ckfmha tune RUN.json -o heuristics.yaml [--base HEURISTICS.yaml]
 
 | command | exit status |
 |---|---|
 | compare | 0 no regression, 1 regressed (new failures, missing items, timing regressions), 2 bad input |
 | report | 0 written, 2 bad input (or matplotlib missing: ``pip install 'ckfmha[report]'``) |
 | merge | 0 written, 2 bad input (a duplicate item, a missing or incomplete shard, shards of different sweeps) |
+| tune | 0 written, 1 nothing to learn (no timed kernel items), 2 bad input |
 
-The rules live in :mod:`ckfmha.runreport` (compare, merge) and :mod:`ckfmha.htmlreport` (the page).
+The rules live in :mod:`ckfmha.runreport` (compare, merge), :mod:`ckfmha.htmlreport` (the page) and
+:mod:`ckfmha.heuristics` (tune: the measured fastest kernel per shape class, for ``--ckfmha-heuristics``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,33 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    import yaml
+
+    from ckfmha.heuristics import heuristics_from_doc, tune, tuned_document
+    from ckfmha.runreport import atomic_write_text, load_report
+
+    rep = load_report(args.run)
+    arch = str(rep.meta.get("arch") or "")
+    if not arch:
+        raise ValueError(f"{args.run}: arch: the report names no arch")
+    entries = tune(rep.rows, arch)
+    if not entries:
+        sys.stderr.write(
+            f"ckfmha tune: {args.run} has no timed kernel items to learn from (run the plugin with --ckfmha-bench)\n"
+        )
+        return 1
+    doc = tuned_document(args.base, entries)
+    text = (
+        f"# Written by ckfmha tune from {args.run} ({len(entries)} shape classes, arch {arch}); the rules and "
+        "short_query_tiles are the base table's.\n" + yaml.safe_dump(doc, sort_keys=False, width=120)
+    )
+    heuristics_from_doc(yaml.safe_load(text), str(args.output))  # what is written must load
+    path = atomic_write_text(args.output, text)
+    sys.stdout.write(f"ckfmha tune: {len(entries)} shape class(es) -> {path}\n")
+    return 0
+
+
 def add_commands(sub) -> None:
     p = sub.add_parser(
         "compare",
@@ -87,3 +117,12 @@ def add_commands(sub) -> None:
     p.add_argument("reports", nargs="+", help="shard reports (JSON)")
     p.add_argument("-o", "--output", required=True, help="the merged report (JSON)")
     p.set_defaults(func=_merge)
+    p = sub.add_parser(
+        "tune",
+        help="the dispatcher's tie-break table from a timed run: the fastest kernel per shape "
+        "class (use it with --ckfmha-heuristics)",
+    )
+    p.add_argument("run", help="a run report with timings (--ckfmha-bench)")
+    p.add_argument("-o", "--output", required=True, help="the heuristics YAML to write")
+    p.add_argument("--base", help="the table whose rules to keep (default: the packaged data/heuristics.yaml)")
+    p.set_defaults(func=_tune)

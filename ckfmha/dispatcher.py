@@ -38,15 +38,20 @@ Rules 1-9 are :mod:`ckfmha.rules` (:func:`ckfmha.rules.fits`), which the backend
 
 Ranking of the candidates that pass
 -----------------------------------
-1. the smallest head-dim bucket (no wasted head-dim padding);
-2. fewer pads (a no-pad kernel wins when the shape is aligned);
-3. seqtune: the tile that best fits the sequence lengths — the padded fraction of the last query (key) block,
+1. measured: in the main stage, the kernel the tie-break table's ``tuned`` section names for the problem's shape
+   class on the registry's arch (``ckfmha tune``; ckfmha/heuristics.py) before any other (every candidate here
+   passed the rules; a measurement outranks the static preferences below);
+2. the smallest head-dim bucket (no wasted head-dim padding);
+3. fewer pads (a no-pad kernel wins when the shape is aligned);
+4. seqtune: the tile that best fits the sequence lengths — the padded fraction of the last query (key) block,
    then for long sequences the larger tile, for short ones the smaller (short: the query fits in one tile, or
-   a ``short_query_tiles`` rule of ``data/heuristics.yaml`` says so for this kernel, e.g. masked Triton
-   kernels up to 2k queries);
-4. the heuristics table ``data/heuristics.yaml`` (first matching rule's priority, lower first; benchmark
-   results can rewrite it);
-5. the kernel id, so the choice is deterministic.
+   a ``short_query_tiles`` rule of the table says so for this kernel, e.g. masked Triton kernels up to 2k
+   queries);
+5. the table's ``rules`` (first matching rule's priority, lower first);
+6. the kernel id, so the choice is deterministic.
+
+The table is ``data/heuristics.yaml`` unless a Dispatcher is given another (``heuristics=``,
+``--ckfmha-heuristics FILE``).
 
 Public API: :meth:`Dispatcher.select` (the plan), :meth:`Dispatcher.explain` (every candidate with its verdict),
 :meth:`Dispatcher.ranked_candidates` (the kernels that can serve one stage, best first; fast for many problems),
@@ -59,13 +64,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
+from ckfmha.heuristics import DEFAULT_PRIORITY, Heuristics, HeuristicsError, load_heuristics  # noqa: F401
 from ckfmha.kernel import Dropout, DType, Family, KernelConfig, KVLoad
-from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole  # noqa: F401  (re-exported: older imports)
+from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole, main_role  # noqa: F401  (re-exported: older imports)
 from ckfmha.registry import Registry
 from ckfmha.rules import Requirement, RoleRules, sequence_lengths  # noqa: F401  (Requirement: re-exported)
 from ckfmha.workspace import bwd_workspace_upper_bound
@@ -149,72 +154,16 @@ class PinnedRegistry:
 
 
 # --------------------------------------------------------------------------------------------- heuristics
-_Rule = tuple[Callable[[KernelConfig], bool], int, str]  # (when, value, why)
-
-
-@dataclass(frozen=True)
-class _Heuristics:
-    rules: tuple[_Rule, ...]  # value: priority
-    short_query_tiles: tuple[_Rule, ...]  # value: max_seqlen_q
-
-
-def _compile_rules(path, doc: dict, key: str, value_key: str) -> tuple[_Rule, ...]:
-    from ckfmha.filters import FilterError, compile_filter
-
-    out = []
-    for i, rule in enumerate(doc.get(key) or ()):
-        if (
-            not isinstance(rule, dict)
-            or set(rule) - {"when", value_key, "why"}
-            or "when" not in rule
-            or not isinstance(rule.get(value_key), int)
-            or isinstance(rule.get(value_key), bool)
-        ):
-            raise ValueError(f"{path}: {key}[{i}]: expected {{when: <filter>, {value_key}: <int>, why: <text>}}")
-        try:
-            pred = compile_filter(rule["when"])
-        except FilterError as e:
-            raise ValueError(f"{path}: {key}[{i}].when: {e}") from None
-        out.append((pred, rule[value_key], str(rule.get("why", ""))))
-    return tuple(out)
-
-
-@lru_cache(maxsize=1)
-def _heuristics() -> _Heuristics:
-    from ckfmha.archs import data_dir, load_yaml
-
-    path = data_dir() / "heuristics.yaml"
-    doc = load_yaml(path)
-    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("rules"), list):
-        raise ValueError(f"{path}: expected 'schema: 1' and a 'rules' list")
-    unknown = set(doc) - {"schema", "rules", "short_query_tiles"}
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; expected schema, rules, short_query_tiles")
-    if not isinstance(doc.get("short_query_tiles", []), list):
-        raise ValueError(f"{path}: short_query_tiles: expected a list")
-    return _Heuristics(
-        _compile_rules(path, doc, "rules", "priority"), _compile_rules(path, doc, "short_query_tiles", "max_seqlen_q")
-    )
-
-
-DEFAULT_PRIORITY = 100
-
-
 def heuristic_priority(c: KernelConfig) -> int:
-    for pred, prio, _ in _heuristics().rules:
-        if pred(c):
-            return prio
-    return DEFAULT_PRIORITY
+    """The packaged tie-break table's priority of ``c`` (ckfmha.heuristics; lower wins)."""
+    return load_heuristics().priority(c)
 
 
 def short_query_limit(c: KernelConfig) -> int:
     """Up to how many query rows a problem counts as short for ``c``'s seqtune (the smaller query tile ranks
-    first): the first matching ``short_query_tiles`` rule of data/heuristics.yaml, else 0 (only a query shorter
-    than the tile is short)."""
-    for pred, limit, _ in _heuristics().short_query_tiles:
-        if pred(c):
-            return limit
-    return 0
+    first): the first matching ``short_query_tiles`` rule of the packaged table, else 0 (only a query shorter than
+    the tile is short)."""
+    return load_heuristics().short_query_limit(c)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -281,13 +230,28 @@ class Dispatcher:
     ``num_cus``: the compute units (SMs) the split-KV heuristics size grids for; by default the ``num_cus`` of the
     registry's arch data file (:class:`ckfmha.archs.ArchSpec`), read when a plan first needs it."""
 
-    def __init__(self, registry: Registry, backend: "Backend | None" = None, *, num_cus: int | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        backend: "Backend | None" = None,
+        *,
+        num_cus: int | None = None,
+        heuristics: Heuristics | None = None,
+    ) -> None:
         if num_cus is not None and (isinstance(num_cus, bool) or not isinstance(num_cus, int) or num_cus < 1):
             raise ValueError(f"num_cus: expected a positive int (compute units), found {num_cus!r}")
         self.registry = registry
         self.backend = backend
+        self._heuristics = heuristics
         self._num_cus = num_cus
         self._buckets: dict[tuple, tuple[int, dict]] = {}
+
+    @property
+    def heuristics(self) -> Heuristics:
+        """The tie-break table: the one given, else the packaged data/heuristics.yaml (read on first use)."""
+        if self._heuristics is None:
+            self._heuristics = load_heuristics()
+        return self._heuristics
 
     @property
     def num_cus(self) -> int:
@@ -468,11 +432,14 @@ class Dispatcher:
             sq, sk = max(qs), max(ks) if ks else 0
             fit = _waste(sq, bm0) + _waste(sk, bn0)
             # long sequences prefer the bigger tile (fewer blocks), short ones the smaller
-            short = sq <= bm0 or sq <= short_query_limit(c)
+            short = sq <= bm0 or sq <= self.heuristics.short_query_limit(c)
             size_pref = bm0 if short else -bm0
+        tuned = self.heuristics.tuned_kernel(self.registry.arch, problem) if role is main_role(problem) else None
+        not_tuned = 0 if tuned is None or tuned == c.kernel_id else 1
         kv_load = 0 if a.kv_load in (KVLoad.NONE, KVLoad.BLOCK) else 1
         randval = 1 if s.dropout in (Dropout.WG16_STORE_RANDVAL, Dropout.WG32_STORE_RANDVAL) else 0
-        return (hdim_waste, pads, round(fit, 6), size_pref, randval, kv_load, heuristic_priority(c), c.kernel_id)
+        prio = self.heuristics.priority(c)
+        return (not_tuned, hdim_waste, pads, round(fit, 6), size_pref, randval, kv_load, prio, c.kernel_id)
 
 
 def _waste(n: int, tile: int) -> float:

@@ -124,9 +124,6 @@ class Shape:
     def family(self) -> str:
         return problem_family_of(self.problem)
 
-    def in_category(self, category: str) -> bool:
-        return CATEGORIES.index(self.category) <= CATEGORIES.index(category)
-
 
 def category_rank(category: str) -> int:
     if category not in CATEGORIES:

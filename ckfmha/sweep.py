@@ -34,7 +34,6 @@ than ``MAX_NESTING_DEPTH``, files over ``MAX_FILE_BYTES`` and ``NaN``/``Infinity
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,6 +249,3 @@ def load_sweep(path: str | Path) -> Sweep:
     except DataFileError as e:  # duplicate keys, not UTF-8, too deep, too large, malformed JSON
         raise SweepError(str(e)) from None
     return parse_sweep(doc, str(p))
-
-
-SweepPredicate = Callable[[KernelConfig], bool]

@@ -35,7 +35,6 @@ class ShapeSpec:
     shape: "Shape"
     shape_id: str
     kernels: tuple["KernelConfig", ...]  # chosen kernels of the main stage, in item order
-    n_candidates: int  # kernels of the main stage that can serve the shape (before the cap)
 
 
 class DtypeView:
@@ -106,8 +105,9 @@ def choose(ranked: Sequence["KernelConfig"], cap: int) -> list["KernelConfig"]:
 class Views:
     """Per-dtype registry views of one kernel set and a dispatcher over each (built lazily)."""
 
-    def __init__(self, registry) -> None:
+    def __init__(self, registry, heuristics=None) -> None:
         self.registry = registry
+        self.heuristics = heuristics  # the tie-break table (None: the packaged one)
         self._views: dict = {}
         self._dispatchers: dict = {}
 
@@ -123,8 +123,17 @@ class Views:
 
         d = self._dispatchers.get(dtype)
         if d is None:
-            d = self._dispatchers[dtype] = Dispatcher(self.for_dtype(dtype))
+            d = self._dispatchers[dtype] = Dispatcher(self.for_dtype(dtype), heuristics=self.heuristics)
         return d
+
+
+def heuristics_of(settings: "Settings"):
+    """The tie-break table of ``--ckfmha-heuristics`` (None: the packaged one)."""
+    if settings.heuristics is None:
+        return None
+    from ckfmha.heuristics import load_heuristics
+
+    return load_heuristics(settings.heuristics)
 
 
 def ranked_candidates(views: Views, problem) -> list["KernelConfig"]:
@@ -139,7 +148,7 @@ def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
     if settings.category is None:  # State.specs() is called only when --ckfmha-category is given
         raise ValueError("build_specs: settings.category is None; the shapes are a category's (--ckfmha-category)")
     shapes = select(load_matrices(settings.matrices), settings.category, settings.families)
-    views = Views(registry)
+    views = Views(registry, heuristics_of(settings))
     specs = []
     seen: dict[str, object] = {}
     for s in shapes:
@@ -148,5 +157,5 @@ def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
             raise ValueError(f"shape id {sid!r} is shared by two problems ({seen[sid]} and {s.problem})")
         seen[sid] = s.problem
         ranked = ranked_candidates(views, s.problem)
-        specs.append(ShapeSpec(s, sid, tuple(choose(ranked, settings.max_kernels_per_shape)), len(ranked)))
+        specs.append(ShapeSpec(s, sid, tuple(choose(ranked, settings.max_kernels_per_shape))))
     return specs

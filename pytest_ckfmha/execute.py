@@ -56,9 +56,9 @@ class Runtime:
     @property
     def views(self):
         if self._views is None:
-            from pytest_ckfmha.collect import Views
+            from pytest_ckfmha.collect import Views, heuristics_of
 
-            self._views = Views(self.registry)
+            self._views = Views(self.registry, heuristics_of(self.settings))
         return self._views
 
     def backend(self):
@@ -85,7 +85,11 @@ class Outcome:
     checks: dict = field(default_factory=dict)
     unwritten: int = 0
     time_ms: float | None = None
+    time_min_ms: float | None = None
+    time_max_ms: float | None = None
+    repeats: int = 0
     timed: bool = False
+    clocks: str = ""
     build_s: float = 0.0
     build_cached: bool = True
     ref_cached: bool = False
@@ -108,10 +112,10 @@ def make_plan(rt: Runtime, problem, kernel, backend):
     reg = view if kernel is None else PinnedRegistry(view, kernel)
     # Dispatcher is annotated with Registry but reads only .arch and .candidates(), which the views provide
     try:
-        return Dispatcher(reg, backend).select(problem)  # type: ignore[arg-type]
+        return Dispatcher(reg, backend, heuristics=rt.views.heuristics).select(problem)  # type: ignore[arg-type]
     except NoKernelError as e:
         try:
-            Dispatcher(reg).select(problem)  # type: ignore[arg-type]
+            Dispatcher(reg, heuristics=rt.views.heuristics).select(problem)  # type: ignore[arg-type]
         except NoKernelError:
             raise ItemSkip(
                 f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "
@@ -235,11 +239,21 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     if nan_msgs:
         raise ItemFailure("NaN in the outputs where the reference has values:\n  " + "\n  ".join(nan_msgs))
     out.checks = validate(p, {n: tensors[n] for n in names}, ref, names=names, fp8_format=fmt)
-    if s.bench:  # the stages' time: warm-up, then the median of 5 runs (built kernels reused, no reduction)
-        execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built)
-        times = [
-            execute_plan(backend, plan, prepare_tensors(p, plan, inputs, ref)[0], True, False, built).total_ms
-            for _ in range(5)
-        ]
-        out.time_ms, out.timed = float(np.median(times)), True
+    if s.bench:
+        bench(backend, plan, lambda: prepare_tensors(p, plan, inputs, ref)[0], built, s.bench_repeat, out)
     return out
+
+
+def bench(backend, plan, fresh_tensors, built: dict, repeats: int, out: Outcome) -> None:
+    """--ckfmha-bench: a warm-up, then ``repeats`` timed runs of the plan's stages (built kernels reused, no host
+    reduction), each after ``backend.flush_cache()`` (the L2 cache on GPUs) on fresh tensors; the median, the
+    fastest and the slowest go to the report, with the clocks the backend reads."""
+    execute_plan(backend, plan, fresh_tensors(), True, False, built)
+    times = []
+    for _ in range(repeats):
+        tensors = fresh_tensors()
+        backend.flush_cache()
+        times.append(execute_plan(backend, plan, tensors, True, False, built).total_ms)
+    out.time_ms, out.timed = float(np.median(times)), True
+    out.time_min_ms, out.time_max_ms, out.repeats = float(min(times)), float(max(times)), len(times)
+    out.clocks = backend.clocks()

@@ -114,11 +114,6 @@ def shape_id(p: Problem) -> str:
 PLAN = "plan"
 
 
-def item_name(kernel_id: str | None) -> str:
-    """The item's own name below its shape: the kernel id, or ``plan``."""
-    return PLAN if kernel_id is None else kernel_id
-
-
 def group_name(kernel_id: str) -> str:
     """xdist_group name of a kernel: short (xdist appends it to every node id) and stable."""
     import hashlib

@@ -30,7 +30,7 @@ CATEGORIES = ("smoke", "full", "nightly")
 BACKENDS = ("auto", "cpu", "triton", "hip")
 DEFAULT_MAX_KERNELS = 2
 DEFAULT_CPU_MAX_FLOPS = 5e9
-DEFAULT_BENCH_REPEAT = 5
+DEFAULT_BENCH_REPEAT = 10
 DEFAULT_TIMEOUT_S = 600.0
 ISOLATIONS = ("process", "inline")
 MASK_MODES = ("simplified", "generic")
@@ -110,7 +110,48 @@ _OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
         dict(action="append", metavar="PATH", help="write the report to PATH (.json or .csv); repeatable"),
         None,
     ),
-    ("bench", dict(action="store_true", default=None, help="time each item (warm-up + repeats, median)"), "bool"),
+    (
+        "bench",
+        dict(
+            action="store_true",
+            default=None,
+            help="time each item: a warm-up, then --ckfmha-bench-repeat runs (the L2 cache flushed before each on "
+            "GPUs); the report gets the median, the fastest and the slowest",
+        ),
+        "bool",
+    ),
+    (
+        "bench-repeat",
+        dict(metavar="N", help=f"timed runs per item with --ckfmha-bench (default {DEFAULT_BENCH_REPEAT})"),
+        "string",
+    ),
+    (
+        "shard",
+        dict(
+            metavar="K/N",
+            help="run shard K of N (1 <= K <= N): the items are split by kernel (each kernel's items in one shard), "
+            "balanced by estimated cost, the same way on every machine; merge the reports with ckfmha merge",
+        ),
+        None,
+    ),
+    (
+        "resume",
+        dict(
+            metavar="REPORT",
+            help="skip the items an earlier (interrupted) report of the same run already completed and carry their "
+            "rows into this report",
+        ),
+        None,
+    ),
+    (
+        "heuristics",
+        dict(
+            metavar="FILE",
+            help="the dispatcher's tie-break table (heuristics YAML, e.g. from ckfmha tune) instead of the packaged "
+            "one",
+        ),
+        "string",
+    ),
     (
         "cpu-max-flops",
         dict(
@@ -229,6 +270,10 @@ class Settings:
     upstream_bin: str | None = None
     timeout: float = DEFAULT_TIMEOUT_S  # 0 = no limit
     report_every: float = CHECKPOINT_SECONDS
+    bench_repeat: int = DEFAULT_BENCH_REPEAT
+    shard: tuple[int, int] | None = None  # (K, N)
+    resume: str | None = None
+    heuristics: str | None = None
     isolation: str = "process"
     allow_empty: bool = False
 
@@ -399,6 +444,42 @@ def _to_count(given: _Given) -> int:
     return _int(given.option, given.value, 0)
 
 
+def _to_repeat(given: _Given) -> int:
+    return _int(given.option, given.value, 1)
+
+
+def _to_shard(given: _Given) -> tuple[int, int]:
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(given.value))
+    if not m:
+        raise _bad(given.option, given.value, "is not K/N (shard K of N, e.g. 2/4)")
+    k, n = int(m.group(1)), int(m.group(2))
+    if not 1 <= k <= n:
+        raise _bad(given.option, given.value, "needs 1 <= K <= N")
+    return k, n
+
+
+def _to_resume(given: _Given) -> str:
+    from ckfmha.runreport import ReportError, load_report
+
+    try:
+        load_report(given.value)
+    except ReportError as e:
+        raise _bad(given.option, given.value, f"is not a report to resume from: {e}") from None
+    return str(given.value)
+
+
+def _to_heuristics(given: _Given) -> str:
+    from ckfmha.dispatcher import HeuristicsError, load_heuristics
+
+    try:
+        load_heuristics(given.value)
+    except HeuristicsError as e:
+        raise _bad(given.option, given.value, f"is not a heuristics file: {e}") from None
+    return str(given.value)
+
+
 def _to_seed(given: _Given) -> int:
     seed = _int("seed", given.value, 0)
     if seed >= 2**32:
@@ -519,6 +600,10 @@ _CONVERTERS: dict[str, _Option] = {  # in the order parse checks them
     "seed": _Option(_to_seed, 0),
     "report": _Option(_to_reports, ()),
     "bench": _Option(_to_flag, False),
+    "bench-repeat": _Option(_to_repeat, DEFAULT_BENCH_REPEAT),
+    "shard": _Option(_to_shard),
+    "resume": _Option(_to_resume),
+    "heuristics": _Option(_to_heuristics),
     "allow-empty": _Option(_to_flag, False),
     "timeout": _Option(
         _number("a number of seconds", lambda s: s >= 0, "must be a finite number of seconds >= 0 (0 = no limit)"),
@@ -616,6 +701,10 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
         isolation=v["isolation"],
         allow_empty=v["allow-empty"],
         report_every=v["report-every"],
+        bench_repeat=v["bench-repeat"],
+        shard=v["shard"],
+        resume=v["resume"],
+        heuristics=v["heuristics"],
     )
 
 

@@ -143,6 +143,21 @@ def pytest_unconfigure(config) -> None:
         get_state(config).close()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """--ckfmha-shard / --ckfmha-resume: keep this run's items (sharding.py), after -k / -m."""
+    from pytest_ckfmha.state import has_state
+
+    if has_state(config):
+        from pytest_ckfmha.state import get_state
+
+        s = get_state(config).settings
+        if s.shard is not None or s.resume is not None:
+            from pytest_ckfmha.sharding import select
+
+            select(config, items)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector):
     rep = yield
@@ -196,6 +211,14 @@ class _Recorder:
         self.config = config
         self.state = get_state(config)
         self.book = RowBook(self.state.describe)
+        if self.state.settings.resume is not None:  # the completed items' rows come from the earlier report
+            from ckfmha.runreport import load_report
+            from pytest_ckfmha.sharding import check_same_run, completed_nodeids
+
+            path = self.state.settings.resume
+            check_same_run(self.state.settings, load_report(path).meta, path)
+            done = completed_nodeids(self.state.resumed_rows())
+            self.book.rows = {r["nodeid"]: r for r in self.state.resumed_rows() if r.get("nodeid") in done}
         self.writer = ReportWriter(self.state.settings.reports, self.state.settings.report_every)
         self.rows: list[dict] = []
         self.meta: dict = {}

@@ -94,7 +94,11 @@ ROW_FIELDS = (
     "elements",
     "unwritten",
     "time_ms",
+    "time_min_ms",
+    "time_max_ms",
+    "repeats",
     "timed",
+    "clocks",
     "tflops",
     "gbps",
     "flops",
@@ -241,7 +245,11 @@ def result_props(problem, outcome) -> dict[str, Any]:
         "mismatches": sum(c.mismatch_count for c in checks),
         "elements": sum(c.total for c in checks),
         "time_ms": round(ms, 6) if ms else "",
+        "time_min_ms": round(outcome.time_min_ms, 6) if outcome.time_min_ms else "",
+        "time_max_ms": round(outcome.time_max_ms, 6) if outcome.time_max_ms else "",
+        "repeats": outcome.repeats or "",
         "timed": outcome.timed,
+        "clocks": outcome.clocks,
         "tflops": round(fl / 1e9 / ms, 6) if ms else "",
         "gbps": round(by / 1e6 / ms, 6) if ms else "",
         "flops": fl,
@@ -472,7 +480,7 @@ ENV_PACKAGES = ("ckfmha", "numpy", "pytest", "pytest-xdist", "torch", "triton")
 
 def environment(command: Sequence[str], rows: list[dict]) -> dict:
     """Where the run happened: the command, Python, the packages' versions (read from their metadata, nothing is
-    imported) and the devices the items ran on."""
+    imported), the devices the items ran on and the clocks the timed items saw (where the backend reads them)."""
     import platform
     import shlex
     from importlib import metadata
@@ -489,6 +497,7 @@ def environment(command: Sequence[str], rows: list[dict]) -> dict:
         "platform": platform.platform(),
         "packages": {n: version(n) for n in ENV_PACKAGES},
         "devices": sorted({r["device"] for r in rows if r.get("device")}),
+        "clocks": sorted({r["clocks"] for r in rows if r.get("clocks")}),
     }
 
 
@@ -508,5 +517,9 @@ def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str]
         "receipt": settings.receipt,
         "profile": settings.profile,
         "collect_seconds": collect_seconds,
+        "shard": {"index": settings.shard[0], "count": settings.shard[1]} if settings.shard else None,
+        "resumed_from": settings.resume,
+        "bench_repeat": settings.bench_repeat if settings.bench else None,
+        "heuristics": settings.heuristics,
         "environment": environment(command, rows),
     }

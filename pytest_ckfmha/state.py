@@ -21,6 +21,7 @@ class State:
         self._runtime = None
         self._executor: ChildExecutor | InlineExecutor | None = None
         self._by_nodeid: dict | None = None
+        self._resumed: list[dict] | None = None
         self.collect_seconds: float | None = None
 
     def registry(self):
@@ -60,6 +61,16 @@ class State:
                 mask_mode=s.mask_mode,
             )
         return self._parity
+
+    def resumed_rows(self) -> list[dict]:
+        """The rows of ``--ckfmha-resume``'s report (loaded once; [] without the option)."""
+        if self._resumed is None:
+            self._resumed = []
+            if self.settings.resume is not None:
+                from ckfmha.runreport import load_report
+
+                self._resumed = load_report(self.settings.resume).rows
+        return self._resumed
 
     def executor(self, session: pytest.Session) -> ChildExecutor | InlineExecutor:
         """This process's executor of items' work (isolation.py), made on first use."""

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 import pytest
 
-from ckfmha import dispatcher as dispatcher_module
 from ckfmha.dispatcher import Dispatcher, short_query_limit
+from ckfmha.heuristics import Heuristics, HeuristicsError, load_heuristics
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
 
@@ -48,10 +48,12 @@ def test_the_rule_is_what_decides() -> None:
     assert short_query_limit(d128) == 2048
 
 
-def test_without_the_rule_a_short_masked_problem_keeps_the_big_tile(monkeypatch) -> None:
-    real = dispatcher_module._heuristics()
-    monkeypatch.setattr(dispatcher_module, "_heuristics", lambda: dispatcher_module._Heuristics(real.rules, ()))
-    assert tile(128, 1024, "b") == (128, 128)
+def test_without_the_rule_a_short_masked_problem_keeps_the_big_tile() -> None:
+    real = load_heuristics()
+    no_rule = Heuristics("test: no short_query_tiles", real.rules, ())
+    d = Dispatcher(sm90().registry, num_cus=132, heuristics=no_rule)
+    p = Problem(dtype="fp16", batch=2, nhead_q=4, seqlen_q=1024, seqlen_k=1024, hdim_q=128, mask="b")
+    assert tuple(d.select(p).stages[0].kernel.algorithm.tile[:2]) == (128, 128)
 
 
 @pytest.mark.parametrize(
@@ -60,23 +62,18 @@ def test_without_the_rule_a_short_masked_problem_keeps_the_big_tile(monkeypatch)
         ('short_query_tiles:\n  - {when: "c.mask !=", max_seqlen_q: 2048}\n', "short_query_tiles[0].when"),
         (
             "short_query_tiles:\n  - {when: \"c.mask != 'none'\", max_seqlen_q: big}\n",
-            "short_query_tiles[0]: expected {when: <filter>, max_seqlen_q: <int>",
+            "short_query_tiles[0].max_seqlen_q: expected an integer, found 'big'",
         ),
         (
             "short_query_tiles:\n  - {when: \"c.mask != 'none'\", max_seqlen_q: 2048, limit: 3}\n",
-            "short_query_tiles[0]: expected",
+            "short_query_tiles[0]: unknown key(s) 'limit'",
         ),
         ("short_query_tiles: {when: x}\n", "short_query_tiles: expected a list"),
-        ("tiles_short: []\n", "unknown key(s) ['tiles_short']"),
+        ("tiles_short: []\n", "top level: unknown key(s) 'tiles_short'"),
     ],
 )
-def test_malformed_heuristics_file_names_the_entry(tmp_path, monkeypatch, body: str, words: str) -> None:
+def test_malformed_heuristics_file_names_the_entry(tmp_path, body: str, words: str) -> None:
     (tmp_path / "heuristics.yaml").write_text("schema: 1\nrules: []\n" + body)
-    monkeypatch.setattr("ckfmha.archs.data_dir", lambda: tmp_path)
-    dispatcher_module._heuristics.cache_clear()
-    try:
-        with pytest.raises(ValueError) as err:
-            dispatcher_module._heuristics()
-        assert words in str(err.value) and "heuristics.yaml" in str(err.value)
-    finally:
-        dispatcher_module._heuristics.cache_clear()
+    with pytest.raises(HeuristicsError) as err:
+        load_heuristics(tmp_path / "heuristics.yaml")
+    assert words in str(err.value) and "heuristics.yaml" in str(err.value)

@@ -281,7 +281,13 @@ def test_raw_comparison_catches_a_fault_the_reduced_one_hides(monkeypatch) -> No
 def _runtime(backend, tmp_path) -> Runtime:
     hook = SimpleNamespace(pytest_ckfmha_backend=lambda config, name: backend)
     settings = SimpleNamespace(
-        backend="cpu", arch="gfx942", seed=0, cache_dir=tmp_path / "refs", bench=False, cpu_max_flops=1e12
+        backend="cpu",
+        arch="gfx942",
+        seed=0,
+        cache_dir=tmp_path / "refs",
+        bench=False,
+        cpu_max_flops=1e12,
+        heuristics=None,
     )
     return Runtime(SimpleNamespace(hook=hook), settings, cpu_registry())
 

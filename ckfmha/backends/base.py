@@ -88,6 +88,13 @@ class Backend(abc.ABC):
         """The device this backend runs on, in words (reports name it); call only when available."""
         return ""
 
+    def flush_cache(self) -> None:  # noqa: B027 - optional hook: backends without device caches keep the no-op
+        """Evict the device's caches before a timed run (a GPU's L2), so repetitions start alike; a no-op here."""
+
+    def clocks(self) -> str:
+        """The device clocks now, in words, where readable (reports carry them with timings); "" here."""
+        return ""
+
     @abc.abstractmethod
     def build(self, config: KernelConfig) -> BuiltKernel: ...
 

@@ -30,6 +30,7 @@ class TritonBackend(Backend):
     def __init__(self) -> None:
         self._availability: Availability | None = None
         self._cache: BuildCache | None = None
+        self._flush: Any = None  # the L2 flush buffer (a torch tensor), made on first use
 
     # ------------------------------------------------------------------ availability
     def available(self) -> Availability:
@@ -55,6 +56,32 @@ class TritonBackend(Backend):
         import torch
 
         return torch.cuda.get_device_name()
+
+    def flush_cache(self) -> None:
+        """Overwrite a buffer of twice the L2 size (zeros), so no operand of the last run is still cached."""
+        import torch
+
+        if self._flush is None:
+            l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 64 * 2**20)
+            self._flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self._flush.zero_()
+
+    def clocks(self) -> str:
+        """SM and memory clocks from nvidia-smi / rocm-smi, as printed ("" where neither answers)."""
+        import subprocess
+
+        for cmd in (
+            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader", "-i", "0"],
+            ["rocm-smi", "--showclocks", "--csv"],
+        ):
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if out.returncode == 0 and out.stdout.strip():
+                line = out.stdout.strip().splitlines()[0] if cmd[0] == "nvidia-smi" else out.stdout.strip()
+                return ("sm, mem: " + line) if cmd[0] == "nvidia-smi" else " ".join(line.split())[:200]
+        return ""
 
     # ------------------------------------------------------------------ capability
     def supports(self, config: KernelConfig) -> str | None:

@@ -54,10 +54,6 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def elem_bytes(dtype: DType) -> int:
-    return {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2}.get(dtype, 2)  # fp8 is widened to bf16 in registers
-
-
 @dataclass(frozen=True)
 class LaunchShape:
     """What the config decides: block sizes, warps, pipelining depth."""
