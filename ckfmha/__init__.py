@@ -14,32 +14,34 @@ The Python API runs one problem end to end and checks it::
     checks = validate(p, result.outputs, reference(p, inputs))   # CK's tolerance; name -> CheckResult
 
 ``reference`` is the :mod:`ckfmha.reference` package itself, callable (``reference.reference_forward`` and the
-other per-family functions stay reachable).  These names are loaded on first use (PEP 562): ``import ckfmha``
-imports neither NumPy nor the enumeration.
+other per-family functions stay reachable).  Every public name -- these and the kernel model's enums -- is loaded
+on first use (PEP 562): ``import ckfmha`` imports nothing beyond this file.
 """
 
 __version__ = "0.1.0"
 
-from ckfmha.kernel import (  # noqa: F401  (public API)
-    Api,
-    ArchTag,
-    Bias,
-    Dropout,
-    DType,
-    Family,
-    KernelAlgorithm,
-    KernelConfig,
-    KernelSignature,
-    KVLoad,
-    KVLookupTable,
-    KVMemoryLayout,
-    MaskImpl,
-    MaskMode,
-    Mode,
-    Pipeline,
-    QScale,
-    Rope,
-    VLayout,
+# The kernel model's names (ckfmha.kernel), loaded on first use too: `import ckfmha` (and so the pytest plugin's
+# option definitions, which read ckfmha.categories) imports nothing but this file.
+_KERNEL_NAMES = (
+    "Api",
+    "ArchTag",
+    "Bias",
+    "Dropout",
+    "DType",
+    "Family",
+    "KernelAlgorithm",
+    "KernelConfig",
+    "KernelSignature",
+    "KVLoad",
+    "KVLookupTable",
+    "KVMemoryLayout",
+    "MaskImpl",
+    "MaskMode",
+    "Mode",
+    "Pipeline",
+    "QScale",
+    "Rope",
+    "VLayout",
 )
 
 # The Python API (see the module doc), loaded on first use (PEP 562) so `import ckfmha` and the CLI stay light.
@@ -52,6 +54,7 @@ _LAZY = {
     "make_inputs": "ckfmha.inputs",
     "validate": "ckfmha.validator",
     "reference": "ckfmha.reference",
+    **{n: "ckfmha.kernel" for n in _KERNEL_NAMES},
 }
 
 

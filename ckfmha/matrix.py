@@ -48,56 +48,29 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ckfmha.categories import CATEGORIES  # noqa: E402  (the one list)
 from ckfmha.datafile import DataFileError, MissingDataFileError, load_yaml
 from ckfmha.families import PROBLEM_FAMILIES, FamilyError, problem_family, problem_family_of
 from ckfmha.problem import Problem, ProblemError
 
-CATEGORIES = ("smoke", "full", "nightly")
 SCHEMA_VERSION = 1
 TOP_KEYS = frozenset({"schema", "family", "description", "defaults", "entries"})
 ENTRY_META_KEYS = frozenset({"name", "category", "description", "family", "product", "zip"})
 
-_INT = (
-    "batch",
-    "nhead_q",
-    "nhead_k",
-    "seqlen_q",
-    "seqlen_k",
-    "hdim_q",
-    "hdim_v",
-    "bias_rank",
-    "drop_seed",
-    "drop_offset",
-    "page_block_size",
-    "seqlen_knew",
-    "rotary_dim",
-    "num_splits",
-    "min_seqlen_q",
-)
-_FLOAT = ("scale", "p_drop", "logits_soft_cap")
-_BOOL = ("lse", "sink", "cache_batch_idx", "deterministic", "dbias")
-_STR = (
-    "dtype",
-    "mode",
-    "bias",
-    "qscale",
-    "kv_lookup",
-    "kv_layout",
-    "rope",
-    "vlayout",
-    "input_layout",
-    "output_layout",
-    "layout",
-    "mask",
-)
-_INT_LIST = ("seqlens_q", "seqlens_k", "s_kpad")
-FIELD_KINDS: dict[str, str] = {
-    **{k: "int" for k in _INT},
-    **{k: "number" for k in _FLOAT},
-    **{k: "bool" for k in _BOOL},
-    **{k: "string" for k in _STR},
-    **{k: "list of ints" for k in _INT_LIST},
-}
+def _field_kinds() -> dict[str, str]:
+    """How a matrix file writes each Problem field, from the Problem dataclass's own field types (the one list of
+    fields): ints, numbers, bools, lists of ints (per-sequence lengths), and strings for the tokens (enums, layouts,
+    CK's mask syntax and words); ``family`` is an entry key of its own, ``layout`` sets both layouts."""
+    import dataclasses
+
+    kinds = {"int": "int", "int | None": "int", "float": "number", "bool": "bool",
+             "tuple[int, ...] | None": "list of ints"}
+    out = {f.name: kinds.get(str(f.type), "string") for f in dataclasses.fields(Problem) if f.name != "family"}
+    out["layout"] = "string"
+    return out
+
+
+FIELD_KINDS: dict[str, str] = _field_kinds()
 SHAPE_FIELDS = frozenset(FIELD_KINDS)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 MAX_SHAPES_PER_ENTRY = 10_000

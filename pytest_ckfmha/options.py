@@ -24,9 +24,9 @@ from typing import Any, Literal, NamedTuple
 
 import pytest
 
+from ckfmha.categories import CATEGORIES  # noqa: E402  (imports nothing but the ckfmha package file)
 from pytest_ckfmha.reporting import CHECKPOINT_SECONDS, check_writable
 
-CATEGORIES = ("smoke", "full", "nightly")
 BACKENDS = ("auto", "cpu", "triton", "hip")
 DEFAULT_MAX_KERNELS = 2
 DEFAULT_CPU_MAX_FLOPS = 5e9

@@ -26,6 +26,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -34,52 +35,8 @@ REPORT_VERSION = 2
 #: row verdicts, in summary order
 #: seconds between checkpoint writes of a running session's report
 CHECKPOINT_SECONDS = 30.0
-PROBLEM_FIELDS = (
-    "family",
-    "dtype",
-    "mode",
-    "batch",
-    "nhead_q",
-    "nhead_k",
-    "seqlen_q",
-    "seqlen_k",
-    "seqlens_q",
-    "seqlens_k",
-    "s_kpad",
-    "hdim_q",
-    "hdim_v",
-    "mask",
-    "bias",
-    "bias_rank",
-    "lse",
-    "p_drop",
-    "logits_soft_cap",
-    "sink",
-    "qscale",
-    "input_layout",
-    "output_layout",
-    "vlayout",
-    "scale",
-    "page_block_size",
-    "kv_lookup",
-    "kv_layout",
-    "cache_batch_idx",
-    "seqlen_knew",
-    "rotary_dim",
-    "rope",
-    "num_splits",
-    "min_seqlen_q",
-    "deterministic",
-    "dbias",
-)
-ROW_FIELDS = (
-    "id",
-    "nodeid",
-    "kind",
-    "matrix",
-    "entry",
-    "category",
-    *PROBLEM_FIELDS,
+_ROW_HEAD = ("id", "nodeid", "kind", "matrix", "entry", "category")
+_ROW_TAIL = (
     "kernel_id",
     "plan_kernels",
     "backend",
@@ -119,6 +76,34 @@ ROW_FIELDS = (
     "noise_passed",
     "error_ratio",
 )
+
+
+@lru_cache(maxsize=1)
+def problem_fields() -> tuple[str, ...]:
+    """The Problem's fields, in its dataclass order: the report's problem columns (the one list of fields)."""
+    import dataclasses
+
+    from ckfmha.problem import Problem
+
+    return tuple(f.name for f in dataclasses.fields(Problem))
+
+
+@lru_cache(maxsize=1)
+def row_fields() -> tuple[str, ...]:
+    """Every column of a report row, in order (docs/report_schema.md)."""
+    return (*_ROW_HEAD, *problem_fields(), *_ROW_TAIL)
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # PROBLEM_FIELDS / ROW_FIELDS are computed from the Problem dataclass on first use: importing this module (at
+    # every pytest start, through the options) must not import ckfmha.problem and NumPy
+    if name == "PROBLEM_FIELDS":
+        return problem_fields()
+    if name == "ROW_FIELDS":
+        return row_fields()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 NODE_PREFIXES = ("ckfmha::", "ckfmha-parity::")
 
 
@@ -153,7 +138,7 @@ def problem_props(problem) -> dict[str, Any]:
         else problem.mask.to_ck()
         if f == "mask"
         else plain(getattr(problem, f))
-        for f in PROBLEM_FIELDS
+        for f in problem_fields()
     }
 
 
@@ -270,7 +255,7 @@ def _reason(report) -> str:
 
 
 def _row(props: dict, nodeid: str) -> dict[str, Any]:
-    row = {k: props.get(k, "") for k in ROW_FIELDS}
+    row = {k: props.get(k, "") for k in row_fields()}
     row["nodeid"] = nodeid
     return row
 
@@ -362,13 +347,13 @@ def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
                 "version": REPORT_VERSION,
                 **meta,
                 "summary": summarize(rows),
-                "fields": list(ROW_FIELDS),
+                "fields": list(row_fields()),
                 "rows": rows,
             }
             text = json.dumps(doc, indent=1, default=str) + "\n"
         else:
             buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=list(ROW_FIELDS), extrasaction="ignore")
+            w = csv.DictWriter(buf, fieldnames=list(row_fields()), extrasaction="ignore")
             w.writeheader()
             for r in rows:
                 w.writerow(r)
