@@ -144,6 +144,15 @@ _OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
         None,
     ),
     (
+        "ck-root",
+        dict(
+            metavar="PATH",
+            help="a CK checkout (holds example/ck_tile/01_fmha/generate.py): its kernel space, its smoke scripts "
+            "and its kernels for the hip backend (default $CK_ROOT)",
+        ),
+        "string",
+    ),
+    (
         "heuristics",
         dict(
             metavar="FILE",
@@ -274,6 +283,7 @@ class Settings:
     shard: tuple[int, int] | None = None  # (K, N)
     resume: str | None = None
     heuristics: str | None = None
+    ck_root: Path | None = None
     isolation: str = "process"
     allow_empty: bool = False
 
@@ -480,6 +490,25 @@ def _to_heuristics(given: _Given) -> str:
     return str(given.value)
 
 
+def _to_ck_root(given: _Given) -> Path:
+    from ckfmha.cktree import CKTreeError, resolve_ck_root
+
+    try:
+        return resolve_ck_root(given.value)
+    except CKTreeError as e:
+        raise _bad(given.option, given.value, str(e)) from None
+
+
+def _default_ck_root() -> Path | None:
+    """``$CK_ROOT`` when set (checked like the option), else no checkout."""
+    from ckfmha.cktree import CKTreeError, ck_root_from_env
+
+    try:
+        return ck_root_from_env()
+    except CKTreeError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 def _to_seed(given: _Given) -> int:
     seed = _int("seed", given.value, 0)
     if seed >= 2**32:
@@ -604,6 +633,7 @@ _CONVERTERS: dict[str, _Option] = {  # in the order parse checks them
     "shard": _Option(_to_shard),
     "resume": _Option(_to_resume),
     "heuristics": _Option(_to_heuristics),
+    "ck-root": _Option(_to_ck_root, default_from=_default_ck_root),
     "allow-empty": _Option(_to_flag, False),
     "timeout": _Option(
         _number("a number of seconds", lambda s: s >= 0, "must be a finite number of seconds >= 0 (0 = no limit)"),
@@ -705,6 +735,7 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
         shard=v["shard"],
         resume=v["resume"],
         heuristics=v["heuristics"],
+        ck_root=v["ck-root"],
     )
 
 
