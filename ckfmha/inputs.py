@@ -154,67 +154,95 @@ def _normal(rng: np.random.Generator, shape, dtype: np.dtype, scale: float = 1.0
 
 
 def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dict[str, np.ndarray]:
-    """All tensors the problem's family needs, deterministic from ``seed``."""
+    """All tensors the problem's family needs, deterministic from ``seed``.
+
+    The generator is drawn from in a fixed order (q, K/V or the page caches, append-KV's new rows, bias or ALiBi
+    slopes, sink, descales, dO): each helper below draws its part in turn, so the same seed gives the same
+    tensors."""
     p = problem
     rng = np.random.default_rng(seed)
     sdt = storage_dtype(p.dtype, fp8_format)
-    fp8 = p.dtype.is_fp8_family
-    scale_in = 2.0 if fp8 else 1.0
+    scale_in = 2.0 if p.dtype.is_fp8_family else 1.0
     out: dict[str, np.ndarray] = {}
     out["q"] = _normal(rng, q_shape(p), sdt, scale_in)
-    f = p.family
     k_shape, v_shape = kv_shapes(p)
     if p.mode is Mode.GROUP:
         out["seqstart_q"] = np.array(p.seqstart_q, dtype=np.int32)
         out["seqstart_k"] = np.array(p.seqstart_k, dtype=np.int32)
         out["seqlen_k"] = np.array(p.seqlens_k, dtype=np.int32)
-    if f is Family.BATCH_PREFILL:
-        page, vec = p.page_block_size, p.vector_size
-        k_shp: Callable[[int, int], tuple[int, ...]]  # (pages, head dim) -> cache shape
-        v_shp: Callable[[int, int], tuple[int, ...]]
-        if p.kv_layout is KVMemoryLayout.LINEAR:
-            shp = lambda n, d: (n, page, p.nhead_k, d)  # noqa: E731
-            k_shp, v_shp = shp, shp
-        else:
-            k_shp = lambda n, d: (n, p.nhead_k, d // vec, page, vec)  # noqa: E731
-            v_shp = lambda n, d: (n, p.nhead_k, page // vec, d, vec)  # noqa: E731
-        nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]  # batch_prefill is group mode
-        num_pages = sum(nblk) + 1
-        perm = rng.permutation(num_pages).astype(np.int32)
-        out["k_cache"] = _normal(rng, k_shp(num_pages, p.hdim_q), sdt, scale_in)
-        out["v_cache"] = _normal(rng, v_shp(num_pages, p.hdim_v), sdt, scale_in)
-        _lookup(out, p, nblk, perm)
+    if p.family is Family.BATCH_PREFILL:
+        _batch_prefill_cache(out, rng, p, sdt, scale_in)
     elif p.page_block_size:
-        page = p.page_block_size
-        shp = (
-            (lambda n, d: (n, p.nhead_k, page, d))
-            if p.input_layout is Layout.BHSD
-            else (lambda n, d: (n, page, p.nhead_k, d))
-        )
-        nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]
-        num_pages = sum(nblk) + 1
-        perm = rng.permutation(num_pages).astype(np.int32)
-        out["k_cache"] = _normal(rng, shp(num_pages, p.hdim_q), sdt, scale_in)
-        out["v_cache"] = _normal(rng, shp(num_pages, p.hdim_v), sdt, scale_in)
-        _lookup(out, p, nblk, perm, force_vllm=True)
-        out["cache_seqlens"] = np.array(
-            p.seqlens_k_list if f is not Family.FWD_APPENDKV else p.cache_seqlens, dtype=np.int32
-        )
+        _paged_cache(out, rng, p, sdt, scale_in)
     else:
         out["k"] = _normal(rng, k_shape, sdt, scale_in)
         out["v"] = _normal(rng, v_shape, sdt, scale_in)
         if p.cache_batch_idx:
             out["cache_batch_idx"] = rng.permutation(p.batch).astype(np.int32)
-        if f is Family.FWD_APPENDKV:
+        if p.family is Family.FWD_APPENDKV:
             out["cache_seqlens"] = np.array(p.cache_seqlens, dtype=np.int32)
-    if f is Family.FWD_APPENDKV:
-        if p.seqlen_knew:
-            out["knew"] = _normal(rng, seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_knew, p.hdim_q), sdt)
-            out["vnew"] = _normal(rng, seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_knew, p.hdim_v), sdt)
-        if p.rotary_dim:
-            cos, sin = rotary_tables(p.seqlen_k + p.seqlen_q, p.rotary_dim)
-            out["rotary_cos"] = cos.astype(sdt)
-            out["rotary_sin"] = sin.astype(sdt)
+    if p.family is Family.FWD_APPENDKV:
+        _appendkv_inputs(out, rng, p, sdt)
+    _bias_inputs(out, rng, p, sdt)
+    if p.sink:
+        out["sink"] = rng.standard_normal(p.nhead_q, dtype=np.float32)
+    _descale_inputs(out, rng, p)
+    if p.is_backward:
+        out["do"] = _normal(rng, o_shape(p), sdt)
+    return out
+
+
+def _batch_prefill_cache(out: dict, rng: np.random.Generator, p: Problem, sdt: np.dtype, scale_in: float) -> None:
+    """batch_prefill's K/V page caches (linear or vectorized layout) and page lookup tables."""
+    page, vec = p.page_block_size, p.vector_size
+    k_shp: Callable[[int, int], tuple[int, ...]]  # (pages, head dim) -> cache shape
+    v_shp: Callable[[int, int], tuple[int, ...]]
+    if p.kv_layout is KVMemoryLayout.LINEAR:
+        shp = lambda n, d: (n, page, p.nhead_k, d)  # noqa: E731
+        k_shp, v_shp = shp, shp
+    else:
+        k_shp = lambda n, d: (n, p.nhead_k, d // vec, page, vec)  # noqa: E731
+        v_shp = lambda n, d: (n, p.nhead_k, page // vec, d, vec)  # noqa: E731
+    nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]  # batch_prefill is group mode
+    num_pages = sum(nblk) + 1
+    perm = rng.permutation(num_pages).astype(np.int32)
+    out["k_cache"] = _normal(rng, k_shp(num_pages, p.hdim_q), sdt, scale_in)
+    out["v_cache"] = _normal(rng, v_shp(num_pages, p.hdim_v), sdt, scale_in)
+    _lookup(out, p, nblk, perm)
+
+
+def _paged_cache(out: dict, rng: np.random.Generator, p: Problem, sdt: np.dtype, scale_in: float) -> None:
+    """Paged-KV families' K/V page caches (in the input layout), vllm block table and cache sequence lengths."""
+    page = p.page_block_size
+    shp = (
+        (lambda n, d: (n, p.nhead_k, page, d))
+        if p.input_layout is Layout.BHSD
+        else (lambda n, d: (n, page, p.nhead_k, d))
+    )
+    nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]
+    num_pages = sum(nblk) + 1
+    perm = rng.permutation(num_pages).astype(np.int32)
+    out["k_cache"] = _normal(rng, shp(num_pages, p.hdim_q), sdt, scale_in)
+    out["v_cache"] = _normal(rng, shp(num_pages, p.hdim_v), sdt, scale_in)
+    _lookup(out, p, nblk, perm, force_vllm=True)
+    out["cache_seqlens"] = np.array(
+        p.seqlens_k_list if p.family is not Family.FWD_APPENDKV else p.cache_seqlens, dtype=np.int32
+    )
+
+
+def _appendkv_inputs(out: dict, rng: np.random.Generator, p: Problem, sdt: np.dtype) -> None:
+    """append-KV's new K/V rows and RoPE cos/sin tables (each only when the problem has them)."""
+    if p.seqlen_knew:
+        out["knew"] = _normal(rng, seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_knew, p.hdim_q), sdt)
+        out["vnew"] = _normal(rng, seq_shape(p.input_layout, p.batch, p.nhead_k, p.seqlen_knew, p.hdim_v), sdt)
+    if p.rotary_dim:
+        cos, sin = rotary_tables(p.seqlen_k + p.seqlen_q, p.rotary_dim)
+        out["rotary_cos"] = cos.astype(sdt)
+        out["rotary_sin"] = sin.astype(sdt)
+
+
+def _bias_inputs(out: dict, rng: np.random.Generator, p: Problem, sdt: np.dtype) -> None:
+    """The elementwise bias, or the ALiBi slopes (CK's, per batch scaled by ``1 + b/4`` with bias rank 1)."""
     if p.bias is Bias.ELEMENTWISE:
         out["bias"] = _normal(rng, bias_shape(p), sdt, 0.5)
     elif p.bias is Bias.ALIBI:
@@ -223,8 +251,11 @@ def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dic
             out["alibi_slopes"] = base[None, :].copy()
         else:  # per-batch slopes: CK's slopes scaled by (1 + b/4) so batches differ
             out["alibi_slopes"] = base[None, :] * (1.0 + 0.25 * np.arange(p.batch, dtype=np.float32))[:, None]
-    if p.sink:
-        out["sink"] = rng.standard_normal(p.nhead_q, dtype=np.float32)
+
+
+def _descale_inputs(out: dict, rng: np.random.Generator, p: Problem) -> None:
+    """fp8 descales of q/k/v: per tensor, per 128-row block (blockscale) or per page and head (kv_blockscale,
+    after the page caches)."""
     if p.qscale is QScale.PERTENSOR:
         for n in ("q", "k", "v"):
             out[f"{n}_descale"] = rng.uniform(0.05, 0.25, size=(1,)).astype(np.float32)
@@ -239,9 +270,6 @@ def make_inputs(problem: Problem, seed: int = 0, fp8_format: str = "ocp") -> dic
         out["q_descale"] = rng.uniform(0.05, 0.25, size=(1,)).astype(np.float32)
         out["k_descale"] = rng.uniform(0.05, 0.25, size=(npages, p.nhead_k)).astype(np.float32)
         out["v_descale"] = rng.uniform(0.05, 0.25, size=(npages, p.nhead_k)).astype(np.float32)
-    if p.is_backward:
-        out["do"] = _normal(rng, o_shape(p), sdt)
-    return out
 
 
 def _lookup(out: dict, p: Problem, nblk: list[int], perm: np.ndarray, force_vllm: bool = False) -> None:

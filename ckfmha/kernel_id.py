@@ -159,8 +159,18 @@ def parse_kernel_id(kid: str) -> KernelConfig:
         raise KernelIdError(f"kernel id {kid!r}: pads must be 'p' + four digits from {PAD_VALUES}, found {pads!r}")
     fields["pad_s"], fields["pad_sk"], fields["pad_d"], fields["pad_dv"] = (int(ch) for ch in pads[1:])
     fields["occupancy"] = _int(occ[1:], "occupancy", kid)
+    _parse_flags(parts[11:], kid, fields)
+    try:
+        return KernelConfig.make(**fields)
+    except ValueError as e:
+        raise KernelIdError(f"kernel id {kid!r}: {e}") from None
+
+
+def _parse_flags(flags: list[str], kid: str, fields: dict[str, Any]) -> None:
+    """Set ``fields`` from the id's trailing flags: bare switches and ``short=value`` pairs, each in canonical
+    order, at most once, and never spelling a field's default."""
     last = -1
-    for flag in parts[11:]:
+    for flag in flags:
         short, eq, value = flag.partition("=")
         if short not in _SHORT_TO_FIELD:
             raise KernelIdError(f"kernel id {kid!r}: unknown flag {short!r}; known: {', '.join(_SHORT_TO_FIELD)}")
@@ -184,7 +194,3 @@ def parse_kernel_id(kid: str) -> KernelConfig:
             fields[fname] = _int(value, fname, kid)
         if fields.get(fname) == _DEFAULTS[fname]:
             raise KernelIdError(f"kernel id {kid!r}: flag {short!r} repeats the default and is not canonical")
-    try:
-        return KernelConfig.make(**fields)
-    except ValueError as e:
-        raise KernelIdError(f"kernel id {kid!r}: {e}") from None

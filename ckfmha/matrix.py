@@ -57,14 +57,20 @@ SCHEMA_VERSION = 1
 TOP_KEYS = frozenset({"schema", "family", "description", "defaults", "entries"})
 ENTRY_META_KEYS = frozenset({"name", "category", "description", "family", "product", "zip"})
 
+
 def _field_kinds() -> dict[str, str]:
     """How a matrix file writes each Problem field, from the Problem dataclass's own field types (the one list of
     fields): ints, numbers, bools, lists of ints (per-sequence lengths), and strings for the tokens (enums, layouts,
     CK's mask syntax and words); ``family`` is an entry key of its own, ``layout`` sets both layouts."""
     import dataclasses
 
-    kinds = {"int": "int", "int | None": "int", "float": "number", "bool": "bool",
-             "tuple[int, ...] | None": "list of ints"}
+    kinds = {
+        "int": "int",
+        "int | None": "int",
+        "float": "number",
+        "bool": "bool",
+        "tuple[int, ...] | None": "list of ints",
+    }
     out = {f.name: kinds.get(str(f.type), "string") for f in dataclasses.fields(Problem) if f.name != "family"}
     out["layout"] = "string"
     return out
@@ -207,7 +213,6 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
                     f"{where}: {k}: a list of values must go under 'product' (crossed) or 'zip' (paired), found {v!r}"
                 )
             fixed[k] = _check_value(where, k, v)
-    axes: list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]] = []
     seen: dict[str, str] = {k: "the entry" for k in e if k in SHAPE_FIELDS}
     prod = e.get("product", {})
     if not isinstance(prod, dict):
@@ -218,6 +223,18 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
         raise MatrixError(f"{where}: zip: expected a mapping 'field, field' -> list of rows, found {type(zp).__name__}")
     for key in zp:
         _check_keys(f"{where}: zip.{key}", (s.strip() for s in str(key).split(",")), SHAPE_FIELDS)
+    axes = _product_axes(where, prod, seen) + _zip_axes(where, zp, seen)
+    for k in seen:
+        fixed.pop(k, None) if seen[k] != "the entry" else None
+    return _Entry(name, cat, fam, fixed, tuple(axes))
+
+
+def _product_axes(
+    where: str, prod: dict, seen: dict[str, str]
+) -> list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]]:
+    """One axis per ``product`` field (its values, crossed with the other axes); ``seen`` records where each field
+    is set, and a field set twice is an error."""
+    axes: list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]] = []
     for k, vals in prod.items():
         if k in seen:
             raise MatrixError(f"{where}: product.{k}: field already set in {seen[k]}")
@@ -228,6 +245,13 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
         if len(set(rows)) != len(rows):
             raise MatrixError(f"{where}: product.{k}: repeated value in {vals!r}")
         axes.append(((k,), rows))
+    return axes
+
+
+def _zip_axes(where: str, zp: dict, seen: dict[str, str]) -> list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]]:
+    """One axis per ``zip`` key ``'field, field'`` (its rows, paired values); ``seen`` as for
+    :func:`_product_axes`."""
+    axes: list[tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]] = []
     for key, rows_in in zp.items():
         names = tuple(s.strip() for s in str(key).split(","))
         for k in names:
@@ -249,9 +273,7 @@ def _parse_entry(fname: str, i: int, e: Any, defaults: dict, family: str) -> _En
         if len(set(zip_rows)) != len(zip_rows):
             raise MatrixError(f"{where}: zip.{key}: repeated row")
         axes.append((names, tuple(zip_rows)))
-    for k in seen:
-        fixed.pop(k, None) if seen[k] != "the entry" else None
-    return _Entry(name, cat, fam, fixed, tuple(axes))
+    return axes
 
 
 def _shape_count(ent: _Entry) -> int:

@@ -690,8 +690,23 @@ def _group(g: dict[str, str | None], key: str) -> str:
     return text
 
 
+# the named groups of switch flags (``lse`` / ``nlse``, ...) -> the config field each one sets
+_FLAG_GROUP_FIELDS = {
+    "logits": "logits_soft_cap",
+    "lse": "lse",
+    "skip": "skip_min_seqlen_q",
+    "trload": "trload",
+    "sink": "sink",
+    "squant": "fp8_static_quant",
+    "pagedkv": "paged_kv",
+    "dbias": "dbias",
+    "deterministic": "deterministic",
+}
+
+
 def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> dict[str, Any]:
-    """KernelConfig fields of a matched name (``g``: the pattern's named groups)."""
+    """KernelConfig fields of a matched name (``g``: the pattern's named groups): the fields every family spells
+    alike, then the family's own (:func:`_family_fields`)."""
     f: dict[str, Any] = {"family": fam, **IMPLIED_FIELDS[scheme].get(fam, {})}
     occ = g.get("occ")
     f["occupancy"] = int(occ) if occ else -1
@@ -703,22 +718,10 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
         f["arch_tag"] = g["arch"]
     if vl := g.get("vl"):
         f["vlayout"] = _TOKEN_VLAYOUT[vl]
-    for flag in ("logits", "lse", "skip", "trload", "sink", "squant", "pagedkv", "dbias", "deterministic"):
+    for flag, field_name in _FLAG_GROUP_FIELDS.items():
         tok = g.get(flag)
         if tok is not None:
-            f[
-                {
-                    "logits": "logits_soft_cap",
-                    "skip": "skip_min_seqlen_q",
-                    "squant": "fp8_static_quant",
-                    "pagedkv": "paged_kv",
-                    "dbias": "dbias",
-                    "deterministic": "deterministic",
-                    "lse": "lse",
-                    "trload": "trload",
-                    "sink": "sink",
-                }[flag]
-            ] = tok == flag
+            f[field_name] = tok == flag
     if bias := g.get("bias"):
         f["bias"] = _TOKEN_BIAS[bias]
     if mask := g.get("mask"):
@@ -728,6 +731,13 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
     if g.get("r0"):  # fwd-style and bwd block tiles
         f["warps"] = tuple(_t3(r) for k in ("r0", "r1", "r2") if (r := g.get(k)))
         f["warp_tiles"] = (_t3(_group(g, "w0")), _t3(_group(g, "w1")))
+    _family_fields(fam, g, f)
+    return f
+
+
+def _family_fields(fam: Family, g: dict[str, str | None], f: dict[str, Any]) -> None:
+    """Add to ``f`` the fields the family's own name parts spell: tile, pipeline, hdim_v, pads and the family's
+    flags."""
     tile = _ints(_group(g, "tile"))
     f["tile"] = tile
     if fam in (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.BATCH_PREFILL):
@@ -773,7 +783,6 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_DOT_DO_O, **_pads(g["pad"], ("s", "dv")))
     else:  # BWD_CONVERT_DQ
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_CONVERT_DQ, **_pads(g["pad"], ("s", "d")))
-    return f
 
 
 class ParsedCKName(NamedTuple):

@@ -316,8 +316,18 @@ def compare_results(
             ),
             {},
         )
+    return _compare_outputs(problem, left, right, common, seed, f"both {left.verdict.value}{note}", both)
+
+
+def _compare_outputs(
+    problem: Problem, left: SideResult, right: SideResult, common: list[str], seed: int, agreed: str, both: str
+) -> tuple[Status, str, str, dict]:
+    """:func:`compare_results` for two sides with the same ran verdict (``agreed`` words it) and ``common``
+    outputs: each output under CK's elementwise rule and against the float64 truth, judged by the comparison
+    rule."""
     from ckfmha.validator import validate
 
+    left_outputs, right_outputs = left.outputs or {}, right.outputs or {}
     rule = comparison_rule(left, right)
     checks = validate(problem, left_outputs, right_outputs, names=common)
     noise, why = _noise_against_truth(problem, seed, (left_outputs, right_outputs), common)
@@ -336,10 +346,7 @@ def compare_results(
     return (
         Status.AGREE,
         "verdicts+outputs",
-        (
-            f"both {left.verdict.value}{note}; outputs agree under the {rule.value} "
-            f"rule (" + ", ".join(common) + f"): {both}"
-        ),
+        f"{agreed}; outputs agree under the {rule.value} rule (" + ", ".join(common) + f"): {both}",
         summ,
     )
 

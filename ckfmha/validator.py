@@ -191,6 +191,30 @@ def _compared(out, ref):
     return o, r, both, ~both & ~same_nonfinite, err
 
 
+def _allclose_stats(cmp, rtol: float, atol: float) -> tuple[np.ndarray, int, float, float, tuple[int, ...] | None, str]:
+    """CK's elementwise rule over :func:`_compared`'s ``cmp``: ``(o, mismatches, max_abs_err, max_rel_err, first
+    mismatch index or None, message naming the first mismatch's values)``; a non-finite mismatch makes
+    max_abs_err inf."""
+    o, r, both, nonfinite_bad, err = cmp
+    abs_r = np.abs(r)
+    bad = err > atol + rtol * abs_r
+    if both is not None:
+        bad = nonfinite_bad | (both & bad)
+    n_bad = int(bad.sum())
+    max_abs = float(err.max()) if err.size else 0.0
+    if nonfinite_bad is not None and nonfinite_bad.any():
+        max_abs = float("inf")
+    with np.errstate(invalid="ignore"):
+        rel = err / np.where(abs_r > 0, abs_r, np.inf)  # 0 where the reference is 0 (or not finite: err is 0 there)
+    max_rel = float(np.nanmax(rel)) if rel.size else 0.0
+    first = tuple(int(i) for i in np.argwhere(bad)[0]) if n_bad else None
+    msg = ""
+    if n_bad:
+        idx = first
+        msg = f"first mismatch out={float(o[idx])!r} ref={float(r[idx])!r}"
+    return o, n_bad, max_abs, max_rel, first, msg
+
+
 def check(
     out,
     ref,
@@ -226,23 +250,7 @@ def check(
             atol,
             f"shape {o_shape} != reference shape {r_shape}",
         )
-    o, r, both, nonfinite_bad, err = cmp
-    abs_r = np.abs(r)
-    bad = err > atol + rtol * abs_r
-    if both is not None:
-        bad = nonfinite_bad | (both & bad)
-    n_bad = int(bad.sum())
-    max_abs = float(err.max()) if err.size else 0.0
-    if nonfinite_bad is not None and nonfinite_bad.any():
-        max_abs = float("inf")
-    with np.errstate(invalid="ignore"):
-        rel = err / np.where(abs_r > 0, abs_r, np.inf)  # 0 where the reference is 0 (or not finite: err is 0 there)
-    max_rel = float(np.nanmax(rel)) if rel.size else 0.0
-    first = tuple(int(i) for i in np.argwhere(bad)[0]) if n_bad else None
-    msg = ""
-    if n_bad:
-        idx = first
-        msg = f"first mismatch out={float(o[idx])!r} ref={float(r[idx])!r}"
+    o, n_bad, max_abs, max_rel, first, msg = _allclose_stats(cmp, rtol, atol)
     if rule == "allclose":
         passed = n_bad == 0
     else:

@@ -37,7 +37,13 @@ def family_token(problem: Problem) -> str:
 
 
 def shape_id(p: Problem) -> str:
-    parts = [family_token(p), p.dtype.value, p.mode.value]
+    """The problem's shape id (see the module doc)."""
+    return "-".join([family_token(p), p.dtype.value, p.mode.value, _dims(p), *_feature_tokens(p)])
+
+
+def _dims(p: Problem) -> str:
+    """``b{batch}h{nhead_q}[k{nhead_k}]s{seqlen_q}[x{seqlen_k}]d{hdim_q}[x{hdim_v}]`` (group mode: per-sequence
+    lengths)."""
     dims = f"b{p.batch}h{p.nhead_q}"
     if p.nhead_k != p.nhead_q:
         dims += f"k{p.nhead_k}"
@@ -52,7 +58,12 @@ def shape_id(p: Problem) -> str:
     dims += f"d{p.hdim_q}"
     if p.hdim_v != p.hdim_q:
         dims += f"x{p.hdim_v}"
-    parts.append(dims)
+    return dims
+
+
+def _feature_tokens(p: Problem) -> list[str]:
+    """The feature tokens, in the module doc's order: mask, bias, softmax features, then the storage ones."""
+    parts: list[str] = []
     m = p.mask
     if m.kind is MaskKind.GENERIC:
         parts.append(f"gmask{m.y}_{m.x}")
@@ -77,6 +88,13 @@ def shape_id(p: Problem) -> str:
         parts.append(f"scale{_num(p.scale)}")
     if p.qscale.value != "none":
         parts.append(f"qs{p.qscale.value}")
+    return parts + _storage_tokens(p)
+
+
+def _storage_tokens(p: Problem) -> list[str]:
+    """Layout, V layout, paging, append-KV, split, min seqlen, backward and padding tokens, in the module doc's
+    order."""
+    parts: list[str] = []
     if p.input_layout is Layout.BSHD and p.output_layout is Layout.BSHD:
         parts.append("bshd")
     else:
@@ -108,7 +126,7 @@ def shape_id(p: Problem) -> str:
         parts.append("dbias")
     if p.s_kpad is not None:
         parts.append(f"kpad{_lens(p.s_kpad)}")
-    return "-".join(parts)
+    return parts
 
 
 PLAN = "plan"

@@ -273,6 +273,50 @@ def _tile_entry(family: Family, hdim_key: Any, v: Any, where: _Where, path: str)
     return TileEntry(hdim, hdim_v, fields)
 
 
+def _constraints(m: dict, where: _Where, path: str) -> tuple[list[Callable[[KernelConfig], bool]], set[str]]:
+    """The block's compiled constraint expressions, and the ``c.<field>`` names they read."""
+    constraints: list[Callable[[KernelConfig], bool]] = []
+    used: set[str] = set()
+    for i, expr in enumerate(_list(m.get("constraints", []) or [], where, f"{path}.constraints")):
+        if not isinstance(expr, str):
+            raise SectionError(
+                f"{where(f'{path}.constraints[{i}]')}: expected a filter expression string, found {_tname(expr)} {expr!r}"
+            )
+        try:
+            constraints.append(compile_filter(expr).fast)  # type: ignore[attr-defined]
+        except FilterError as e:
+            raise SectionError(f"{where(f'{path}.constraints[{i}]')}: {e}") from None
+        used |= {
+            n.attr
+            for n in ast.walk(ast.parse(expr.strip(), mode="eval"))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"
+        }
+    return constraints, used
+
+
+def _dtype_entries(
+    family: Family, m: dict, sets: dict[str, tuple[PipelineEntry, ...]], where: _Where, path: str
+) -> list[DTypeEntry]:
+    """The block's ``dtypes`` mapping: per dtype, its named pipeline set and its tiles per head dim."""
+    dtypes = []
+    for dt_key, dv in _mapping(m["dtypes"], where, f"{path}.dtypes").items():
+        p = f"{path}.dtypes.{dt_key}"
+        dtype = _enum(DType, dt_key, where, p)
+        dm = _mapping(dv, where, p, {"pipelines", "tiles"}, {"pipelines", "tiles"})
+        set_name = dm["pipelines"]
+        if set_name not in sets:
+            raise SectionError(
+                f"{where(p + '.pipelines')}: expected the name of a pipeline set "
+                f"({', '.join(sorted(sets)) or 'none defined'}), found {set_name!r}"
+            )
+        tiles = tuple(
+            _tile_entry(family, h, t, where, f"{p}.tiles.{h}")
+            for h, t in _mapping(dm["tiles"], where, f"{p}.tiles").items()
+        )
+        dtypes.append(DTypeEntry(dtype, sets[set_name], tiles))
+    return dtypes
+
+
 def _family_block(fam_key: Any, v: Any, where: _Where) -> FamilyBlock:
     path = str(fam_key)
     try:
@@ -292,42 +336,12 @@ def _family_block(fam_key: Any, v: Any, where: _Where) -> FamilyBlock:
     modes = tuple(
         _enum(Mode, x, where, f"{path}.modes[{i}]") for i, x in enumerate(_list(m["modes"], where, f"{path}.modes"))
     )
-    constraints = []
-    used: set[str] = set()
-    for i, expr in enumerate(_list(m.get("constraints", []) or [], where, f"{path}.constraints")):
-        if not isinstance(expr, str):
-            raise SectionError(
-                f"{where(f'{path}.constraints[{i}]')}: expected a filter expression string, found {_tname(expr)} {expr!r}"
-            )
-        try:
-            constraints.append(compile_filter(expr).fast)  # type: ignore[attr-defined]
-        except FilterError as e:
-            raise SectionError(f"{where(f'{path}.constraints[{i}]')}: {e}") from None
-        used |= {
-            n.attr
-            for n in ast.walk(ast.parse(expr.strip(), mode="eval"))
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "c"
-        }
+    constraints, used = _constraints(m, where, path)
     sets: dict[str, tuple[PipelineEntry, ...]] = {}
     for name, entries in _mapping(m["pipeline_sets"], where, f"{path}.pipeline_sets").items():
         p = f"{path}.pipeline_sets.{name}"
         sets[str(name)] = tuple(_pipeline_entry(e, where, f"{p}[{i}]") for i, e in enumerate(_list(entries, where, p)))
-    dtypes = []
-    for dt_key, dv in _mapping(m["dtypes"], where, f"{path}.dtypes").items():
-        p = f"{path}.dtypes.{dt_key}"
-        dtype = _enum(DType, dt_key, where, p)
-        dm = _mapping(dv, where, p, {"pipelines", "tiles"}, {"pipelines", "tiles"})
-        set_name = dm["pipelines"]
-        if set_name not in sets:
-            raise SectionError(
-                f"{where(p + '.pipelines')}: expected the name of a pipeline set "
-                f"({', '.join(sorted(sets)) or 'none defined'}), found {set_name!r}"
-            )
-        tiles = tuple(
-            _tile_entry(family, h, t, where, f"{p}.tiles.{h}")
-            for h, t in _mapping(dm["tiles"], where, f"{p}.tiles").items()
-        )
-        dtypes.append(DTypeEntry(dtype, sets[set_name], tiles))
+    dtypes = _dtype_entries(family, m, sets, where, path)
     return FamilyBlock(
         family,
         arch_tag,
@@ -405,6 +419,35 @@ def clear_caches() -> None:
 _SIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(KernelSignature)}
 
 
+def _tile_algorithms(
+    tile: TileEntry,
+    expanded: list[tuple[Pipeline, Any, tuple[tuple[int, int, int, int], ...]]],
+    alg_fields: tuple[str, ...],
+    alg_ids: dict[tuple, int],
+) -> dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int]]:
+    """The algorithms of one tile: per (pipeline, pads) of the dtype's pipeline entries, the algorithm and the id
+    of the values its constraint fields ``alg_fields`` take (interned in ``alg_ids``, shared by the block)."""
+    af = tile.algorithm_fields
+    algs: dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int]] = {}
+    for pipe, _, pads in expanded:
+        for p in pads:
+            if (pipe, p) not in algs:
+                alg = KernelAlgorithm(
+                    pipe,
+                    af["tile"],
+                    af.get("warps", ()),
+                    af.get("warp_tiles", ()),
+                    af["occupancy"],
+                    p[0],
+                    p[1],
+                    p[2],
+                    p[3],
+                )
+                akey = tuple(getattr(alg, f) for f in alg_fields)
+                algs[(pipe, p)] = (alg, alg_ids.setdefault(akey, len(alg_ids)))
+    return algs
+
+
 def enumerate_blocks(
     blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...], keep: Callable[[KernelConfig], bool] | None = None
 ) -> list[KernelConfig]:
@@ -428,25 +471,8 @@ def enumerate_blocks(
             dtype = dt.dtype
             expanded = [(e.pipeline, e.variants(masks), e.pads) for e in dt.pipelines]
             for tile in dt.tiles:
-                af = tile.algorithm_fields
                 hdim, hdim_v = tile.hdim, tile.hdim_v
-                algs: dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int]] = {}
-                for pipe, _, pads in expanded:
-                    for p in pads:
-                        if (pipe, p) not in algs:
-                            alg = KernelAlgorithm(
-                                pipe,
-                                af["tile"],
-                                af.get("warps", ()),
-                                af.get("warp_tiles", ()),
-                                af["occupancy"],
-                                p[0],
-                                p[1],
-                                p[2],
-                                p[3],
-                            )
-                            akey = tuple(getattr(alg, f) for f in alg_fields)
-                            algs[(pipe, p)] = (alg, alg_ids.setdefault(akey, len(alg_ids)))
+                algs = _tile_algorithms(tile, expanded, alg_fields, alg_ids)
                 for mode in blk.modes:
                     base = {
                         "family": family,

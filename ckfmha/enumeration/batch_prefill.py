@@ -434,6 +434,13 @@ def _product(sec: _Section, masks: tuple) -> tuple[KernelConfig, ...]:
 
 
 def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelConfig, ...]:
+    """The section's configs in generator order: dtype, hdim, mode, tile, feature combination, page size, kv load;
+    each exclude level is tested on ``probe`` as soon as the fields it reads are set.
+
+    Long because it is the enumeration's hot loop nest: every level sets fields on the one shared ``probe`` that
+    the deeper levels' exclude rules read, and the signature and prefix caches of a (dtype, hdim, mode) are shared
+    by its tiles; splitting the levels into functions would pass the probe, the caches and the bound rule
+    functions down on every iteration."""
     levels = [tuple(e for e in sec.exclude if e.level == lv) for lv in range(4)]
     ex_feat, ex_tile, ex_page, ex_load = (_any_fn(x) for x in levels)
     gl = sec.global_load.fn if sec.global_load is not None else None

@@ -214,9 +214,18 @@ class _Plan:
         self.dbias = ck.bool_list(sec["dbias"], "dbias")
         self.dropouts = ck.enum_list(sec["dropouts"], "dropouts", Dropout)
         self.deterministic = ck.bool_list(sec["deterministic"], "deterministic")
+        self.pads = self._pads(ck, sec["pads"])
+        self._one_d(ck, sec["one_d"])
+        self._constraints(ck, sec["constraints"])
+        self.tiles = self._tiles(ck, sec["tiles"])
+        self.sigs: dict[tuple[Any, ...], KernelSignature] = {}
+        self.one_d_cache: dict[tuple[Any, ...], KernelConfig] = {}
 
-        pads = ck.mapping(sec["pads"], "pads", {"ntrload", "trload"})
-        self.pads: dict[bool, tuple[tuple[int, int], ...]] = {}
+    @staticmethod
+    def _pads(ck: _Checker, value: Any) -> dict[bool, tuple[tuple[int, int], ...]]:
+        """``pads``: the (pad_d, pad_dv) pairs of trload tiles (key True) and of the others (key False)."""
+        pads = ck.mapping(value, "pads", {"ntrload", "trload"})
+        out: dict[bool, tuple[tuple[int, int], ...]] = {}
         for key, trl in (("trload", True), ("ntrload", False)):
             pairs: list[tuple[int, int]] = []
             for i, p in enumerate(ck.seq(pads[key], f"pads.{key}", "[pad_d, pad_dv] pairs")):
@@ -225,15 +234,20 @@ class _Plan:
                     if v not in PAD_VALUES:
                         raise ck.fail(f"pads.{key}[{i}][{j}]", f"a pad in {PAD_VALUES}", v)
                 pairs.append((pad_d, pad_dv))
-            self.pads[trl] = tuple(pairs)
+            out[trl] = tuple(pairs)
+        return out
 
-        one_d = ck.mapping(sec["one_d"], "one_d", {"bm0", "occupancy", "seqlen_pad"})
+    def _one_d(self, ck: _Checker, value: Any) -> None:
+        """``one_d``: the dot_do_o / convert_dq kernels' block size, occupancy and seqlen pads per mode."""
+        one_d = ck.mapping(value, "one_d", {"bm0", "occupancy", "seqlen_pad"})
         self.bm0 = ck.integer(one_d["bm0"], "one_d.bm0", 1)
         self.occupancy = ck.integer(one_d["occupancy"], "one_d.occupancy", -1)
         sp = ck.mapping(one_d["seqlen_pad"], "one_d.seqlen_pad", set(), {m.value for m in Mode})
         self.seqlen_pad = {m: ck.bool_list(sp.get(m.value, []), f"one_d.seqlen_pad.{m.value}") for m in Mode}
 
-        cons = ck.mapping(sec["constraints"], "constraints", set(_CONSTRAINT_KEYS))
+    def _constraints(self, ck: _Checker, value: Any) -> None:
+        """``constraints``: which biases allow dbias, and the rules of the max_seq_len_q tiles."""
+        cons = ck.mapping(value, "constraints", set(_CONSTRAINT_KEYS))
         self.dbias_biases = frozenset(ck.enum_list(cons["dbias_biases"], "constraints.dbias_biases", Bias))
         self.maxq_masks = frozenset(
             ck.enum_list(cons["max_seq_len_q_masks"], "constraints.max_seq_len_q_masks", MaskImpl)
@@ -245,41 +259,44 @@ class _Plan:
             cons["max_seq_len_q_without_convert_dq"], "constraints.max_seq_len_q_without_convert_dq"
         )
 
-        # tiles[(dtype, trload)] = [(hdim_q, hdim_v, max_seq_len_q, ((pad_d, pad_dv, algorithm), ...),
-        #                            pad_dv > 0 flags, pad_d > 0 flags)]
-        self.tiles: dict[tuple[DType, bool], list[tuple[Any, ...]]] = {}
-        for gi, group in enumerate(ck.seq(sec["tiles"], "tiles", "tile groups")):
+    def _tiles(self, ck: _Checker, value: Any) -> dict[tuple[DType, bool], list[tuple[Any, ...]]]:
+        """``tiles``: per (dtype, trload), the rows ``(hdim_q, hdim_v, max_seq_len_q, ((pad_d, pad_dv, algorithm),
+        ...), pad_dv > 0 flags, pad_d > 0 flags)`` in the section's order (needs :attr:`pads`)."""
+        tiles: dict[tuple[DType, bool], list[tuple[Any, ...]]] = {}
+        for gi, group in enumerate(ck.seq(value, "tiles", "tile groups")):
             gpath = f"tiles[{gi}]"
             ck.mapping(group, gpath, _GROUP_KEYS)
             gdtypes = ck.enum_list(group["dtypes"], f"{gpath}.dtypes", DType)
             trload = ck.boolean(group["trload"], f"{gpath}.trload")
             rows = []
             for ti, row in enumerate(ck.seq(group["tiles"], f"{gpath}.tiles", "tiles")):
-                tpath = f"{gpath}.tiles[{ti}]"
-                ck.mapping(row, tpath, _TILE_KEYS - {"max_seq_len_q"}, {"max_seq_len_q"})
-                block = ck.int_list(row["block"], f"{tpath}.block", 9, 1)
-                warps = ck.triples(row["warps"], f"{tpath}.warps", 3)
-                wtiles = ck.triples(row["warp_tiles"], f"{tpath}.warp_tiles", 2)
-                occ = ck.integer(row["occupancy"], f"{tpath}.occupancy", -1)
-                maxq = ck.integer(row.get("max_seq_len_q", 0), f"{tpath}.max_seq_len_q", 0)
-                # pads s/sk = 1: CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true)
-                algs = tuple(
-                    (
-                        pd,
-                        pdv,
-                        KernelAlgorithm(
-                            Pipeline.BWD_DQ_DK_DV, block, warps, wtiles, occ, 1, 1, pd, pdv, trload, max_seq_len_q=maxq
-                        ),
-                    )
-                    for pd, pdv in self.pads[trload]
-                )
-                dv_flags = tuple(dict.fromkeys(pdv > 0 for _, pdv, _ in algs))
-                d_flags = tuple(dict.fromkeys(pd > 0 for pd, _, _ in algs))
-                rows.append((block[7], block[8], maxq, algs, dv_flags, d_flags))
+                rows.append(self._tile_row(ck, row, f"{gpath}.tiles[{ti}]", trload))
             for dt in gdtypes:
-                self.tiles.setdefault((dt, trload), []).extend(rows)
-        self.sigs: dict[tuple[Any, ...], KernelSignature] = {}
-        self.one_d_cache: dict[tuple[Any, ...], KernelConfig] = {}
+                tiles.setdefault((dt, trload), []).extend(rows)
+        return tiles
+
+    def _tile_row(self, ck: _Checker, row: Any, tpath: str, trload: bool) -> tuple[Any, ...]:
+        """One tile of a tile group, with its algorithm per pad pair (see :meth:`_tiles`)."""
+        ck.mapping(row, tpath, _TILE_KEYS - {"max_seq_len_q"}, {"max_seq_len_q"})
+        block = ck.int_list(row["block"], f"{tpath}.block", 9, 1)
+        warps = ck.triples(row["warps"], f"{tpath}.warps", 3)
+        wtiles = ck.triples(row["warp_tiles"], f"{tpath}.warp_tiles", 2)
+        occ = ck.integer(row["occupancy"], f"{tpath}.occupancy", -1)
+        maxq = ck.integer(row.get("max_seq_len_q", 0), f"{tpath}.max_seq_len_q", 0)
+        # pads s/sk = 1: CK's bwd traits hard-code seqlen padding (kPadSeqLenQ = kPadSeqLenK = true)
+        algs = tuple(
+            (
+                pd,
+                pdv,
+                KernelAlgorithm(
+                    Pipeline.BWD_DQ_DK_DV, block, warps, wtiles, occ, 1, 1, pd, pdv, trload, max_seq_len_q=maxq
+                ),
+            )
+            for pd, pdv in self.pads[trload]
+        )
+        dv_flags = tuple(dict.fromkeys(pdv > 0 for _, pdv, _ in algs))
+        d_flags = tuple(dict.fromkeys(pd > 0 for pd, _, _ in algs))
+        return (block[7], block[8], maxq, algs, dv_flags, d_flags)
 
     def sig(
         self,
@@ -421,6 +438,14 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                                                     conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = (
                                                         None
                                                     )
+    return _with_one_d(p, dq, dot_keys, conv_keys)
+
+
+def _with_one_d(
+    p: _Plan, dq: list[KernelConfig], dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None]
+) -> list[KernelConfig]:
+    """The dot_do_o kernels of ``dot_keys``, then the dq_dk_dv kernels ``dq``, then the convert_dq kernels of
+    ``conv_keys`` (the 1-D kernels deduplicated, in first-use order, one per seqlen pad variant)."""
     dots: dict[KernelConfig, None] = {}
     for dtype, hq, mode, spads, dv in dot_keys:
         for s in spads:

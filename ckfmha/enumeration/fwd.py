@@ -577,18 +577,156 @@ def _keep_fields(keep: Callable) -> frozenset[str] | None:
     return frozenset(code.co_names)
 
 
-def enumerate_api(ctx) -> list[KernelConfig]:
-    sec = _section(ctx)
-    if sec is None:
-        return []
-    keep = ctx.keep
+def _stage_predicates(sec: _Section, keep: Callable) -> tuple[list, list, list]:
+    """The section's rules as (signature-stage, algorithm-stage, config-stage) predicates, with the receipt filter
+    ``keep`` added to the earliest stage whose fields cover what it reads."""
     keep_stage = _stage(_keep_fields(keep))
-    masks = ctx.masks
-    receipt = ctx.receipt
     sig_preds = [r.fn for r in sec.rules if r.stage == "signature"]
     alg_preds = [r.fn for r in sec.rules if r.stage == "algorithm"]
     cfg_preds = [r.fn for r in sec.rules if r.stage == "config"]
     {"signature": sig_preds, "algorithm": alg_preds, "config": cfg_preds}[keep_stage].append(keep)
+    return sig_preds, alg_preds, cfg_preds
+
+
+def _hdim_pattern(
+    patterns: dict[tuple, tuple[list, list]],
+    group_combos: list,
+    variants: list[_Variant],
+    vl_slot: list[int],
+    hdim: tuple[int, int],
+    receipt: int,
+) -> tuple[list[bool], list, list]:
+    """``(static_ok, entries, slots)`` of one hdim: which variants serve it under the receipt, and the entries
+    (signature slot = 2 * combo id + vlayout, variant index) in generator order with their distinct slots --
+    cached in ``patterns`` per static pattern (which groups/variants serve), shared by the dtype's hdims."""
+    static_ok = [v.when.static_ok(hdim, receipt) for v in variants]
+    group_ok = [g.when.static_ok(hdim, receipt) for g, _ in group_combos]
+    pkey = (tuple(group_ok), tuple(static_ok))
+    pat = patterns.get(pkey)
+    if pat is None:
+        entries = [
+            (2 * cid + vl_slot[vi], vi)
+            for (g, per_combo), gok in zip(group_combos, group_ok)
+            if gok
+            for cid, vis in per_combo
+            for vi in vis
+            if static_ok[vi]
+        ]
+        pat = patterns[pkey] = (entries, sorted({slot for slot, _ in entries}))
+    return static_ok, pat[0], pat[1]
+
+
+def _tile_algorithms(
+    tiles: tuple[_Tile, ...], variants: list[_Variant], static_ok: list[bool]
+) -> list[list[KernelAlgorithm | None]]:
+    """Per tile, per variant: its algorithm, or None where the variant does not serve the hdim (shared by the
+    modes)."""
+    return [
+        [
+            KernelAlgorithm(
+                v.pipeline,
+                t.tile,
+                t.warps,
+                t.warp_tiles,
+                occupancy=t.occupancy,
+                pad_s=v.pads[0],
+                pad_sk=v.pads[1],
+                pad_d=v.pads[2],
+                pad_dv=v.pads[3],
+                trload=v.trload,
+            )
+            if static_ok[vi]
+            else None
+            for vi, v in enumerate(variants)
+        ]
+        for t in tiles
+    ]
+
+
+def _mode_signatures(
+    sp: _Probe, sig_preds: list, head: tuple[Family, DType, Mode, int, int, ArchTag], combos: list[tuple], slots: list
+) -> list:
+    """Per signature slot: the signature of (``head`` = family, dtype, mode, hdim_q, hdim_v, arch tag) with the
+    slot's features, or None where a signature-stage predicate rejects it (tested on ``sp``, whose head fields
+    the caller has set)."""
+    sigs: list = [None] * (2 * len(combos))
+    for slot in slots:
+        logits, mask, bias, lse, dropout, skip, qscale, sink = combos[slot >> 1]
+        vl = VLayout.COL if slot & 1 else VLayout.ROW
+        dropout = _DROPOUT[dropout]
+        sp.vlayout, sp.mask, sp.bias, sp.lse, sp.dropout = vl, mask, bias, lse, dropout
+        sp.logits_soft_cap, sp.skip_min_seqlen_q, sp.qscale, sp.sink = logits, skip, qscale, sink
+        for pred in sig_preds:
+            if not pred(sp):
+                break
+        else:
+            sigs[slot] = KernelSignature(
+                *head,
+                vlayout=vl,
+                mask=mask,
+                bias=bias,
+                lse=lse,
+                dropout=dropout,
+                logits_soft_cap=logits,
+                skip_min_seqlen_q=skip,
+                qscale=qscale,
+                sink=sink,
+            )
+    return sigs
+
+
+def _append_configs(
+    append: Callable[[KernelConfig], None],
+    algs: list[list[KernelAlgorithm | None]],
+    mode_entries: list[tuple[KernelSignature, int]],
+    variants: list[_Variant],
+    ap: _Probe,
+    alg_preds: list,
+    cfg_preds: list,
+) -> None:
+    """Append the configs of one (hdim, mode): per tile, the entries whose algorithm passes the algorithm-stage
+    predicates (tested on ``ap``), then the config-stage ones."""
+    by_valid: dict[tuple, list] = {}  # valid-variant pattern -> entries it keeps (order kept)
+    for row in algs:
+        valid = []
+        for vi, a in enumerate(row):
+            ok = a is not None
+            if a is not None and alg_preds:
+                ap.vlayout = variants[vi].vlayout
+                ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
+                ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = (
+                    a.occupancy,
+                    a.pad_s,
+                    a.pad_sk,
+                    a.pad_d,
+                    a.pad_dv,
+                )
+                ap.trload = a.trload
+                ok = all(p(ap) for p in alg_preds)
+            valid.append(ok)
+        vkey = tuple(valid)
+        kept = by_valid.get(vkey)
+        if kept is None:
+            kept = by_valid[vkey] = [(sig, vi) for sig, vi in mode_entries if valid[vi]]
+        if cfg_preds:
+            for sig, vi in kept:
+                c = KernelConfig(sig, row[vi])
+                if all(p(c) for p in cfg_preds):
+                    append(c)
+        else:
+            for sig, vi in kept:
+                append(KernelConfig(sig, row[vi]))
+
+
+def enumerate_api(ctx) -> list[KernelConfig]:
+    """The fwd configs CK's generator emits for ``ctx`` (arch, receipt, mask mode), in its order: dtype, hdim,
+    mode, tile, then the signature/variant entries of the hdim's pattern."""
+    sec = _section(ctx)
+    if sec is None:
+        return []
+    sig_preds, alg_preds, cfg_preds = _stage_predicates(sec, ctx.keep)
+    masks = ctx.masks
+    receipt = ctx.receipt
     arch_tag = sec.arch_tag
     fam = Family.FWD
     sp, ap = _Probe(), _Probe()  # signature-stage and algorithm-stage probes
@@ -602,114 +740,19 @@ def enumerate_api(ctx) -> list[KernelConfig]:
         sp.dtype = ap.dtype = dtype
         combos, group_combos, variants = _expand_groups(dts, masks)
         vl_slot = [0 if v.vlayout is VLayout.ROW else 1 for v in variants]
-        # per static pattern (which groups/variants serve an hdim under this receipt): the entries
-        # (signature slot = 2 * combo id + vlayout, variant index) in generator order, and the distinct slots
-        patterns: dict[tuple, tuple[list, list]] = {}
-
+        patterns: dict[tuple, tuple[list, list]] = {}  # per static pattern: (entries, slots), see _hdim_pattern
         for hdim, tiles in dts.hdims:
             hq, hv = hdim
             sp.hdim_q = ap.hdim_q = hq
             sp.hdim_v = ap.hdim_v = hv
-            static_ok = [v.when.static_ok(hdim, receipt) for v in variants]
-            group_ok = [g.when.static_ok(hdim, receipt) for g, _ in group_combos]
-            pkey = (tuple(group_ok), tuple(static_ok))
-            pat = patterns.get(pkey)
-            if pat is None:
-                entries = [
-                    (2 * cid + vl_slot[vi], vi)
-                    for (g, per_combo), gok in zip(group_combos, group_ok)
-                    if gok
-                    for cid, vis in per_combo
-                    for vi in vis
-                    if static_ok[vi]
-                ]
-                pat = patterns[pkey] = (entries, sorted({slot for slot, _ in entries}))
-            entries, slots = pat
+            static_ok, entries, slots = _hdim_pattern(patterns, group_combos, variants, vl_slot, hdim, receipt)
             if not entries:
                 continue
-            # algorithms per (tile, variant), shared by the modes
-            algs = [
-                [
-                    KernelAlgorithm(
-                        v.pipeline,
-                        t.tile,
-                        t.warps,
-                        t.warp_tiles,
-                        occupancy=t.occupancy,
-                        pad_s=v.pads[0],
-                        pad_sk=v.pads[1],
-                        pad_d=v.pads[2],
-                        pad_dv=v.pads[3],
-                        trload=v.trload,
-                    )
-                    if static_ok[vi]
-                    else None
-                    for vi, v in enumerate(variants)
-                ]
-                for t in tiles
-            ]
+            algs = _tile_algorithms(tiles, variants, static_ok)
             for mode in sec.modes:
                 sp.mode = ap.mode = mode
-                # signatures per slot; None where a signature-stage predicate rejects it
-                sigs: list = [None] * (2 * len(combos))
-                for slot in slots:
-                    logits, mask, bias, lse, dropout, skip, qscale, sink = combos[slot >> 1]
-                    vl = VLayout.COL if slot & 1 else VLayout.ROW
-                    dropout = _DROPOUT[dropout]
-                    sp.vlayout, sp.mask, sp.bias, sp.lse, sp.dropout = vl, mask, bias, lse, dropout
-                    sp.logits_soft_cap, sp.skip_min_seqlen_q, sp.qscale, sp.sink = logits, skip, qscale, sink
-                    for pred in sig_preds:
-                        if not pred(sp):
-                            break
-                    else:
-                        sigs[slot] = KernelSignature(
-                            fam,
-                            dtype,
-                            mode,
-                            hq,
-                            hv,
-                            arch_tag,
-                            vlayout=vl,
-                            mask=mask,
-                            bias=bias,
-                            lse=lse,
-                            dropout=dropout,
-                            logits_soft_cap=logits,
-                            skip_min_seqlen_q=skip,
-                            qscale=qscale,
-                            sink=sink,
-                        )
+                sigs = _mode_signatures(sp, sig_preds, (fam, dtype, mode, hq, hv, arch_tag), combos, slots)
                 mode_entries = [(sig, vi) for slot, vi in entries if (sig := sigs[slot]) is not None]
-                if not mode_entries:
-                    continue
-                by_valid: dict[tuple, list] = {}  # valid-variant pattern -> entries it keeps (order kept)
-                for row in algs:
-                    valid = []
-                    for vi, a in enumerate(row):
-                        ok = a is not None
-                        if a is not None and alg_preds:
-                            ap.vlayout = variants[vi].vlayout
-                            ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
-                            ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = (
-                                a.occupancy,
-                                a.pad_s,
-                                a.pad_sk,
-                                a.pad_d,
-                                a.pad_dv,
-                            )
-                            ap.trload = a.trload
-                            ok = all(p(ap) for p in alg_preds)
-                        valid.append(ok)
-                    vkey = tuple(valid)
-                    kept = by_valid.get(vkey)
-                    if kept is None:
-                        kept = by_valid[vkey] = [(sig, vi) for sig, vi in mode_entries if valid[vi]]
-                    if cfg_preds:
-                        for sig, vi in kept:
-                            c = KernelConfig(sig, row[vi])
-                            if all(p(c) for p in cfg_preds):
-                                append(c)
-                    else:
-                        for sig, vi in kept:
-                            append(KernelConfig(sig, row[vi]))
+                if mode_entries:
+                    _append_configs(append, algs, mode_entries, variants, ap, alg_preds, cfg_preds)
     return out

@@ -26,6 +26,7 @@ applies its per-api rules (data/receipt_rules/<api>.yaml) as a filter, e.g. ``--
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from ckfmha.filters import FilterError, compile_filter
@@ -114,7 +115,69 @@ def _tiles(sec: dict, key: str, ctx) -> dict[int, list[tuple[int, int, int, int]
     return out
 
 
+def _excludes(sec: dict, ctx) -> list[Callable[[KernelConfig], bool]]:
+    """The compiled ``exclude`` rules (a config matching any is not emitted)."""
+    excludes = []
+    for i, rule in enumerate(sec.get("exclude", []) or []):
+        try:
+            excludes.append(compile_filter(rule).fast)  # type: ignore[attr-defined]
+        except FilterError as e:
+            raise NvidiaSpecError(f"{ctx.where(f'exclude[{i}]')}: {e}") from None
+    return excludes
+
+
+def _qscales(qscale: dict, dt: DType) -> list[QScale]:
+    """The qscale modes of a dtype (``[none]`` for a dtype the section's ``qscale`` does not list)."""
+    return [QScale.parse(q, "qscale") for q in qscale.get(dt.value, ["none"])]
+
+
+def _triton_algorithms(launch: list[tuple[int, int, int, int]], pads: list) -> list[KernelAlgorithm]:
+    """One algorithm per (launch tile [bm0, bn0, warps, stages], pads), tiles outermost."""
+    return [
+        KernelAlgorithm(
+            Pipeline.TRITON,
+            (bm0, bn0),
+            ((w, 1, 1), (w, 1, 1)),
+            (),
+            -1,
+            pad_s=pad[0],
+            pad_sk=pad[1],
+            pad_d=pad[2],
+            pad_dv=pad[3],
+            num_stages=st,
+        )
+        for (bm0, bn0, w, st) in launch
+        for pad in pads
+    ]
+
+
+def _combine_configs(
+    sec: dict, dtypes: list, hdims: list, modes: list, qscale: dict, arch_tag: ArchTag, keep
+) -> list[KernelConfig]:
+    """The fwd_splitkv_combine kernels: per dtype, hdim_v, mode, lse and qscale, with the ``combine_tile``."""
+    out: list[KernelConfig] = []
+    bn1 = sec.get("combine_tile", 32)
+    for dt, (_hq, hv), mode, lse in itertools.product(dtypes, hdims, modes, [False, True]):
+        for q in _qscales(qscale, dt):
+            sig = KernelSignature(
+                Family.FWD_SPLITKV_COMBINE,
+                dt,
+                mode,
+                hv,
+                hv,
+                arch_tag,
+                lse=lse,
+                fp8_static_quant=q is QScale.PERTENSOR,
+            )
+            c = KernelConfig(sig, KernelAlgorithm(Pipeline.SPLITKV_COMBINE, (bn1,), (), (), -1, 1, 0, 0, 1))
+            if keep(c):
+                out.append(c)
+    return out
+
+
 def enumerate_api(ctx) -> list[KernelConfig]:
+    """The section's configs: per main family, dtype, hdim pair and mode, every feature combination x algorithm
+    that no ``exclude`` rule matches and the receipt keeps; then the combine kernels (see the module doc)."""
     sec: Any = ctx.section
     if not isinstance(sec, dict):
         raise NvidiaSpecError(f"{ctx.where('')}: expected a mapping")
@@ -134,36 +197,15 @@ def enumerate_api(ctx) -> list[KernelConfig]:
     pads = _list(sec, "pads", ctx)
     qscale = sec.get("qscale", {}) or {}
     tiles, tiles32 = _tiles(sec, "tiles", ctx), _tiles(sec, "tiles_fp32", ctx)
-    excludes = []
-    for i, rule in enumerate(sec.get("exclude", []) or []):
-        try:
-            excludes.append(compile_filter(rule).fast)  # type: ignore[attr-defined]
-        except FilterError as e:
-            raise NvidiaSpecError(f"{ctx.where(f'exclude[{i}]')}: {e}") from None
+    excludes = _excludes(sec, ctx)
     keep = (lambda c: True) if ctx.receipt == 0 else ctx.keep
     main = [f for f in families if f is not Family.FWD_SPLITKV_COMBINE]
     out: list[KernelConfig] = []
     for fam in main:
         for dt, (hq, hv), mode in itertools.product(dtypes, hdims, modes):
             table = tiles32 if dt is DType.FP32 and tiles32 else tiles
-            launch = table.get(hq, [])
-            qs = [QScale.parse(q, "qscale") for q in qscale.get(dt.value, ["none"])]
-            algs = [
-                KernelAlgorithm(
-                    Pipeline.TRITON,
-                    (bm0, bn0),
-                    ((w, 1, 1), (w, 1, 1)),
-                    (),
-                    -1,
-                    pad_s=pad[0],
-                    pad_sk=pad[1],
-                    pad_d=pad[2],
-                    pad_dv=pad[3],
-                    num_stages=st,
-                )
-                for (bm0, bn0, w, st) in launch
-                for pad in pads
-            ]
+            qs = _qscales(qscale, dt)
+            algs = _triton_algorithms(table.get(hq, []), pads)
             for mask, bias, lse, drop, cap, sink, paged, skip, q in itertools.product(
                 masks, biases, lses, drops, caps, sinks, pageds, skips, qs
             ):
@@ -191,21 +233,5 @@ def enumerate_api(ctx) -> list[KernelConfig]:
                         continue
                     out.append(c)
     if Family.FWD_SPLITKV_COMBINE in families:
-        bn1 = sec.get("combine_tile", 32)
-        for dt, (_hq, hv), mode, lse in itertools.product(dtypes, hdims, modes, [False, True]):
-            qs = [QScale.parse(q, "qscale") for q in qscale.get(dt.value, ["none"])]
-            for q in qs:
-                sig = KernelSignature(
-                    Family.FWD_SPLITKV_COMBINE,
-                    dt,
-                    mode,
-                    hv,
-                    hv,
-                    arch_tag,
-                    lse=lse,
-                    fp8_static_quant=q is QScale.PERTENSOR,
-                )
-                c = KernelConfig(sig, KernelAlgorithm(Pipeline.SPLITKV_COMBINE, (bn1,), (), (), -1, 1, 0, 0, 1))
-                if keep(c):
-                    out.append(c)
+        out += _combine_configs(sec, dtypes, hdims, modes, qscale, arch_tag, keep)
     return out

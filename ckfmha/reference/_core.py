@@ -128,116 +128,184 @@ def attend(
     key_hi = sk if key_hi is None else key_hi
     nk = max(key_hi - key_lo, 0)
     scale = accum(p.softmax_scale)
-    cap = p.logits_soft_cap
     o = np.zeros((hq, sq, dv), dtype=accum)
     lse = np.full((hq, sq), -np.inf, dtype=accum)
     randval_out = np.zeros((hq, sq, sk), dtype=np.uint8) if want_randval else None
     if sq == 0:
         if backward is not None:  # no query row: every gradient is empty or 0
-            backward.update(
-                dq=np.zeros_like(q),
-                dk_heads=np.zeros((hq, sk, dq), dtype=accum),
-                dv_heads=np.zeros((hq, sk, dv), dtype=accum),
-                d=np.zeros((hq, 0), dtype=accum),
-                ds=np.zeros((hq, 0, sk), dtype=accum) if backward.get("want_ds") else None,
-            )
+            _no_query_gradients(backward, q, sk, dv, accum)
         return o, lse, randval_out
-    kk = k[:, key_lo:key_hi]
-    vv = v[:, key_lo:key_hi]
-    kT = np.ascontiguousarray(kk.transpose(0, 2, 1))[:, None]  # (hk, 1, dq, nk)
-    vv4 = vv[:, None]  # (hk, 1, nk, dv)
-    has_mask = p.mask.kind.value != "none"
-    alibi_mode = p.mask.alibi_mode() if ex.alibi is not None else None
-    p_keep = 1.0 - p.p_drop
-    if backward is not None:
-        do_all = backward["do"]
-        dq_out = np.zeros_like(q)
-        dk_acc = np.zeros((hk, g, nk, dq), dtype=accum)
-        dv_acc = np.zeros((hk, g, nk, dv), dtype=accum)
-        d_out = np.zeros((hq, sq), dtype=accum)
-        ds_full = np.zeros((hq, sq, sk), dtype=accum) if backward.get("want_ds") else None
+    kT = np.ascontiguousarray(k[:, key_lo:key_hi].transpose(0, 2, 1))[:, None]  # (hk, 1, dq, nk)
+    vv4 = v[:, key_lo:key_hi][:, None]  # (hk, 1, nk, dv)
+    grads = None if backward is None else _Gradients(backward, p, q, k, v, key_lo, key_hi, accum)
     rows_per = max(1, int(CHUNK_BYTES // max(1, hq * max(nk, 1) * np.dtype(accum).itemsize)))
     for r0 in range(0, sq, rows_per):
         r1 = min(sq, r0 + rows_per)
         rows = np.arange(r0, r1)
         qc = q[:, r0:r1].reshape(hk, g, r1 - r0, dq)
         s = np.matmul(qc * scale, kT).reshape(hq, r1 - r0, nk)  # (hq, R, nk)
-        if cap > 0:
-            t = np.tanh(s / accum(cap))
-            s = accum(cap) * t
-        if ex.bias is not None:
-            s += ex.bias[:, r0:r1, key_lo:key_hi].astype(accum)
-        if alibi_mode is not None and ex.alibi is not None:  # alibi_mode is set exactly when ex.alibi is
-            s += alibi_bias(ex.alibi, alibi_mode, rows, sq, sk, accum)[:, :, key_lo:key_hi]
-        allowed = None
-        if has_mask or key_lo > 0 or key_hi < sk:
-            start, end = p.mask.key_range(sq, sk, rows)
-            cols = np.arange(key_lo, key_hi)[None, :]
-            allowed = (cols >= start[:, None]) & (cols < end[:, None])  # (R, nk)
-            s = np.where(allowed[None], s, accum(-np.inf))
-        m = s.max(axis=-1) if nk else np.full((hq, r1 - r0), -np.inf, dtype=accum)
-        if ex.sink is not None:
-            m = np.maximum(m, ex.sink.astype(accum)[:, None])
-        m_safe = np.where(np.isfinite(m), m, accum(0))
-        s -= m_safe[..., None]
-        np.exp(s, out=s)  # s now holds unnormalised probabilities
-        l = s.sum(axis=-1)
-        if ex.sink is not None:
-            l = l + np.exp(ex.sink.astype(accum)[:, None] - m_safe)
-        empty = l == 0
-        l_safe = np.where(empty, accum(1), l)
-        lse[:, r0:r1] = np.where(empty, accum(-np.inf), m_safe + np.log(l_safe))
-        keep = None
+        s, t = _chunk_logits(p, ex, s, rows, sq, sk, key_lo, key_hi, accum)
+        l_safe, lse_rows = _chunk_softmax(s, ex, accum)  # s now holds unnormalised probabilities
+        lse[:, r0:r1] = lse_rows
         if p.p_drop == 0 and backward is None:  # fast path: normalise the (small) output, not P
-            oc = np.matmul(s.reshape(hk, g, r1 - r0, nk), vv4).reshape(hq, r1 - r0, dv) / l_safe[..., None]
-            o[:, r0:r1] = oc
+            o[:, r0:r1] = np.matmul(s.reshape(hk, g, r1 - r0, nk), vv4).reshape(hq, r1 - r0, dv) / l_safe[..., None]
             continue
         s /= l_safe[..., None]  # normalised P
-        pd = s
-        if p.p_drop > 0:
-            if ex.randval is not None:
-                rv = ex.randval[:, r0:r1, key_lo:key_hi]
-            else:
-                rv = _rng.dropout_randval(
-                    p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(key_lo, key_hi)
-                )
-            if randval_out is not None:
-                randval_out[:, r0:r1, key_lo:key_hi] = rv
-            keep = _rng.dropout_keep(rv, p.p_drop)
-            pd = np.where(keep, s * accum(1.0 / p_keep), accum(0))
+        pd, keep = _chunk_dropout(p, ex, s, rows, key_lo, key_hi, randval_out, accum)
         oc = np.matmul(pd.reshape(hk, g, r1 - r0, nk), vv4).reshape(hq, r1 - r0, dv)
         o[:, r0:r1] = oc
-        if backward is not None:
-            doc = do_all[:, r0:r1]
-            # D = rowsum(dO * O), with O as the backward receives it: stored in the output dtype
-            o_for_d = oc if backward.get("o_dtype") is None else oc.astype(backward["o_dtype"]).astype(accum)
-            dd = np.sum(doc * o_for_d, axis=-1)
-            d_out[:, r0:r1] = dd
-            dp = np.matmul(doc.reshape(hk, g, r1 - r0, dv), vv4.transpose(0, 1, 3, 2)).reshape(hq, r1 - r0, nk)
-            if keep is not None:
-                dp = np.where(keep, dp * accum(1.0 / p_keep), accum(0))
-            ds = s * (dp - dd[..., None])  # gradient w.r.t. the biased logits
-            if ds_full is not None:
-                ds_full[:, r0:r1, key_lo:key_hi] = ds
-            if cap > 0:
-                ds_x = ds * (1 - t * t)
-            else:
-                ds_x = ds
-            lp = backward.get("lp_dtype")
-            if lp is not None:  # CK's reference: P and dS enter the gradient GEMMs in the input precision
-                ds_x = ds_x.astype(lp).astype(accum)
-                pd = pd.astype(lp).astype(accum)
-            ds4 = ds_x.reshape(hk, g, r1 - r0, nk)
-            dq_out[:, r0:r1] = np.matmul(ds4, kk[:, None]).reshape(hq, r1 - r0, dq) * scale
-            dk_acc += np.matmul(ds4.transpose(0, 1, 3, 2), qc) * scale
-            dv_acc += np.matmul(pd.reshape(hk, g, r1 - r0, nk).transpose(0, 1, 3, 2), doc.reshape(hk, g, r1 - r0, dv))
-    if backward is not None:
-        dk_heads = np.zeros((hq, sk, dq), dtype=accum)
-        dv_heads = np.zeros((hq, sk, dv), dtype=accum)
-        dk_heads[:, key_lo:key_hi] = dk_acc.reshape(hq, nk, dq)  # (hk, g) -> q-head hk_index * g + g_index
-        dv_heads[:, key_lo:key_hi] = dv_acc.reshape(hq, nk, dv)
-        backward.update(dq=dq_out, dk_heads=dk_heads, dv_heads=dv_heads, d=d_out, ds=ds_full)
+        if grads is not None:
+            grads.add_chunk(r0, r1, qc, s, pd, keep, oc, t)
+    if grads is not None:
+        grads.finish()
     return o, lse, randval_out
+
+
+def _no_query_gradients(backward: dict, q: np.ndarray, sk: int, dv: int, accum) -> None:
+    """:func:`attend`'s gradients for a sequence without query rows: every one empty or 0."""
+    hq, _, dq = q.shape
+    backward.update(
+        dq=np.zeros_like(q),
+        dk_heads=np.zeros((hq, sk, dq), dtype=accum),
+        dv_heads=np.zeros((hq, sk, dv), dtype=accum),
+        d=np.zeros((hq, 0), dtype=accum),
+        ds=np.zeros((hq, 0, sk), dtype=accum) if backward.get("want_ds") else None,
+    )
+
+
+def _chunk_logits(
+    p: Problem, ex: Extras, s: np.ndarray, rows: np.ndarray, sq: int, sk: int, key_lo: int, key_hi: int, accum
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A chunk's scaled scores ``s`` (hq, R, nk) for query ``rows`` through soft-cap, bias, ALiBi and mask, in CK's
+    order (module doc); returns ``(s, t)``, ``t = tanh(s / cap)`` for the soft-cap's gradient (None without)."""
+    r0, r1 = int(rows[0]), int(rows[-1]) + 1
+    cap = p.logits_soft_cap
+    t = None
+    if cap > 0:
+        t = np.tanh(s / accum(cap))
+        s = accum(cap) * t
+    if ex.bias is not None:
+        s += ex.bias[:, r0:r1, key_lo:key_hi].astype(accum)
+    if ex.alibi is not None:
+        s += alibi_bias(ex.alibi, p.mask.alibi_mode(), rows, sq, sk, accum)[:, :, key_lo:key_hi]
+    if p.mask.kind.value != "none" or key_lo > 0 or key_hi < sk:
+        start, end = p.mask.key_range(sq, sk, rows)
+        cols = np.arange(key_lo, key_hi)[None, :]
+        allowed = (cols >= start[:, None]) & (cols < end[:, None])  # (R, nk)
+        s = np.where(allowed[None], s, accum(-np.inf))
+    return s, t
+
+
+def _chunk_softmax(s: np.ndarray, ex: Extras, accum) -> tuple[np.ndarray, np.ndarray]:
+    """Exponentiate a chunk's logits ``s`` (hq, R, nk) in place, less the row max (the sink logit included);
+    returns the row sums ``l`` (sink included; 1 for a row with nothing to sum) and the rows' LSE ``m + log(l)``
+    (-inf for such a row)."""
+    m = s.max(axis=-1) if s.shape[-1] else np.full(s.shape[:2], -np.inf, dtype=accum)
+    if ex.sink is not None:
+        m = np.maximum(m, ex.sink.astype(accum)[:, None])
+    m_safe = np.where(np.isfinite(m), m, accum(0))
+    s -= m_safe[..., None]
+    np.exp(s, out=s)
+    l = s.sum(axis=-1)
+    if ex.sink is not None:
+        l = l + np.exp(ex.sink.astype(accum)[:, None] - m_safe)
+    empty = l == 0
+    l_safe = np.where(empty, accum(1), l)
+    return l_safe, np.where(empty, accum(-np.inf), m_safe + np.log(l_safe))
+
+
+def _chunk_dropout(
+    p: Problem,
+    ex: Extras,
+    s: np.ndarray,
+    rows: np.ndarray,
+    key_lo: int,
+    key_hi: int,
+    randval_out: np.ndarray | None,
+    accum,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(pd, keep)``: a chunk's normalised probabilities ``s`` with dropout (kept ones scaled by ``1 / (1 -
+    p_drop)``) and the keep mask, or ``(s, None)`` without dropout.  The random values are the stored ones or the
+    Philox stream's; they are copied into ``randval_out`` when given."""
+    if not p.p_drop > 0:
+        return s, None
+    r0, r1 = int(rows[0]), int(rows[-1]) + 1
+    if ex.randval is not None:
+        rv = ex.randval[:, r0:r1, key_lo:key_hi]
+    else:
+        rv = _rng.dropout_randval(
+            p.drop_seed, p.drop_offset, ex.batch, np.arange(s.shape[0]), p.nhead_q, rows, np.arange(key_lo, key_hi)
+        )
+    if randval_out is not None:
+        randval_out[:, r0:r1, key_lo:key_hi] = rv
+    keep = _rng.dropout_keep(rv, p.p_drop)
+    return np.where(keep, s * accum(1.0 / (1.0 - p.p_drop)), accum(0)), keep
+
+
+class _Gradients:
+    """:func:`attend`'s backward for one sequence: accumulators filled chunk by chunk of query rows from the
+    forward's intermediates (:meth:`add_chunk`), then written into the caller's ``backward`` dict
+    (:meth:`finish`).  ``backward``'s optional keys: ``want_ds`` (keep dS), ``o_dtype`` (the dtype O is stored in,
+    which D = rowsum(dO * O) reads) and ``lp_dtype`` (the input precision P and dS enter the gradient GEMMs in)."""
+
+    def __init__(
+        self, backward: dict, p: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, key_lo: int, key_hi: int, accum
+    ) -> None:
+        hq, sq, dq = q.shape
+        hk, sk, _ = k.shape
+        self.backward, self.accum, self.key_lo, self.key_hi, self.sk = backward, accum, key_lo, key_hi, sk
+        self.scale = accum(p.softmax_scale)
+        self.cap = p.logits_soft_cap
+        self.p_keep = 1.0 - p.p_drop
+        self.kk = k[:, key_lo:key_hi]
+        self.vv4 = v[:, key_lo:key_hi][:, None]  # (hk, 1, nk, dv)
+        nk, dv = self.kk.shape[1], v.shape[2]
+        self.do_all = backward["do"]
+        self.dq_out = np.zeros_like(q)
+        self.dk_acc = np.zeros((hk, hq // hk, nk, dq), dtype=accum)
+        self.dv_acc = np.zeros((hk, hq // hk, nk, dv), dtype=accum)
+        self.d_out = np.zeros((hq, sq), dtype=accum)
+        self.ds_full = np.zeros((hq, sq, sk), dtype=accum) if backward.get("want_ds") else None
+
+    def add_chunk(self, r0: int, r1: int, qc, s, pd, keep, oc, t) -> None:
+        """Query rows ``[r0, r1)``: ``qc`` (hk, g, R, dq), the normalised ``s`` = P and the dropped ``pd``
+        (hq, R, nk), the dropout ``keep`` mask (or None), the chunk's output ``oc`` and the soft-cap's ``t``."""
+        accum, backward = self.accum, self.backward
+        hk, g, rows, _ = qc.shape
+        hq, _, nk = s.shape
+        dq, dv = self.dq_out.shape[2], oc.shape[2]
+        doc = self.do_all[:, r0:r1]
+        # D = rowsum(dO * O), with O as the backward receives it: stored in the output dtype
+        o_for_d = oc if backward.get("o_dtype") is None else oc.astype(backward["o_dtype"]).astype(accum)
+        dd = np.sum(doc * o_for_d, axis=-1)
+        self.d_out[:, r0:r1] = dd
+        dp = np.matmul(doc.reshape(hk, g, rows, dv), self.vv4.transpose(0, 1, 3, 2)).reshape(hq, rows, nk)
+        if keep is not None:
+            dp = np.where(keep, dp * accum(1.0 / self.p_keep), accum(0))
+        ds = s * (dp - dd[..., None])  # gradient w.r.t. the biased logits
+        if self.ds_full is not None:
+            self.ds_full[:, r0:r1, self.key_lo : self.key_hi] = ds
+        ds_x = ds * (1 - t * t) if self.cap > 0 else ds
+        lp = backward.get("lp_dtype")
+        if lp is not None:  # CK's reference: P and dS enter the gradient GEMMs in the input precision
+            ds_x = ds_x.astype(lp).astype(accum)
+            pd = pd.astype(lp).astype(accum)
+        ds4 = ds_x.reshape(hk, g, rows, nk)
+        self.dq_out[:, r0:r1] = np.matmul(ds4, self.kk[:, None]).reshape(hq, rows, dq) * self.scale
+        self.dk_acc += np.matmul(ds4.transpose(0, 1, 3, 2), qc) * self.scale
+        self.dv_acc += np.matmul(pd.reshape(hk, g, rows, nk).transpose(0, 1, 3, 2), doc.reshape(hk, g, rows, dv))
+
+    def finish(self) -> None:
+        """Write the gradients into ``backward``: dK/dV per q-head over all ``sk`` keys (0 outside the key range)."""
+        hq, dq = self.dq_out.shape[0], self.dq_out.shape[2]
+        nk, dv = self.kk.shape[1], self.dv_acc.shape[3]
+        dk_heads = np.zeros((hq, self.sk, dq), dtype=self.accum)
+        dv_heads = np.zeros((hq, self.sk, dv), dtype=self.accum)
+        dk_heads[:, self.key_lo : self.key_hi] = self.dk_acc.reshape(
+            hq, nk, dq
+        )  # (hk, g) -> q-head hk_index * g + g_index
+        dv_heads[:, self.key_lo : self.key_hi] = self.dv_acc.reshape(hq, nk, dv)
+        self.backward.update(dq=self.dq_out, dk_heads=dk_heads, dv_heads=dv_heads, d=self.d_out, ds=self.ds_full)
 
 
 def sequence_extras(p: Problem, inputs: dict, b: int, sq: int, sk: int, accum) -> Extras:

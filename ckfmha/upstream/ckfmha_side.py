@@ -66,7 +66,6 @@ class CkfmhaSide:
     def run(self, problem: Problem, seed: int = 0) -> SideResult:
         from ckfmha.backends import BackendError, UnsupportedConfig, get_backend
         from ckfmha.dispatcher import NoKernelError
-        from ckfmha.naming import ck_instance_name
         from ckfmha.runner import run
         from ckfmha.upstream.judging import judge
 
@@ -94,12 +93,7 @@ class CkfmhaSide:
             return SideResult(self.name, Verdict.UNSUPPORTED, str(e))
         except Exception as e:  # a crash is an error, reported with its words
             return SideResult(self.name, Verdict.ERROR, f"{type(e).__name__}: {e}", raw=traceback.format_exc())
-        kernels = []
-        for st in res.plan.stages:
-            try:
-                kernels.append(ck_instance_name(st.kernel).removesuffix(".cpp"))
-            except Exception:  # pragma: no cover - e.g. non-CK arch tags
-                kernels.append(st.kernel.kernel_id)
+        kernels = _stage_kernel_names(res.plan)
         names = [n for n in compared_names(problem) if n in res.outputs and n in ref]
         missing = [n for n in compared_names(problem) if n not in res.outputs]
         fields = {
@@ -125,3 +119,17 @@ class CkfmhaSide:
             fields=fields,
             rule=VERDICT_RULE,
         )
+
+
+def _stage_kernel_names(plan) -> list[str]:
+    """The plan's kernels, stage by stage: CK instance names (without ``.cpp``), or kernel ids where a kernel has
+    no CK name."""
+    from ckfmha.naming import ck_instance_name
+
+    kernels = []
+    for st in plan.stages:
+        try:
+            kernels.append(ck_instance_name(st.kernel).removesuffix(".cpp"))
+        except Exception:  # pragma: no cover - e.g. non-CK arch tags
+            kernels.append(st.kernel.kernel_id)
+    return kernels

@@ -240,6 +240,26 @@ def token_edits(ck_name: str, our_name: str) -> list[str]:
     return edits
 
 
+def _extra_by_key(extra: list[str], scheme) -> tuple[dict, dict]:
+    """Our extra names grouped by their cross-scheme config key, and the count of those the checkout's naming
+    ``scheme`` cannot spell, per ``"field=value"`` and family (they are left out of the grouping)."""
+    from ckfmha.naming import CKSchemeError, ck_instance_name, cross_scheme_config, parse_ck_name
+
+    by_key: dict = defaultdict(list)
+    unspellable: dict = defaultdict(Counter)
+    for n in extra:
+        key = cross_scheme_config(parse_ck_name(n).config)
+        # a convert_dq key lacks the bn0 the 2025-11 spelling needs: keys compare without it, nothing to check
+        if key.signature.family is not Family.BWD_CONVERT_DQ:
+            try:
+                ck_instance_name(key, scheme)
+            except CKSchemeError as e:
+                unspellable[f"{e.field}={e.value}"][key.signature.family.value] += 1
+                continue
+        by_key[key].append(n)
+    return by_key, unspellable
+
+
 @dataclass
 class ApiDiff:
     """One (arch, api) comparison. ``missing`` / ``extra`` are the raw file-name differences; with a checkout in
@@ -266,15 +286,7 @@ class ApiDiff:
         self._analyse()
 
     def _analyse(self) -> None:
-        from ckfmha.naming import (
-            CKNameError,
-            CKNamingScheme,
-            CKSchemeError,
-            ParsedCKName,
-            ck_instance_name,
-            cross_scheme_config,
-            parse_ck_name,
-        )
+        from ckfmha.naming import CKNameError, CKNamingScheme, ParsedCKName, cross_scheme_config, parse_ck_name
 
         parsed: dict[str, ParsedCKName] = {}
         sch: Counter = Counter()
@@ -298,19 +310,7 @@ class ApiDiff:
             self.residual_missing = list(self.missing)
             self.residual_extra = list(self.extra)
             return
-        scheme = Counter(older).most_common(1)[0][0]
-        by_key: dict = defaultdict(list)
-        unspellable: dict = defaultdict(Counter)
-        for n in self.extra:
-            key = cross_scheme_config(parse_ck_name(n).config)
-            # a convert_dq key lacks the bn0 the 2025-11 spelling needs: keys compare without it, nothing to check
-            if key.signature.family is not Family.BWD_CONVERT_DQ:
-                try:
-                    ck_instance_name(key, scheme)
-                except CKSchemeError as e:
-                    unspellable[f"{e.field}={e.value}"][key.signature.family.value] += 1
-                    continue
-            by_key[key].append(n)
+        by_key, unspellable = _extra_by_key(self.extra, Counter(older).most_common(1)[0][0])
         matched_ours: set[str] = set()
         renames: dict = defaultdict(Counter)
         for n, p in parsed.items():

@@ -108,6 +108,93 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+class _PipeReader:
+    """Non-blocking reads of a process's stdout and stderr (``selectors``) into buffers of at most
+    ``max_stream_bytes`` each; :attr:`capped` names the first stream that went past the cap."""
+
+    def __init__(self, pipes: tuple[IO[bytes], IO[bytes]], max_stream_bytes: int) -> None:
+        self.streams = {pipes[0].fileno(): "stdout", pipes[1].fileno(): "stderr"}
+        self.bufs = {name: bytearray() for name in self.streams.values()}
+        self.max_stream_bytes = max_stream_bytes
+        self.capped: str | None = None
+        self.sel = selectors.DefaultSelector()
+        for fd in self.streams:
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def open(self) -> bool:
+        """True while some stream has not reached EOF."""
+        return bool(self.sel.get_map())
+
+    def read_ready(self, timeout: float) -> bool:
+        """Read what select reports within ``timeout``; False once a stream went past the cap."""
+        for key, _ in self.sel.select(timeout):
+            fd = key.fd
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not data:  # EOF
+                self.sel.unregister(fd)
+                continue
+            buf = self.bufs[self.streams[fd]]
+            room = self.max_stream_bytes - len(buf)
+            buf += data[:room]
+            if len(data) > room:
+                self.capped = self.streams[fd]
+                return False
+        return True
+
+    def drain(self, seconds: float) -> None:
+        """Read what is already in the pipes, for at most ``seconds`` (and up to the cap)."""
+        drain_end = time.monotonic() + seconds
+        while self.sel.get_map() and time.monotonic() < drain_end and self.sel.select(0.0):
+            if not self.read_ready(0.0):
+                break
+
+    def text(self, stream: str) -> str:
+        """What was kept of ``stream`` (``stdout`` / ``stderr``), decoded (undecodable bytes replaced)."""
+        return self.bufs[stream].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        self.sel.close()
+
+
+def _read_until_done(
+    proc: subprocess.Popen, reader: _PipeReader, deadline: float, eof_grace_s: float
+) -> tuple[bool, bool]:
+    """Read until both streams close, one goes past the cap, the deadline passes (``timed_out``) or a stream stays
+    open ``eof_grace_s`` after the binary exited (``held_open``); returns ``(timed_out, held_open)``."""
+    exited_at: float | None = None
+    while reader.open():
+        now = time.monotonic()
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+        if exited_at is not None and now >= min(exited_at + eof_grace_s, deadline):
+            return False, True  # the binary finished in time; something else holds its output
+        if now >= deadline:
+            return True, False
+        limit = deadline if exited_at is None else min(deadline, exited_at + eof_grace_s)
+        if not reader.read_ready(max(0.0, min(limit - now, _POLL_S))):
+            break
+    return False, False
+
+
+def _reap(proc: subprocess.Popen, deadline: float, killed: bool) -> bool:
+    """Wait for the binary: until the deadline, or :data:`KILL_WAIT_S` after its group was ``killed``.  True when
+    it was still running past the deadline (its group is then killed)."""
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not killed else KILL_WAIT_S)
+    except subprocess.TimeoutExpired:  # every stream closed but the binary still runs: past the timeout
+        _kill_group(proc.pid)
+        try:
+            proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state); give up waiting
+            pass
+        return True
+    return False
+
+
 def run_process(
     argv: Sequence[str],
     timeout_s: float,
@@ -136,82 +223,30 @@ def run_process(
     )
     # stdout/stderr=PIPE: Popen made both pipes (typeshed types the attributes Optional)
     pipes = (cast(IO[bytes], proc.stdout), cast(IO[bytes], proc.stderr))
-    streams = {pipes[0].fileno(): "stdout", pipes[1].fileno(): "stderr"}
-    bufs = {name: bytearray() for name in streams.values()}
-    sel = selectors.DefaultSelector()
-    for fd in streams:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    capped: str | None = None
-
-    def read_ready(timeout: float) -> bool:
-        """Read what select reports within ``timeout``; False once a stream went past the cap."""
-        nonlocal capped
-        for key, _ in sel.select(timeout):
-            fd = key.fd
-            try:
-                data = os.read(fd, _READ_CHUNK)
-            except BlockingIOError:
-                continue
-            if not data:  # EOF
-                sel.unregister(fd)
-                continue
-            buf = bufs[streams[fd]]
-            room = max_stream_bytes - len(buf)
-            buf += data[:room]
-            if len(data) > room:
-                capped = streams[fd]
-                return False
-        return True
-
+    reader = _PipeReader(pipes, max_stream_bytes)
     deadline = t0 + timeout_s
-    exited_at: float | None = None
-    timed_out = held_open = False
     try:
-        while sel.get_map():
-            now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now >= min(exited_at + eof_grace_s, deadline):
-                held_open = True  # the binary finished in time; something else holds its output
-                break
-            if now >= deadline:
-                timed_out = True
-                break
-            limit = deadline if exited_at is None else min(deadline, exited_at + eof_grace_s)
-            if not read_ready(max(0.0, min(limit - now, _POLL_S))):
-                break
-        if capped or timed_out or held_open:
+        timed_out, held_open = _read_until_done(proc, reader, deadline, eof_grace_s)
+        killed = bool(reader.capped or timed_out or held_open)
+        if killed:
             _kill_group(proc.pid)
-            if not capped:  # what the killed processes left in the pipes, bounded in time and bytes
-                drain_end = time.monotonic() + DRAIN_S
-                while sel.get_map() and time.monotonic() < drain_end and sel.select(0.0):
-                    if not read_ready(0.0):
-                        break
-        try:
-            proc.wait(
-                timeout=max(0.0, deadline - time.monotonic()) if not (capped or timed_out or held_open) else KILL_WAIT_S
-            )
-        except subprocess.TimeoutExpired:  # every stream closed but the binary still runs: past the timeout
+            if not reader.capped:  # what the killed processes left in the pipes, bounded in time and bytes
+                reader.drain(DRAIN_S)
+        if _reap(proc, deadline, killed):
             timed_out = True
-            _kill_group(proc.pid)
-            try:
-                proc.wait(timeout=KILL_WAIT_S)
-            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state); give up waiting
-                pass
     finally:
-        sel.close()
+        reader.close()
         for f in pipes:
             f.close()
-    rc = None if (timed_out or capped) else proc.returncode
+    rc = None if (timed_out or reader.capped) else proc.returncode
     return RawRun(
         list(argv),
         rc,
-        bufs["stdout"].decode("utf-8", "replace"),
-        bufs["stderr"].decode("utf-8", "replace"),
+        reader.text("stdout"),
+        reader.text("stderr"),
         timed_out,
         time.monotonic() - t0,
-        capped,
+        reader.capped,
         max_stream_bytes,
         held_open,
         eof_grace_s,
@@ -309,7 +344,12 @@ def echo_mismatches(problem: Problem, out: TileOutput) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ verdict
 def interpret(problem: Problem, raw: RawRun, out: TileOutput, side: str = "tile_example") -> SideResult:
-    """Decide the verdict from the exit status together with the parsed output (see the module doc)."""
+    """Decide the verdict from the exit status together with the parsed output (see the module doc).
+
+    Long because the verdict is one ordered chain of rules (capped, timed out, signal, exit 255, other exits, no
+    result line, unparseable line, contradictory line, echo mismatch, unsupported, then exit 0 / 254 with the
+    validation), where each rule applies only when none before it did and the notes gather along the chain;
+    split into functions, the order that decides the verdict would no longer be readable in one place."""
     text = raw.stdout + (("\n--- stderr ---\n" + raw.stderr) if raw.stderr.strip() else "")
     fields = {
         "argv": raw.argv,

@@ -108,6 +108,24 @@ def express(problem: Problem, backend: str) -> Expression:
     """See the module doc; ``backend`` is one of :data:`BACKENDS` (or a ``torch[:backend]`` spec)."""
     b = parse_backend(backend)
     p = problem
+    refusal = _refusal(p, b)
+    if refusal is not None:
+        return refusal
+    compare, notes = _compared(p, b)
+    gqa = "none"
+    if p.nhead_q != p.nhead_k:
+        gqa = "enable_gqa" if b in _NATIVE_GQA else "repeat_interleave"
+        if gqa == "repeat_interleave":
+            notes.append(f"GQA via repeat_interleave of K/V (torch:{b} has no enable_gqa)")
+    if p.mode is Mode.GROUP:
+        notes.append("group mode: one call per sequence")
+    if b == "flex":
+        return _express_flex(p, gqa, compare, notes)
+    return _express_sdpa(p, b, gqa, compare, notes)
+
+
+def _refusal(p: Problem, b: str) -> Expression | None:
+    """Why no backend ``b`` can express ``p`` (family, dtype, dropout), or None."""
     if p.family not in (Family.FWD, Family.BWD_DQ_DK_DV):
         return _no(
             b,
@@ -127,8 +145,12 @@ def express(problem: Problem, backend: str) -> Expression:
             f"dropout p={p.p_drop:g}: torch draws its own random mask, not CK's philox stream, so "
             "outputs cannot be compared",
         )
+    return None
+
+
+def _compared(p: Problem, b: str) -> tuple[list[str], list[str]]:
+    """The outputs backend ``b`` is compared on, and a note for each one it cannot give (LSE, dBias)."""
     notes: list[str] = []
-    additive: list[str] = []
     compare = list(compared_names(p))
     if "lse" in compare and b != "flex":
         compare.remove("lse")
@@ -141,25 +163,27 @@ def express(problem: Problem, backend: str) -> Expression:
             f"dbias not compared: torch:{b} does not give the bias gradient here (math does, through "
             "the dense additive mask)"
         )
-    gqa = "none"
-    if p.nhead_q != p.nhead_k:
-        gqa = "enable_gqa" if b in _NATIVE_GQA else "repeat_interleave"
-        if gqa == "repeat_interleave":
-            notes.append(f"GQA via repeat_interleave of K/V (torch:{b} has no enable_gqa)")
-    if p.mode is Mode.GROUP:
-        notes.append("group mode: one call per sequence")
-    if b == "flex":
-        if p.logits_soft_cap > 0:
-            additive.append("softcap:score_mod")
-        if p.bias is Bias.ELEMENTWISE:
-            additive.append("bias:score_mod")
-        elif p.bias is Bias.ALIBI:
-            additive.append("alibi:score_mod")
-        if p.sink:
-            additive.append("sink:score_mod")
-        mask = "mask_mod" if (p.mask.kind is not MaskKind.NONE or p.sink or has_empty_rows(p)) else "none"
-        return Expression(b, True, "", mask, tuple(additive), gqa, p.sink, tuple(compare), tuple(notes))
-    # ---------------------------------------------------------------- SDPA backends
+    return compare, notes
+
+
+def _express_flex(p: Problem, gqa: str, compare: list[str], notes: list[str]) -> Expression:
+    """FlexAttention: every score term through ``score_mod``, every mask (and the sink key) through ``mask_mod``."""
+    additive: list[str] = []
+    if p.logits_soft_cap > 0:
+        additive.append("softcap:score_mod")
+    if p.bias is Bias.ELEMENTWISE:
+        additive.append("bias:score_mod")
+    elif p.bias is Bias.ALIBI:
+        additive.append("alibi:score_mod")
+    if p.sink:
+        additive.append("sink:score_mod")
+    mask = "mask_mod" if (p.mask.kind is not MaskKind.NONE or p.sink or has_empty_rows(p)) else "none"
+    return Expression("flex", True, "", mask, tuple(additive), gqa, p.sink, tuple(compare), tuple(notes))
+
+
+def _sdpa_refusal(p: Problem, b: str) -> Expression | None:
+    """Why the SDPA backend ``b`` cannot express ``p`` (soft-cap, fully masked rows, flash's limits, ALiBi or a
+    sink in half precision), or None."""
     if p.logits_soft_cap > 0:
         return _no(
             b,
@@ -194,6 +218,16 @@ def express(problem: Problem, backend: str) -> Expression:
             f"sink in {p.dtype.value}: the virtual sink key's logit would be stored in the query dtype "
             "in the attn_mask (rounding the sink logit); use torch:flex or fp32",
         )
+    return None
+
+
+def _express_sdpa(p: Problem, b: str, gqa: str, compare: list[str], notes: list[str]) -> Expression:
+    """scaled_dot_product_attention: bias, ALiBi and the sink key in an additive ``attn_mask``; the mask as
+    ``is_causal``, ``causal_lower_right`` or a dense ``attn_mask``."""
+    refusal = _sdpa_refusal(p, b)
+    if refusal is not None:
+        return refusal
+    additive: list[str] = []
     if p.bias is Bias.ELEMENTWISE:
         additive.append("bias:attn_mask")
     elif p.bias is Bias.ALIBI:

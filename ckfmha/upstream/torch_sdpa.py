@@ -258,7 +258,7 @@ def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex
     """Run the problem through torch as ``expr`` says; outputs in CK's shapes and dtypes."""
 
     from ckfmha.inputs import lse_shape, output_dtype, storage_dtype
-    from ckfmha.reference._core import from_hsd, to_hsd
+    from ckfmha.reference._core import to_hsd
 
     p = problem
     dt = _torch_dtype(p)
@@ -298,17 +298,33 @@ def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex
             lse[q_sel[0] if b is None else slice(0, 1), :, q_sel[1]] = to_numpy(lse_u, np.float32)
         if grads is not None:
             out.backward(to_torch(_sel(grads.do_hsd, q_sel), device).to(dt))
-            grads.dq[q_sel[0], :, q_sel[1]] = to_numpy(q.grad, sdt)
-            grads.dk[k_sel[0], :, k_sel[1]] = to_numpy(k.grad, sdt)
-            grads.dv[k_sel[0], :, k_sel[1]] = to_numpy(v.grad, sdt)
-            if grads.dbias is not None:
-                if bias_t is None:  # express() compares dbias only for an elementwise bias
-                    raise ValueError(f"dbias: compared, but the problem's bias is {p.bias.value}, not elementwise")
-                g = to_numpy(bias_t.grad, np.float32)
-                if b is None:
-                    grads.dbias[...] = g
-                else:
-                    grads.dbias[0:1, :, q_sel[1], :sk] += g
+            _store_unit_grads(grads, p, (q, k, v, bias_t), b, q_sel, k_sel, sk, sdt)
+    return _outputs(p, expr, o, lse, grads)
+
+
+def _store_unit_grads(grads: _Backward, p: Problem, tensors: tuple, b, q_sel, k_sel, sk: int, sdt) -> None:
+    """Copy one unit's autograd gradients (of ``tensors`` = q, k, v, bias or None) into ``grads``; a group-mode
+    unit's dBias rows add into the shared bias's."""
+    q, k, v, bias_t = tensors
+    grads.dq[q_sel[0], :, q_sel[1]] = to_numpy(q.grad, sdt)
+    grads.dk[k_sel[0], :, k_sel[1]] = to_numpy(k.grad, sdt)
+    grads.dv[k_sel[0], :, k_sel[1]] = to_numpy(v.grad, sdt)
+    if grads.dbias is not None:
+        if bias_t is None:  # express() compares dbias only for an elementwise bias
+            raise ValueError(f"dbias: compared, but the problem's bias is {p.bias.value}, not elementwise")
+        g = to_numpy(bias_t.grad, np.float32)
+        if b is None:
+            grads.dbias[...] = g
+        else:
+            grads.dbias[0:1, :, q_sel[1], :sk] += g
+
+
+def _outputs(
+    p: Problem, expr: Expression, o: np.ndarray, lse: np.ndarray, grads: _Backward | None
+) -> dict[str, np.ndarray]:
+    """The compared outputs in CK's layouts: dQ/dK/dV (and dBias) for a backward, else O (and LSE)."""
+    from ckfmha.reference._core import from_hsd
+
     if grads is not None:
         outs = {
             "dq": from_hsd(grads.dq, p.input_layout),
@@ -356,23 +372,52 @@ class TorchSide:
     def expression(self, problem: Problem) -> Expression:
         return express(problem, self.backend)
 
+    def _device(self) -> tuple[str | None, str]:
+        """``(device, "")`` to run on -- the GPU (``cuda``) unless a device was given -- or ``(None, why not)``:
+        no GPU, or torch not installed."""
+        if self.device is None:
+            ok, why = gpu_status()
+            if not ok:
+                return None, why
+            return "cuda", ""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return None, "torch is not installed"
+        return self.device, ""
+
+    def _crash(self, e: Exception, fields: dict, expr: Expression) -> SideResult:
+        """The result of a call that raised ``e`` (call it while ``e`` is being handled, for its traceback):
+        skipped when torch.compile could not build the kernel, else an error."""
+        if type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
+            # torch.compile could not build FlexAttention's kernel for this shape: torch cannot run it
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            return SideResult(
+                self.name,
+                Verdict.SKIPPED,
+                f"torch:{self.backend} could not compile its kernel: {type(e).__name__}: {first}",
+                fields=fields,
+                raw=traceback.format_exc(),
+                notes=list(expr.notes),
+            )
+        return SideResult(
+            self.name,
+            Verdict.ERROR,
+            f"{type(e).__name__}: {e}",
+            fields=fields,
+            raw=traceback.format_exc(),
+            notes=list(expr.notes),
+        )
+
     def run(self, problem: Problem, seed: int = 0) -> SideResult:
         from ckfmha.upstream.judging import judge
 
         expr = express(problem, self.backend)
         if not expr:
             return SideResult(self.name, Verdict.SKIPPED, expr.reason)
-        device = self.device
+        device, why = self._device()
         if device is None:
-            ok, why = gpu_status()
-            if not ok:
-                return SideResult(self.name, Verdict.SKIPPED, why)
-            device = "cuda"
-        else:
-            try:
-                import torch  # noqa: F401
-            except ImportError:
-                return SideResult(self.name, Verdict.SKIPPED, "torch is not installed")
+            return SideResult(self.name, Verdict.SKIPPED, why)
         inputs, _ = inputs_and_reference(problem, seed)
         fields = {
             "backend": self.backend,
@@ -397,25 +442,7 @@ class TorchSide:
                 notes=list(expr.notes),
             )
         except Exception as e:
-            if type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
-                # torch.compile could not build FlexAttention's kernel for this shape: torch cannot run it
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                return SideResult(
-                    self.name,
-                    Verdict.SKIPPED,
-                    f"torch:{self.backend} could not compile its kernel: {type(e).__name__}: {first}",
-                    fields=fields,
-                    raw=traceback.format_exc(),
-                    notes=list(expr.notes),
-                )
-            return SideResult(
-                self.name,
-                Verdict.ERROR,
-                f"{type(e).__name__}: {e}",
-                fields=fields,
-                raw=traceback.format_exc(),
-                notes=list(expr.notes),
-            )
+            return self._crash(e, fields, expr)
         fields["seconds"] = time.perf_counter() - t0
         j = judge(problem, seed, outs, expr.compare, VERDICT_RULE)
         return SideResult(

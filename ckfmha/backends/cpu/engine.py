@@ -115,6 +115,30 @@ def _logits(
     return s
 
 
+def _softmax_start(sink: np.ndarray | None, hq: int, rows: int, dv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A query tile's running state before its first key tile: row max ``m`` and sum ``l`` (hq, rows) -- ``m =
+    sink, l = 1`` with a sink logit, else ``m = -inf, l = 0`` -- and the zero accumulator (hq, rows, dv)."""
+    if sink is not None:
+        m = np.repeat(sink[:, None], rows, axis=1)
+        l = np.ones((hq, rows), dtype=F32)
+    else:
+        m = np.full((hq, rows), NEG_INF, dtype=F32)
+        l = np.zeros((hq, rows), dtype=F32)
+    return m, l, np.zeros((hq, rows, dv), dtype=F32)
+
+
+def _softmax_finish(m: np.ndarray, l: np.ndarray, acc: np.ndarray, p_drop: float) -> tuple[np.ndarray, np.ndarray]:
+    """A query tile's ``o = acc / l`` (times ``1 / (1 - p_drop)`` with dropout) and ``lse = m + log(l)``; rows with
+    no allowed key (``l == 0``) give o = 0, lse = -inf."""
+    empty = l == 0
+    l_safe = np.where(empty, F32(1), l)
+    m_safe = np.where(np.isfinite(m), m, F32(0))
+    ot = acc / l_safe[..., None]
+    if p_drop > 0:
+        ot = ot * F32(1.0 / (1.0 - p_drop))
+    return ot, np.where(empty, NEG_INF, m_safe + np.log(l_safe))
+
+
 def attend_tiled(
     p: Problem,
     q: np.ndarray,
@@ -150,13 +174,7 @@ def attend_tiled(
         R = r1 - r0
         t_lo, t_hi = tile_key_range(p, sq, sk, rows, bn0)
         lo, hi = max(t_lo, key_lo), min(t_hi, key_hi)
-        if sink is not None:
-            m = np.repeat(sink[:, None], R, axis=1)
-            l = np.ones((hq, R), dtype=F32)
-        else:
-            m = np.full((hq, R), NEG_INF, dtype=F32)
-            l = np.zeros((hq, R), dtype=F32)
-        acc = np.zeros((hq, R, dv), dtype=F32)
+        m, l, acc = _softmax_start(sink, hq, R, dv)
         start = end = None
         if has_mask:
             start, end = p.mask.key_range(sq, sk, rows)
@@ -178,14 +196,7 @@ def attend_tiled(
             pr = round_to(pt, p_dtype)
             acc = alpha[..., None] * acc + _gqa_matmul(pr, v[:, c0:c1], hk)
             m = m_new
-        empty = l == 0
-        l_safe = np.where(empty, F32(1), l)
-        m_safe = np.where(np.isfinite(m), m, F32(0))
-        ot = acc / l_safe[..., None]
-        if dropout:
-            ot = ot * F32(1.0 / (1.0 - p.p_drop))
-        o[:, r0:r1] = ot
-        lse[:, r0:r1] = np.where(empty, NEG_INF, m_safe + np.log(l_safe))
+        o[:, r0:r1], lse[:, r0:r1] = _softmax_finish(m, l, acc, p.p_drop)
     return o, lse
 
 
@@ -209,7 +220,12 @@ def backward_tiled(
     """Tiled dq_dk_dv of one sequence. ``q``/``do`` (hq, sq, *), ``k``/``v`` (hk, sk, *), ``lse``/``d`` (hq, sq),
     all float32. ``dq_acc`` (nsplits, hq, sq, dq) float32 is accumulated into (slice = key tile index when
     deterministic, else 0). Returns ``dk`` (hq, sk, dq), ``dv`` (hq, sk, dv) per q-head and ``dbias``
-    (hq, sq, sk) or None."""
+    (hq, sq, sk) or None.
+
+    Long because it is the kernel's tile loop nest, kept in CK's order of operations (P, dV, dP, dS, dK, dQ): the
+    inner body reads a dozen per-key-tile and per-query-tile arrays and adds into the key tile's dK/dV
+    accumulators, the dQ slot and dBias, so a helper would take and return most of the loop's locals on every
+    tile."""
     hq, sq, dq = q.shape
     hk, sk, _ = k.shape
     dv = v.shape[2]

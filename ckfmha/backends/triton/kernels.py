@@ -134,7 +134,12 @@ def _attn_block(
 ):
     """Key blocks [n_lo, n_hi) into the running softmax state. MASKED: every block is masked (rows' windows and
     the key bound); MASK_TAIL: one pipelined loop whose blocks from ``mask_from`` on are masked (a uniform branch),
-    so the diagonal blocks' loads are prefetched with the rest; else no mask (a bound mask where not EVEN_N)."""
+    so the diagonal blocks' loads are prefetched with the rest; else no mask (a bound mask where not EVEN_N).
+
+    Long because it is the inner loop of the kernel: Triton inlines it into one device function, and its loads,
+    masking, soft-cap, bias, dropout and online-softmax update share the loop's registers (the running ``acc``,
+    ``m_i``, ``l_i`` and the prefetched tiles), which further ``@triton.jit`` helpers could only pass around as
+    long argument lists; it is kept whole so it reads as the pipeline it compiles to."""
     LOG2E_C: tl.constexpr = 1.4426950408889634
     offs_n0 = tl.arange(0, BLOCK_N)
     for n0 in tl.range(n_lo, n_hi, BLOCK_N, num_stages=NUM_STAGES, warp_specialize=WARP_SPEC):
@@ -333,6 +338,11 @@ def attn_fwd_kernel(
 
     Output ``O`` is the final output, or with IS_SPLIT the fp32 partial ``o_acc[split]`` (then ``LSE`` is
     ``lse_acc``), addressed as O + split*stride_os + b*stride_ob + h*stride_oh + row*stride_om + d.
+
+    Long because a Triton JIT kernel is one device function: its signature alone lists every pointer, stride,
+    scalar and constexpr the launcher passes (about a hundred), and its body -- program ids, row and head
+    addressing, the key-block range of the mask and split, the calls into :func:`_attn_block` and the epilogue
+    that stores O and LSE -- shares those values and the per-program registers.
     """
     pid_m = tl.program_id(0)
     if REVERSE_M:  # causal: the heaviest query blocks first, for a better tail
@@ -778,7 +788,11 @@ def splitkv_combine_kernel(
     MAX_SPLITS: tl.constexpr,
     HAS_LSE: tl.constexpr,
 ):
-    """o = sum_i exp(lse_i - lse) o_i, lse = log(sum_i exp(lse_i)); rows with lse = -inf give o = 0."""
+    """o = sum_i exp(lse_i - lse) o_i, lse = log(sum_i exp(lse_i)); rows with lse = -inf give o = 0.
+
+    Long because a Triton JIT kernel is one device function: its signature lists the strides of the four tensors
+    it addresses, and the two passes over the splits (the LSE reduction, then the weighted sum of the partial
+    outputs) share the per-program rows and registers."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // nhead_q

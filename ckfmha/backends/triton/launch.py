@@ -188,7 +188,12 @@ def attention_launcher(
 ) -> Callable[[], None]:
     """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
     t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize``/``tma``/``tma_edges``/``fuse_tail`` override the
-    config's launch (tuning only)."""
+    config's launch (tuning only).
+
+    Long because it maps one config and problem to the one argument list of :func:`kernels.attn_fwd_kernel`
+    (nineteen tensors, some sixty strides and scalars, then about thirty constexpr meta-parameters) in the
+    kernel's positional order; the values depend on the same few choices (paged or not, split or not, qscale,
+    TMA), so the list is built in one place where it can be read against the kernel's signature."""
     s = c.signature
     ls = shape or launch_shape(c)
     pack = pack_gqa(c, p)
