@@ -17,7 +17,8 @@ document, or raise a :class:`DataFileError` (a ``ValueError``) whose message sta
 :func:`check_schema` validates a loaded document against one of the JSON Schemas in ``ckfmha/data/schemas/``
 (``<name>.schema.yaml``, Draft 2020-12, through the ``jsonschema`` library) and raises a :class:`SchemaError`
 naming the file, the key path, the value and the rule (the failing keyword, plus the schema's ``description`` of
-that part when it has one).  Mapping keys are compared as strings (YAML's ``0:`` keys become ``"0"``).
+that part when it has one).  A NaN or infinity anywhere in the document is such an error too (before the schema:
+JSON Schema's ``minimum`` would let NaN through).  Mapping keys are compared as strings (YAML's ``0:`` keys become ``"0"``).
 
 YAML is read with PyYAML's safe loader (``yaml.CSafeLoader`` when PyYAML has libyaml, else ``yaml.SafeLoader``),
 subclassed as :class:`StrictYAMLLoader` with a duplicate-checking ``construct_mapping``.  A YAML merge key
@@ -322,6 +323,19 @@ def _json_view(doc: Any) -> Any:
     return doc
 
 
+def _first_non_finite(doc: Any, where: tuple) -> tuple[tuple, float] | None:
+    """The key path and value of the first NaN / infinity in ``doc`` (YAML's ``.nan`` / ``.inf``): no data file
+    of ckfmha holds one, and JSON Schema's ``minimum`` lets NaN through (every comparison with it is false)."""
+    if isinstance(doc, float) and not np.isfinite(doc):
+        return where, doc
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, (list, tuple)) else ()
+    for k, v in items:
+        found = _first_non_finite(v, (*where, k))
+        if found is not None:
+            return found
+    return None
+
+
 _VALIDATORS: dict[str, Any] = {}
 
 
@@ -349,6 +363,18 @@ _TYPE_WORDS = {
     "number": "a number",
     "boolean": "true or false",
     "null": "null",
+}
+
+
+_BOUND_WORDS = {
+    "minimum": "a value >=",
+    "exclusiveMinimum": "a value >",
+    "maximum": "a value <=",
+    "exclusiveMaximum": "a value <",
+    "minItems": "at least this many items:",
+    "maxItems": "at most this many items:",
+    "minProperties": "at least this many keys:",
+    "minLength": "at least this many characters:",
 }
 
 
@@ -381,6 +407,11 @@ def _rule_words(error: Any) -> str:
             for k in unknown
         ]
         words = f"unknown key(s) {', '.join(hints)}" + (f"; known: {', '.join(sorted(known))}" if known else "")
+    elif kw in _BOUND_WORDS:
+        words = f"expected {_BOUND_WORDS[kw]} {arg!r}, found {_short(found)}"
+    elif kw == "pattern":  # the schema's description says the rule in words; the regex only where it has none
+        has_words = isinstance(error.schema, dict) and error.schema.get("description")
+        words = f"found {_short(found)}" if has_words else f"found {_short(found)}, not matching {arg!r}"
     else:
         words = f"{error.message}"
     desc = error.schema.get("description") if isinstance(error.schema, dict) else None
@@ -391,6 +422,10 @@ def check_schema(doc: Any, name: str, source: str) -> None:
     """Raise :class:`SchemaError` when ``doc`` does not follow schema ``name`` (see the module doc)."""
     import jsonschema
 
+    bad = _first_non_finite(doc, ())
+    if bad is not None:
+        where, value = bad
+        raise SchemaError(f"{source}: {key_path(where)}: expected a finite number, found {value!r}")
     validator = schema_validator(name)
     errors = list(validator.iter_errors(_json_view(doc)))
     if not errors:

@@ -78,7 +78,7 @@ def _field_kinds() -> dict[str, str]:
 
 FIELD_KINDS: dict[str, str] = _field_kinds()
 SHAPE_FIELDS = frozenset(FIELD_KINDS)
-_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
 MAX_SHAPES_PER_ENTRY = 10_000
 """The most shapes one entry may expand to (the packaged matrices' largest entry has a few hundred)."""
 MAX_SHAPES_PER_FILE = 50_000

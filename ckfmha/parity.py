@@ -503,27 +503,21 @@ class ParitySetError(ValueError):
 
 def load_parity_set(path: str | Path = PARITY_DEFAULT_PATH) -> list[tuple[str, Problem]]:
     """``[(name, Problem)]`` from a parity-set YAML (``defaults`` + ``cases`` of tile_example arguments), read by
-    the strict :func:`ckfmha.datafile.load_yaml` (duplicate keys, non-UTF-8 bytes, deep nesting are errors)."""
-    from ckfmha.datafile import DataFileError, load_yaml
+    the strict :func:`ckfmha.datafile.load_yaml` (duplicate keys, non-UTF-8 bytes, deep nesting are errors) and
+    checked against ``data/schemas/parity_set.schema.yaml``; a case name used twice is an error, and every case
+    becomes a Problem through :meth:`Problem.from_ck_args` (whose errors name the case)."""
+    from ckfmha.datafile import DataFileError, check_schema, load_yaml
 
     try:
         doc = load_yaml(path)
+        check_schema(doc, "parity_set", str(path))
     except DataFileError as e:
         raise ParitySetError(str(e)) from None
-    if (
-        not isinstance(doc, dict)
-        or type(doc.get("version")) is not int
-        or doc.get("version") != 1
-        or not isinstance(doc.get("cases"), list)
-    ):
-        raise ParitySetError(f"{path}: expected version: 1 and a 'cases' list")
     defaults = doc.get("defaults") or {}
     binary = doc.get("binary", "fwd")
     out, seen = [], set()
     for i, case in enumerate(doc["cases"]):
-        if not isinstance(case, dict) or "name" not in case:
-            raise ParitySetError(f"{path}: cases[{i}] needs a name")
-        name = str(case["name"])
+        name = case["name"]
         if name in seen:
             raise ParitySetError(f"{path}: cases[{i}]: duplicate name {name!r}")
         seen.add(name)

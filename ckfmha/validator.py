@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from ckfmha.kernel import DType, TokenEnum
 
@@ -55,67 +54,27 @@ class Tolerance:
     atol: float
 
 
-def _number(where: str, v: Any, minimum: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < minimum:
-        raise ToleranceError(f"{where}: {v!r} must be a finite number >= {minimum:g}")
-    return float(v)
-
-
-def _check_pair(where: str, d: Any) -> Tolerance:
-    if not isinstance(d, dict) or not {"rtol", "atol"} <= set(d):
-        raise ToleranceError(f"{where}: needs rtol and atol, found {d!r}")
-    return Tolerance(**{k: _number(f"{where}.{k}", d[k], 0.0) for k in ("rtol", "atol")})
-
-
-TOP_LEVEL_KEYS = ("version", "forward", "backward", "noise_floor")
 DIRECTIONS = ("forward", "backward")
 
 
-def _check_noise_floor(path, table: Any) -> None:
-    """``noise_floor: {forward: {k, atol}, backward: {k, atol}}``; k >= 1 (a kernel is never asked to beat the
-    same-precision reference), atol >= 0; nothing else."""
-    if not isinstance(table, dict):
-        raise ToleranceError(f"{path}: missing table 'noise_floor' (forward and backward, each with k and atol)")
-    extra = set(table) - set(DIRECTIONS)
-    if extra:
-        raise ToleranceError(f"noise_floor: unknown key(s) {sorted(extra)}; allowed: {', '.join(DIRECTIONS)}")
-    for direction in DIRECTIONS:
-        e = table.get(direction)
-        where = f"noise_floor.{direction}"
-        if not isinstance(e, dict) or not {"k", "atol"} <= set(e):
-            raise ToleranceError(f"{where}: needs k and atol, found {e!r}")
-        extra = set(e) - {"k", "atol"}
-        if extra:
-            raise ToleranceError(f"{where}: unknown key(s) {sorted(extra)}; allowed: k, atol")
-        _number(f"{where}.k", e["k"], 1.0)
-        _number(f"{where}.atol", e["atol"], 0.0)
-
-
 def load_tolerances(path: str | Path = TOLERANCES_PATH) -> dict:
-    """Load and validate the tolerance tables (errors name the key, the value and the rule)."""
-    data = yaml.safe_load(Path(path).read_text())
-    if not isinstance(data, dict) or data.get("version") != 1:
-        raise ToleranceError(f"{path}: expected a mapping with version: 1")
-    extra = set(data) - set(TOP_LEVEL_KEYS)
-    if extra:
-        raise ToleranceError(f"{path}: unknown table(s) {sorted(extra)}; allowed: {', '.join(TOP_LEVEL_KEYS)}")
-    allowed_keys = {"rtol", "atol", "ocp_atol_factor", "large_hdim"}
+    """Load and validate the tolerance tables: the strict YAML loader, the JSON Schema
+    ``data/schemas/tolerances.schema.yaml`` (errors name the file, the key path, the value and the rule), and every
+    table key a ckfmha dtype."""
+    from ckfmha.datafile import DataFileError, check_schema, load_yaml
+
+    try:
+        data = load_yaml(path)
+        check_schema(data, "tolerances", str(path))
+    except DataFileError as e:
+        raise ToleranceError(str(e)) from None
     for direction in DIRECTIONS:
-        table = data.get(direction)
-        if not isinstance(table, dict) or not table:
-            raise ToleranceError(f"{path}: missing table {direction!r}")
-        for dt, entry in table.items():
+        for dt in data[direction]:
             try:
                 DType(dt)
             except ValueError:
-                raise ToleranceError(f"{direction}.{dt}: unknown dtype") from None
-            _check_pair(f"{direction}.{dt}", entry)
-            extra = set(entry) - allowed_keys
-            if extra:
-                raise ToleranceError(f"{direction}.{dt}: unknown key(s) {sorted(extra)}")
-            if "large_hdim" in entry:
-                _check_pair(f"{direction}.{dt}.large_hdim", entry["large_hdim"])
-    _check_noise_floor(path, data.get("noise_floor"))
+                known = ", ".join(d.value for d in DType)
+                raise ToleranceError(f"{path}: {direction}.{dt}: unknown dtype; expected one of {known}") from None
     return data
 
 

@@ -201,8 +201,8 @@ GOOD_ENTRY = {"category": "smoke", "batch": 1, "nhead_q": 2, "seqlen_q": 8, "hdi
 
 @pytest.mark.parametrize(
     "bad_name, shown",
-    [("gqa-prefill", "'gqa-prefill'"), (7, "7"), ("", "''")],
-    ids=["hyphen", "int", "empty"],
+    [("gqa-prefill", "'gqa-prefill'"), (7, "7"), ("", "''"), ("ok\n", "'ok\\n'")],
+    ids=["hyphen", "int", "empty", "trailing-newline"],
 )
 def test_matrix_entry_name_error_shows_the_written_value(bad_name: object, shown: str) -> None:
     doc = {"schema": 1, "family": "fwd", "entries": [{**GOOD_ENTRY, "name": bad_name}]}

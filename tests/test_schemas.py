@@ -11,9 +11,16 @@ from ckfmha.archs import data_dir
 from ckfmha.datafile import SchemaError, check_schema, load_yaml, schema_validator
 
 SCHEMAS = sorted(p.name.removesuffix(".schema.yaml") for p in (data_dir() / "schemas").glob("*.schema.yaml"))
-PACKAGED = [("receipts", data_dir() / "receipts.yaml")] + [
-    ("receipt_rules", p) for p in sorted((data_dir() / "receipt_rules").glob("*.yaml"))
-]
+PACKAGED = [
+    ("receipts", data_dir() / "receipts.yaml"),
+    ("heuristics", data_dir() / "heuristics.yaml"),
+    ("tolerances", data_dir() / "tolerances.yaml"),
+    ("parity_set", data_dir() / "parity_default.yaml"),
+] + [("receipt_rules", p) for p in sorted((data_dir() / "receipt_rules").glob("*.yaml"))]
+
+
+def test_every_schema_has_a_packaged_file() -> None:
+    assert sorted({name for name, _ in PACKAGED} | {"registry"}) == SCHEMAS
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -33,8 +40,17 @@ def test_packaged_files_follow_their_schema(name: str, path: Path) -> None:
             {"schema": 2, "receipts": {0: {"name": "x"}}},
             "r.yaml: schema: expected 1, found 2 (rule: the schema version",
         ),
-        ({"schema": 1, "receipts": {"zero": {"name": "x"}}}, "r.yaml: receipts: 'zero' does not match"),
-        ({"schema": 1, "receipts": {0: {"name": "Bad Name"}}}, "r.yaml: receipts.0.name: 'Bad Name' does not match"),
+        (
+            {"schema": 1, "receipts": {"zero": {"name": "x"}}},
+            "r.yaml: receipts: found 'zero' (rule: a receipt number (a non-negative integer))",
+        ),
+        (
+            {"schema": 1, "receipts": {0: {"name": "Bad Name"}}},
+            "r.yaml: receipts.0.name: found 'Bad Name' (rule: the profile name (lower case, digits, _))",
+        ),
+        # a trailing newline is not "the end" of a name (Python's `$` would let it through)
+        ({"schema": 1, "receipts": {0: {"name": "x\n"}}}, "r.yaml: receipts.0.name: found 'x\\n' (rule:"),
+        ({"schema": 1, "receipts": {"0\n": {"name": "x"}}}, "r.yaml: receipts: found '0\\n' (rule:"),
         (
             {"schema": 1, "receipts": {0: {"nam": "x"}}},
             "r.yaml: receipts.0: unknown key(s) 'nam' (did you mean 'name'?)",
@@ -58,3 +74,12 @@ def test_receipt_rules_per_mask_mode_need_both_modes() -> None:
     doc = {"schema": 1, "api": "fwd", "rules": {801: {"simplified": "c.lse"}}}
     with pytest.raises(SchemaError, match=r"rules.801"):
         check_schema(doc, "receipt_rules", "f.yaml")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_rejected_anywhere(value: float) -> None:
+    # JSON Schema's `minimum` alone lets NaN through (every comparison with NaN is false)
+    doc = load_yaml(data_dir() / "tolerances.yaml")
+    doc["forward"]["fp16"]["atol"] = value
+    with pytest.raises(SchemaError, match=rf"t.yaml: forward.fp16.atol: expected a finite number, found {value!r}"):
+        check_schema(doc, "tolerances", "t.yaml")

@@ -27,42 +27,58 @@ def test_bad_table_rejected(tmp_path):
     data["forward"]["fp16"]["atol"] = -1
     f = tmp_path / "t.yaml"
     f.write_text(yaml.safe_dump(data))
-    with pytest.raises(ToleranceError, match="forward.fp16.atol"):
+    with pytest.raises(ToleranceError, match=r"t.yaml: forward.fp16.atol: expected a value >= 0, found -1"):
         load_tolerances(f)
     data["forward"]["fp16"] = {"rtol": 1e-3, "atol": 1e-3, "bogus": 1}
     f.write_text(yaml.safe_dump(data))
-    with pytest.raises(ToleranceError, match="unknown key"):
+    with pytest.raises(ToleranceError, match=r"forward.fp16: unknown key\(s\) 'bogus'"):
         load_tolerances(f)
 
 
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda d: d.pop("noise_floor"), r"missing table 'noise_floor' \(forward and backward, each with k and atol\)"),
-        (lambda d: d["noise_floor"].pop("backward"), r"noise_floor.backward: needs k and atol, found None"),
-        (lambda d: d["noise_floor"]["forward"].pop("k"), r"noise_floor.forward: needs k and atol"),
+        (lambda d: d.pop("noise_floor"), r"t.yaml: top level: missing key\(s\) 'noise_floor'$"),
+        (lambda d: d["noise_floor"].pop("backward"), r"t.yaml: noise_floor: missing key\(s\) 'backward' \(rule: max"),
+        (lambda d: d["noise_floor"]["forward"].pop("k"), r"t.yaml: noise_floor.forward: missing key\(s\) 'k'$"),
         (
             lambda d: d["noise_floor"]["forward"].update(k=0.5),
-            r"noise_floor.forward.k: 0.5 must be a finite number >= 1",
+            r"noise_floor.forward.k: expected a value >= 1, found 0.5 \(rule: k >= 1: a kernel is never asked",
         ),
         (
             lambda d: d["noise_floor"]["backward"].update(k="3"),
-            r"noise_floor.backward.k: '3' must be a finite number >= 1",
+            r"noise_floor.backward.k: expected a number, found '3'",
         ),
         (
             lambda d: d["noise_floor"]["backward"].update(k=True),
-            r"noise_floor.backward.k: True must be a finite number",
+            r"noise_floor.backward.k: expected a number, found True",
         ),
         (
             lambda d: d["noise_floor"]["backward"].update(atol=-1e-5),
-            r"noise_floor.backward.atol: -1e-05 must be a finite number >= 0",
+            r"noise_floor.backward.atol: expected a value >= 0, found -1e-05 \(rule: a finite number >= 0\)",
         ),
-        (lambda d: d["noise_floor"]["forward"].update(factor=2), r"noise_floor.forward: unknown key\(s\) \['factor'\]"),
-        (lambda d: d["noise_floor"].update(split={"k": 2, "atol": 0}), r"noise_floor: unknown key\(s\) \['split'\]"),
+        (
+            lambda d: d["noise_floor"]["forward"].update(k=float("nan")),
+            r"noise_floor.forward.k: expected a finite number, found nan",
+        ),
+        (
+            lambda d: d["noise_floor"]["forward"].update(factor=2),
+            r"noise_floor.forward: unknown key\(s\) 'factor' \(did you mean 'atol'\?\); known: atol, k",
+        ),
+        (lambda d: d["noise_floor"].update(split={"k": 2, "atol": 0}), r"noise_floor: unknown key\(s\) 'split'"),
         (
             lambda d: d.update(relative={"forward": {"factor": 2, "atol": 1e-5}}),
-            r"unknown table\(s\) \['relative'\]; allowed: version, forward, backward, noise_floor",
+            r"top level: unknown key\(s\) 'relative'; known: backward, forward, noise_floor, version",
         ),
+        (lambda d: d.update(version=2), r"t.yaml: version: expected 1, found 2"),
+        (lambda d: d["forward"].update(fp17={"rtol": 0, "atol": 0}), r"t.yaml: forward.fp17: unknown dtype; expected"),
+        (lambda d: d["forward"].update(fp16={}), r"t.yaml: forward.fp16: missing key\(s\) 'rtol', 'atol'"),
+        (
+            lambda d: d["forward"]["fp8"].update(ocp_atol_factor=0),
+            r"forward.fp8.ocp_atol_factor: expected a value > 0, found 0",
+        ),
+        (lambda d: d["backward"]["bf16"]["large_hdim"].pop("atol"), r"backward.bf16.large_hdim: missing key"),
+        (lambda d: d.update(backward={}), r"backward: expected at least this many keys: 1, found \{\}"),
     ],
 )
 def test_noise_floor_table_schema(tmp_path, edit, message):

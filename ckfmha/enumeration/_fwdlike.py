@@ -90,7 +90,7 @@ _TILE_SHAPE: dict[Family, tuple[int, bool]] = {
     Family.FWD_SPLITKV_COMBINE: (1, False),
     Family.FWD_APPENDKV: (4, False),
 }
-_PAD_RE = re.compile(r"^p(s)?(sk)?(d)?(dv)?$")
+_PAD_RE = re.compile(r"^p(s)?(sk)?(d)?(dv)?\Z")
 
 
 class SectionError(ArchSpecError):

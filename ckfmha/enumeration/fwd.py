@@ -122,8 +122,8 @@ _TILE_RE = re.compile(
     r"^b(\d+)x(\d+)x(\d+)x(\d+)x(\d+)x(\d+)_r(\d+)x(\d+)x(\d+)_r(\d+)x(\d+)x(\d+)"
     r"_w(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)x(\d+)(?:_o(-?\d+))?$"
 )
-_HDIM_RE = re.compile(r"^(\d+)x(\d+)$")
-_PAD_RE = re.compile(r"^(?:npad|p(s)?(sk)?(d)?(dv)?)$")
+_HDIM_RE = re.compile(r"^(\d+)x(\d+)\Z")
+_PAD_RE = re.compile(r"^(?:npad|p(s)?(sk)?(d)?(dv)?)\Z")
 
 # Field classes for staged evaluation of constraints and of the receipt filter: a predicate that reads only
 # "signature-stage" fields is evaluated once per signature, one that reads only "algorithm-stage" fields once
