@@ -424,8 +424,8 @@ def check_schema(doc: Any, name: str, source: str) -> None:
 
     bad = _first_non_finite(doc, ())
     if bad is not None:
-        where, value = bad
-        raise SchemaError(f"{source}: {key_path(where)}: expected a finite number, found {value!r}")
+        bad_path, value = bad
+        raise SchemaError(f"{source}: {key_path(bad_path)}: expected a finite number, found {value!r}")
     validator = schema_validator(name)
     errors = list(validator.iter_errors(_json_view(doc)))
     if not errors:
