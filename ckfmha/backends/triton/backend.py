@@ -20,6 +20,17 @@ RANDVAL_MAX_ELEMENTS = 1 << 26  # store dropout random values for checking up to
 BACKEND_VERSION = "1"
 
 
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``, read through Triton's own knob): the
+    kernels then run on the CPU on torch CPU tensors, no GPU needed (slow; for developing and testing kernels)."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"  # pragma: no cover - Triton before the knobs module
+
+
 def _pow2(n: int) -> bool:
     return n >= 1 and n & (n - 1) == 0
 
@@ -48,19 +59,25 @@ class TritonBackend(Backend):
             import triton  # noqa: F401
         except ImportError:
             return Availability.no("triton is not installed (pip install 'ckfmha[gpu]')")
+        if interpreting():
+            return Availability.yes()
         if not torch.cuda.is_available():
-            return Availability.no("no GPU: torch.cuda.is_available() is False")
+            return Availability.no("no GPU: torch.cuda.is_available() is False (TRITON_INTERPRET=1 runs on the CPU)")
         return Availability.yes()
 
     def device(self) -> str:
         import torch
 
+        if interpreting():
+            return "Triton interpreter (CPU)"
         return torch.cuda.get_device_name()
 
     def flush_cache(self) -> None:
         """Overwrite a buffer of twice the L2 size (zeros), so no operand of the last run is still cached."""
         import torch
 
+        if interpreting():
+            return  # no cache between the interpreter's NumPy arrays worth flushing
         if self._flush is None:
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 64 * 2**20)
             self._flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ckfmha.backends.triton import kernels
+from ckfmha.backends.triton.backend import interpreting
 from ckfmha.kernel import Bias, DType, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
@@ -22,7 +23,8 @@ from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
 from ckfmha.rules import misfit
 
 SMEM_BYTES = 227 * 1024  # Hopper: 227 KiB of shared memory per block
-DEVICE = "cuda"  # tests of the kernels under TRITON_INTERPRET=1 set "cpu"
+# where tensors live: the GPU, or the CPU when Triton interprets the kernels (TRITON_INTERPRET=1)
+DEVICE = "cpu" if interpreting() else "cuda"
 # The trailing masked key blocks join the pipelined loop (FUSE_TAIL) up to this many key blocks per sequence; past
 # it the uniform branch in the loop costs more than the unpipelined edge block. H200, fp16 causal
 # (benchmarks/tune_fwd.py --only causal): s1k d64 281 vs 259 TFLOPS, d128 64x64 349 vs 327; s4k within 1%;

@@ -76,8 +76,10 @@ def compile_config(c: KernelConfig) -> dict[str, Any]:
         tensors["_device"] = {}
         import torch
 
-        tensors["_device"]["o_acc"] = torch.randn((2, nb, p.nhead_q, rows, p.hdim_v), device="cuda")
-        tensors["_device"]["lse_acc"] = torch.randn((2, nb, p.nhead_q, rows), device="cuda")
+        from ckfmha.backends.triton.launch import DEVICE
+
+        tensors["_device"]["o_acc"] = torch.randn((2, nb, p.nhead_q, rows, p.hdim_v), device=DEVICE)
+        tensors["_device"]["lse_acc"] = torch.randn((2, nb, p.nhead_q, rows), device=DEVICE)
     run_stage(c, Stage(role, c, {"num_splits": 2}), p, tensors)
     return {"warmup_seconds": time.perf_counter() - t0, "device": _device_name()}
 
@@ -85,4 +87,8 @@ def compile_config(c: KernelConfig) -> dict[str, Any]:
 def _device_name() -> str:
     import torch
 
+    from ckfmha.backends.triton.backend import interpreting
+
+    if interpreting():
+        return "Triton interpreter (CPU)"
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
