@@ -70,6 +70,13 @@ def main(argv=None) -> int:
     ap.add_argument("--max-shapes", type=int, default=120)
     ap.add_argument("--max-kernels", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop timing new shapes after this many seconds (the shapes done so far are reported; default: none)",
+    )
     args = ap.parse_args(argv)
 
     from ckfmha.backends import get_backend
@@ -90,7 +97,11 @@ def main(argv=None) -> int:
     times: dict[str, dict[str, float]] = {}
     problems = {}
     rows = []
-    for shape in _shapes(args.category, args.max_shapes):
+    shapes = _shapes(args.category, args.max_shapes)
+    for i, shape in enumerate(shapes):
+        if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
+            print(f"time budget of {args.time_budget:.0f} s spent: {len(shapes) - i} of {len(shapes)} shapes not timed")
+            break
         p = shape.problem
         sid = shape_id(p)
         cands = [c for c in base.ranked_candidates(p, main_role(p)) if backend.supports(c) is None]
@@ -123,6 +134,11 @@ def main(argv=None) -> int:
                     "seqlen_q": p.seqlen_q,
                     "seqlen_k": p.seqlen_k,
                 }
+            )
+        if times[sid]:
+            fastest = min(times[sid].values())
+            print(
+                f"[{i + 1}/{len(shapes)}] {sid}: {len(times[sid])} kernels timed, fastest {fastest:.3f} ms", flush=True
             )
         if len(times[sid]) < 2:
             del times[sid], problems[sid]
@@ -165,6 +181,7 @@ def main(argv=None) -> int:
         "share_after": share_after,
         "held_out": {"shapes": len(held), "share_before": held_before, "share_after": held_after},
         "shapes": len(times),
+        "shapes_selected": len(shapes),
         "environment": {"command": " ".join(sys.argv), "python": platform.python_version(), "devices": [device]},
         "choices": {sid: {"before": before[sid], "after": after[sid], "times_ms": times[sid]} for sid in times},
         "rows": rows,
