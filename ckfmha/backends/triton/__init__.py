@@ -16,7 +16,8 @@ pad_s / pad_sk             0: the kernel assumes full query/key blocks (EVEN_M /
 warps (stage 0)            num_warps = m*n*k of the first GEMM stage's warps per block
 pipeline / num_stages      software-pipelining depth of the key loop: ``num_stages`` when set, else qr -> 1,
                            qr_async/qr_nwarp_sshuffle/qr_pagedkv/triton -> 2, qr_async_trload(_v3) -> 3; fewer stages
-                           when two K/V stages exceed the 227 KiB of shared memory
+                           when two K/V stages exceed the 227 KiB of shared memory, or when the compiled kernel does
+                           not fit (Triton's OutOfResources: one stage fewer, remembered; launch_fitting_stages)
 pipeline (load strategy)   triton and qr_async_trload(_v3): K/V tiles through bulk tensor (TMA) descriptors where the
                            problem allows (batch mode, bhsd, contiguous, power-of-two head dims, fp16/bf16; under a mask
                            only the unmasked middle blocks); otherwise, and for the other pipelines, masked pointer loads

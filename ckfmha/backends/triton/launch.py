@@ -36,6 +36,30 @@ class PreconditionError(ValueError):
     """A problem the chosen kernel cannot run (the kernel's host-side check)."""
 
 
+# NUM_STAGES that fit shared memory, by kernel and the rest of its compile-time arguments (launch_fitting_stages)
+_FITTING_STAGES: dict[tuple, int] = {}
+
+
+def launch_fitting_stages(kern, grid, args: tuple, meta: dict, num_warps: int) -> None:
+    """Launch with ``meta["NUM_STAGES"]``, or fewer where the compiled kernel needs more shared memory than the
+    device has (Triton's OutOfResources; the host estimate in :func:`launch_shape` sees only the K/V tiles, not the
+    bias tiles or the compiler's own buffers).  The stage count that fits is remembered per kernel and compile-time
+    arguments, so the retry happens once per process.  One stage that does not fit re-raises Triton's error."""
+    fixed = sorted((name, repr(value)) for name, value in meta.items() if name != "NUM_STAGES")
+    key = (id(kern), num_warps, *fixed)
+    stages = min(_FITTING_STAGES.get(key, meta["NUM_STAGES"]), meta["NUM_STAGES"])
+    while True:
+        try:
+            kern[grid](*args, **{**meta, "NUM_STAGES": stages}, num_warps=num_warps, num_stages=1)
+        except triton.runtime.errors.OutOfResources:
+            if stages <= 1:
+                raise
+            stages -= 1
+            continue
+        _FITTING_STAGES[key] = stages
+        return
+
+
 _ELEM = {
     DType.FP16: tl.float16,
     DType.BF16: tl.bfloat16,
@@ -412,7 +436,7 @@ def attention_launcher(
     kern = kernels.attn_fwd_kernel
 
     def launch() -> None:
-        kern[grid](*args, **meta, num_warps=ls.num_warps, num_stages=1)
+        launch_fitting_stages(kern, grid, args, meta, ls.num_warps)
 
     return launch
 
