@@ -20,7 +20,19 @@ The arch facts are data, read from these files: :func:`default_arch` (the one fi
 :data:`CK_ARCHS` / :func:`ck_archs` (the ``vendor: amd`` archs, in LLVM target order: gfx90a, gfx942, gfx950,
 gfx1100, gfx1201), :func:`fp8_format` and ``load_arch_spec(arch).num_cus``.
 
-Errors name the file, the key path, what was expected and what was found.
+:func:`load_arch_spec` reads a file with the strict :func:`ckfmha.datafile.load_yaml` (a key written twice in one
+mapping, bytes that are not UTF-8, nesting deeper than ``MAX_NESTING_DEPTH`` and files over ``MAX_FILE_BYTES`` are
+errors) and checks its top level against ``data/schemas/arch.schema.yaml``: every key above but ``description``
+and ``default`` required, no other key, ``schema`` 1, ``vendor`` / ``fp8_format`` from their lists, ``num_cus`` an
+integer >= 1, ``default`` true or false, ``apis`` an object whose keys are api names (:class:`ckfmha.kernel.Api`)
+and whose sections are objects -- an ``inherit`` section holds nothing else.  A NaN or infinity anywhere in the
+file is an error too.  What the schema cannot see is checked here: ``arch`` equals the file name, ``num_cus`` is
+written as an integer (``304.0`` is an integer to JSON Schema), exactly one file says ``default: true``
+(:func:`default_arch`), a ``vendor: amd`` arch is an AMDGPU target name (:func:`ck_archs`), an ``inherit`` names
+an arch that has the section and makes no cycle (:meth:`ArchSpec.section`).  Each section's own keys are checked
+by its enumerator (``ckfmha/enumeration/<api>.py``).
+
+Errors are :class:`ArchSpecError` and name the file, the key path, what was expected and what was found.
 """
 
 from __future__ import annotations
@@ -32,18 +44,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ckfmha.kernel import Api
 
-VENDORS = ("amd", "nvidia")
+#: the fp8 encodings an arch file may name (its schema's ``fp8_format`` enum; the message of :func:`fp8_format`)
 FP8_FORMATS = ("fnuz", "ocp")
-
-try:  # the C loader is 5-10x faster; fall back to the pure-Python one
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # pragma: no cover - depends on the PyYAML build
-    # mypy types _Loader as the first import; the pure-Python loader has the same API
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 
 class ArchSpecError(ValueError):
@@ -52,15 +56,6 @@ class ArchSpecError(ValueError):
 
 def data_dir() -> Path:
     return Path(str(resources.files("ckfmha") / "data"))
-
-
-def load_yaml(path: Path) -> Any:
-    """Load a YAML data file; a malformed file is an error naming the file and the position."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_Loader)
-    except yaml.YAMLError as e:
-        raise ArchSpecError(f"{path}: malformed YAML: {e}") from None
 
 
 def known_archs() -> tuple[str, ...]:
@@ -116,45 +111,36 @@ class ArchSpec:
 
 @cache
 def load_arch_spec(arch: str) -> ArchSpec:
-    """Load and check an arch's data file (cached)."""
+    """Load and check an arch's data file (cached; see the module doc for the checks)."""
+    from ckfmha.datafile import DataFileError, check_schema, load_yaml
+
     known = known_archs()
     if arch not in known:
         raise ArchSpecError(f"arch: unknown arch {arch!r}; known archs: {', '.join(known)}")
     path = data_dir() / "archs" / f"{arch}.yaml"
-    doc = load_yaml(path)
-    if not isinstance(doc, dict):
-        raise ArchSpecError(f"{path}: top level: expected a mapping, found {type(doc).__name__}")
-    allowed = {"schema", "arch", "description", "vendor", "num_cus", "fp8_format", "default", "apis"}
-    unknown = set(doc) - allowed
-    if unknown:
-        raise ArchSpecError(f"{path}: top level: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    if doc.get("schema") != 1:
-        raise ArchSpecError(f"{path}: schema: expected 1, found {doc.get('schema')!r}")
-    if doc.get("arch") != arch:
-        raise ArchSpecError(f"{path}: arch: expected {arch!r} (the file name), found {doc.get('arch')!r}")
-    vendor = doc.get("vendor")
-    if vendor not in VENDORS:
-        raise ArchSpecError(f"{path}: vendor: expected 'amd' or 'nvidia', found {vendor!r}")
-    num_cus = doc.get("num_cus")
-    if isinstance(num_cus, bool) or not isinstance(num_cus, int) or num_cus < 1:
+    try:
+        doc = load_yaml(path)
+        check_schema(doc, "arch", str(path))
+    except DataFileError as e:
+        raise ArchSpecError(str(e)) from None
+    if doc["arch"] != arch:
+        raise ArchSpecError(f"{path}: arch: expected {arch!r} (the file name), found {doc['arch']!r}")
+    num_cus = doc["num_cus"]
+    if not isinstance(num_cus, int):  # JSON Schema's "integer" takes 304.0; a count of compute units is an int
         raise ArchSpecError(
-            f"{path}: num_cus: expected a positive int (compute units of one device), found {num_cus!r}"
+            f"{path}: num_cus: expected an integer written without a fraction (compute units of one device), "
+            f"found {num_cus!r}"
         )
-    fp8 = doc.get("fp8_format")
-    if fp8 not in FP8_FORMATS:
-        raise ArchSpecError(f"{path}: fp8_format: expected one of {', '.join(FP8_FORMATS)}, found {fp8!r}")
-    default = doc.get("default", False)
-    if not isinstance(default, bool):
-        raise ArchSpecError(f"{path}: default: expected true or false, found {default!r}")
-    sections = dict(doc.get("apis") or {})
-    for key in sections:
-        try:
-            Api(key)
-        except ValueError:
-            raise ArchSpecError(
-                f"{path}: apis.{key}: unknown api; known apis: {', '.join(a.value for a in Api)}"
-            ) from None
-    return ArchSpec(arch, str(doc.get("description", "")), vendor, path, sections, num_cus, fp8, default)
+    return ArchSpec(
+        arch,
+        str(doc.get("description", "")),
+        doc["vendor"],
+        path,
+        dict(doc["apis"]),
+        num_cus,
+        doc["fp8_format"],
+        doc.get("default", False),
+    )
 
 
 def default_arch() -> str:

@@ -2,7 +2,8 @@
 
 | function | what |
 |---|---|
-| :func:`load_report` | a report JSON file -> :class:`RunReport` (strict loading: ckfmha.datafile; schema and version checked) |
+| :func:`load_report` | a report JSON file -> :class:`RunReport` (strict loading: ckfmha.datafile; the schema \
+``data/schemas/run_report.schema.yaml``; row ids unique: :func:`report_from_doc`) |
 | :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions |
 | :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates and gaps are errors |
 
@@ -24,14 +25,16 @@ Comparison rules (:func:`compare_reports`):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPORT_SCHEMA = "ckfmha.report"
+#: the report versions this ckfmha reads (the run_report schema's ``version`` enum); it writes the last one
 READABLE_VERSIONS = (1, 2)
-#: row verdicts, in summary order (docs/report_schema.md)
+#: row verdicts, in summary order (docs/report_schema.md; the run_report schema's ``verdict`` enum)
 VERDICTS = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
 FAILING = ("failed", "error", "crashed", "timeout")
 DEFAULT_THRESHOLD = 0.10
@@ -55,7 +58,8 @@ class RunReport:
 
 
 def load_report(path: str | Path) -> RunReport:
-    """A report JSON file, checked: the ckfmha report schema and a readable version, rows with unique ids."""
+    """A report JSON file, checked (:func:`report_from_doc`); strict loading: :func:`ckfmha.datafile.load_json`
+    (duplicate keys, not UTF-8, too deep, too large, ``NaN``)."""
     from ckfmha.datafile import DataFileError, load_json
 
     try:
@@ -66,24 +70,37 @@ def load_report(path: str | Path) -> RunReport:
 
 
 def report_from_doc(doc: Any, source: str) -> RunReport:
-    if not isinstance(doc, dict) or doc.get("schema") != REPORT_SCHEMA:
-        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise ReportError(f"{source}: schema: expected {REPORT_SCHEMA!r}, found {found!r} (not a ckfmha report)")
-    if doc.get("version") not in READABLE_VERSIONS:
-        raise ReportError(
-            f"{source}: version: {doc.get('version')!r} is not one this ckfmha reads "
-            f"({', '.join(map(str, READABLE_VERSIONS))})"
-        )
-    rows = doc.get("rows")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in rows):
-        raise ReportError(f"{source}: rows: expected a list of rows, each with an 'id'")
-    seen: set[str] = set()
+    """A report document, checked: the schema ``data/schemas/run_report.schema.yaml`` (the ``ckfmha.report``
+    format, a readable version, rows with an id and a verdict, the types of the fields compare / merge / summarize
+    read), then what a schema cannot see: each row id appears once."""
+    from ckfmha.datafile import DataFileError, check_schema
+
+    try:
+        check_schema(doc, "run_report", source)
+    except DataFileError as e:
+        raise ReportError(str(e)) from None
+    rows = [_read_measures(r) for r in doc["rows"]]
+    first: dict[str, int] = {}
     for i, r in enumerate(rows):
-        if r["id"] in seen:
-            raise ReportError(f"{source}: rows[{i}]: id {r['id']!r} appears twice")
-        seen.add(r["id"])
+        if r["id"] in first:
+            where = f"{source}: rows[{i}].id: {r['id']!r}"
+            raise ReportError(f"{where} appears twice (first at rows[{first[r['id']]}]); a row id is unique")
+        first[r["id"]] = i
     meta = {k: v for k, v in doc.items() if k not in ("rows", "summary")}
     return RunReport(source, meta, rows)
+
+
+#: the row fields that hold a measure (the schema's ``measure``): a word of NONFINITE_WORDS there is read as its float
+MEASURE_FIELDS = ("max_abs_err", "max_rel_err", "tflops")
+
+
+def _read_measures(row: dict[str, Any]) -> dict[str, Any]:
+    if not any(isinstance(row.get(k), str) and row[k] in NONFINITE_WORDS for k in MEASURE_FIELDS):
+        return row
+    return {
+        k: NONFINITE_WORDS[v] if k in MEASURE_FIELDS and isinstance(v, str) and v in NONFINITE_WORDS else v
+        for k, v in row.items()
+    }
 
 
 # ------------------------------------------------------------------------------------------------ compare
@@ -355,12 +372,39 @@ def write_report_doc(doc: dict[str, Any], path: str | Path) -> Path:
         "fields": fields,
         "rows": rows,
     }
-    return atomic_write_text(path, json.dumps(out, indent=1, default=str) + "\n")
+    return atomic_write_text(path, dumps(out) + "\n")
 
 
 def rows_of(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     return [r for p in paths for r in load_report(p).rows]
 
 
+#: how a report writes a measure that is not a finite number (JSON has no infinity or NaN: ``json.dumps`` would
+#: write ``Infinity``, which the strict loader rejects): the words here, read back as the floats
+NONFINITE_WORDS: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by its word in :data:`NONFINITE_WORDS`."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v) for v in obj]
+    return obj
+
+
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=1, default=str)
+    """JSON text of a report or part of one: non-finite numbers as the words of :data:`NONFINITE_WORDS`; values
+    JSON cannot hold (paths, enums) as their ``str``."""
+    return json.dumps(_finite_json(obj), indent=1, default=lambda v: _finite_json(float(v)) if _is_real(v) else str(v))
+
+
+def _is_real(v: Any) -> bool:
+    """A number type JSON does not know (numpy's float32, ...), written as the float it is."""
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(v, (str, bytes))

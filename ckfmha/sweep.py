@@ -27,9 +27,16 @@ block_per_cu -> occupancy. Mask values accept upstream's names: ``no`` (none); `
 Tile keys: tile_m0 tile_n0 tile_k0 tile_n1 tile_k1 tile_k0max (tile entries 0-5), tile_bwd6..8 (entries 6-8),
 wave_m0 wave_n0 wave_k0 wave_m1 ... wave_k2 (warps per block per stage), warp_m0 ... warp_k2 (warp tiles).
 
-Every error names the file, the key path, what was expected and what was found.  Files are read by
-:func:`ckfmha.datafile.load_json`: a key written twice in one object, bytes that are not UTF-8, nesting deeper
-than ``MAX_NESTING_DEPTH``, files over ``MAX_FILE_BYTES`` and ``NaN``/``Infinity`` are errors too.
+Checks (every error is a :class:`SweepError` naming the file, the key path, what was expected and what was found):
+
+| check | where |
+|---|---|
+| duplicate keys, not UTF-8, too deep, too large, ``NaN``/``Infinity`` | :func:`ckfmha.datafile.load_json` |
+| keys (``variant`` required; ``trait_config``, ``tile_config``, ``name``, ``description``), the variant, \
+each allow-list ``{"values": [...]}`` non-empty, tile sizes integers >= 1, no NaN/inf | the schema \
+``data/schemas/sweep.schema.yaml`` |
+| trait names and tile keys known; each trait value fits its field (the aliases above); tile sizes \
+written without a fraction (JSON Schema's ``integer`` takes ``64.0``) | :func:`parse_sweep` (its trait / tile tables) |
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckfmha.datafile import DataFileError, MissingDataFileError, load_json
+from ckfmha.datafile import DataFileError, MissingDataFileError, check_schema, load_json
 from ckfmha.kernel import (
     BOOL_FIELDS,
     ENUM_FIELDS,
@@ -189,50 +196,41 @@ def _convert_value(source: str, key_path: str, fname: str, value: Any) -> set[An
     return {value}
 
 
-def _allow_lists(source: str, block: Any, block_name: str) -> dict[str, list[Any]]:
-    if not isinstance(block, dict):
-        raise SweepError(f"{source}: {block_name}: expected an object, found {type(block).__name__}")
-    out = {}
-    for key, entry in block.items():
-        path = f"{block_name}.{key}"
-        if not isinstance(entry, dict) or set(entry) != {"values"}:
-            raise SweepError(f'{source}: {path}: expected {{"values": [...]}}, found {entry!r}')
-        values = entry["values"]
-        if not isinstance(values, list) or not values:
-            raise SweepError(f"{source}: {path}.values: expected a non-empty list, found {values!r}")
-        out[key] = values
+def _tile_allowed(source: str, tile_config: dict[str, Any]) -> dict[str, tuple[tuple[str, int, int], frozenset[int]]]:
+    """tile key -> (where in the algorithm, allowed sizes); the schema has checked the allow-lists' shape."""
+    out: dict[str, tuple[tuple[str, int, int], frozenset[int]]] = {}
+    for key, entry in tile_config.items():
+        if key not in _TILE_KEYS:
+            raise SweepError(f"{source}: tile_config.{key}: unknown tile key; known: {', '.join(_TILE_KEYS)}")
+        for i, v in enumerate(entry["values"]):
+            if not isinstance(v, int):  # JSON Schema's "integer" takes 64.0
+                raise SweepError(
+                    f"{source}: tile_config.{key}.values[{i}]: expected an integer written without a fraction, "
+                    f"found {v!r}"
+                )
+        out[key] = (_TILE_KEYS[key], frozenset(entry["values"]))
     return out
 
 
 def parse_sweep(doc: Any, source: str = "<sweep>") -> Sweep:
-    if not isinstance(doc, dict):
-        raise SweepError(f"{source}: top level: expected an object, found {type(doc).__name__}")
-    unknown = set(doc) - {"variant", "trait_config", "tile_config", "description", "name"}
-    if unknown:
-        raise SweepError(
-            f"{source}: top level: unknown key(s) {sorted(unknown)}; "
-            "expected variant, trait_config, tile_config (and optional name, description)"
-        )
-    variant = doc.get("variant")
-    if variant not in VARIANT_FAMILIES:
-        raise SweepError(f"{source}: variant: expected one of {sorted(VARIANT_FAMILIES)}, found {variant!r}")
+    """A sweep config document -> :class:`Sweep`: the schema ``data/schemas/sweep.schema.yaml`` (keys, variant,
+    allow-list shapes, positive tile sizes), then the trait and tile names and each trait value (see the module
+    doc); errors are :class:`SweepError` naming the source, the key path, the value and the rule."""
+    try:
+        check_schema(doc, "sweep", source)
+    except DataFileError as e:
+        raise SweepError(str(e)) from None
+    variant = doc["variant"]
     allowed: dict[str, set[Any]] = {}
-    for key, values in _allow_lists(source, doc.get("trait_config", {}), "trait_config").items():
+    for key, entry in doc.get("trait_config", {}).items():
         if key not in _TRAIT_FIELDS:
             raise SweepError(f"{source}: trait_config.{key}: unknown trait; known: {', '.join(sorted(_TRAIT_FIELDS))}")
         fname = _TRAIT_FIELDS[key]
         vals: set[Any] = set()
-        for i, v in enumerate(values):
+        for i, v in enumerate(entry["values"]):
             vals |= _convert_value(source, f"trait_config.{key}.values[{i}]", fname, v)
         allowed[fname] = allowed[fname] & vals if fname in allowed else vals
-    tile_allowed: dict[str, tuple[tuple[str, int, int], frozenset[int]]] = {}
-    for key, values in _allow_lists(source, doc.get("tile_config", {}), "tile_config").items():
-        if key not in _TILE_KEYS:
-            raise SweepError(f"{source}: tile_config.{key}: unknown tile key; known: {', '.join(_TILE_KEYS)}")
-        for i, v in enumerate(values):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise SweepError(f"{source}: tile_config.{key}.values[{i}]: expected a positive integer, found {v!r}")
-        tile_allowed[key] = (_TILE_KEYS[key], frozenset(values))
+    tile_allowed = _tile_allowed(source, doc.get("tile_config", {}))
     return Sweep(
         source, variant, VARIANT_FAMILIES[variant], {k: frozenset(v) for k, v in allowed.items()}, tile_allowed
     )

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
-import json
 import os
 import tempfile
 import time
@@ -336,7 +335,7 @@ class RowBook:
 def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
     """Write every report file atomically (:func:`ckfmha.runreport.atomic_write_text`); raises OSError naming the
     file when one cannot be written."""
-    from ckfmha.runreport import atomic_write_text, summarize
+    from ckfmha.runreport import atomic_write_text, dumps, summarize
 
     written = []
     for p in paths:
@@ -350,7 +349,7 @@ def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
                 "fields": list(row_fields()),
                 "rows": rows,
             }
-            text = json.dumps(doc, indent=1, default=str) + "\n"
+            text = dumps(doc) + "\n"
         else:
             buf = io.StringIO()
             w = csv.DictWriter(buf, fieldnames=list(row_fields()), extrasaction="ignore")

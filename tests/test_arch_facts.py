@@ -57,11 +57,21 @@ def data(tmp_path, monkeypatch):
 
     def write(arch: str, body: str) -> Path:
         p = tmp_path / "archs" / f"{arch}.yaml"
-        p.write_text(f"schema: 1\narch: {arch}\n{body}")
+        p.write_text(f"schema: 1\narch: {arch}\napis: {{}}\n{body}")
         load_arch_spec.cache_clear()
         return p
 
     yield write
+    load_arch_spec.cache_clear()
+
+
+@pytest.fixture
+def data_dir_path(tmp_path, monkeypatch):
+    """A private, empty arch data directory (its path): tests write whole files into ``archs/``."""
+    (tmp_path / "archs").mkdir()
+    monkeypatch.setattr("ckfmha.archs.data_dir", lambda: tmp_path)
+    load_arch_spec.cache_clear()
+    yield tmp_path
     load_arch_spec.cache_clear()
 
 
@@ -72,27 +82,150 @@ def test_a_private_data_directory_gives_its_own_facts(data) -> None:
     assert Dispatcher(Registry("gfx1100", [])).num_cus == 96
 
 
+# One wrong value per top-level key: the message names the file, the key path, the value and the rule (the arch
+# schema, ckfmha/data/schemas/arch.schema.yaml, or the code's checks for what a schema cannot see).
+FACTS_OK = "vendor: amd\nnum_cus: 96\nfp8_format: fnuz\n"
+
+
 @pytest.mark.parametrize(
-    "body, words",
+    "head, body, words",
     [
         (
-            "vendor: amd\nfp8_format: fnuz\n",
-            "num_cus: expected a positive int (compute units of one device), found None",
+            "schema: 2\narch: gfx1100\napis: {}\n",
+            FACTS_OK,
+            "schema: expected 1, found 2 (rule: the arch-file format version",
         ),
-        ("vendor: amd\nnum_cus: true\nfp8_format: fnuz\n", "num_cus: expected a positive int"),
-        ("vendor: amd\nnum_cus: 0\nfp8_format: fnuz\n", "num_cus: expected a positive int"),
-        ("vendor: amd\nnum_cus: 96\nfp8_format: e4m3\n", "fp8_format: expected one of fnuz, ocp, found 'e4m3'"),
-        ("vendor: amd\nnum_cus: 96\n", "fp8_format: expected one of fnuz, ocp, found None"),
-        ("num_cus: 96\nfp8_format: ocp\n", "vendor: expected 'amd' or 'nvidia', found None"),
-        ("vendor: amd\nnum_cus: 96\nfp8_format: ocp\ndefault: 'yes'\n", "default: expected true or false, found 'yes'"),
-        ("vendor: amd\nnum_cus: 96\nfp8_format: ocp\ncus: 3\n", "top level: unknown key(s) ['cus']"),
+        ("arch: gfx1100\napis: {}\n", FACTS_OK, "top level: missing key(s) 'schema'"),
+        (
+            "schema: 1\narch: gfx942\napis: {}\n",
+            FACTS_OK,
+            "arch: expected 'gfx1100' (the file name), found 'gfx942'",
+        ),
+        (
+            "schema: 1\narch: GFX1100\napis: {}\n",
+            FACTS_OK,
+            "arch: found 'GFX1100' (rule: the arch name (lower case, digits, _), the same as the file name)",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            FACTS_OK + "description: [a]\n",
+            "description: expected a string, found ['a']",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "num_cus: 96\nfp8_format: fnuz\n",
+            "top level: missing key(s) 'vendor'",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: intel\nnum_cus: 96\nfp8_format: fnuz\n",
+            "vendor: expected one of 'amd', 'nvidia', found 'intel' (rule: amd: CK's generator factories",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nfp8_format: fnuz\n",
+            "top level: missing key(s) 'num_cus'",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nnum_cus: 0\nfp8_format: fnuz\n",
+            "num_cus: expected a value >= 1, found 0 (rule: compute units (NVIDIA: SMs) of one device, a positive "
+            "integer",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nnum_cus: true\nfp8_format: fnuz\n",
+            "num_cus: expected an integer, found True (rule: compute units",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nnum_cus: 96.0\nfp8_format: fnuz\n",
+            "num_cus: expected an integer written without a fraction (compute units of one device), found 96.0",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nnum_cus: .nan\nfp8_format: fnuz\n",
+            "num_cus: expected a finite number, found nan",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nnum_cus: 96\nfp8_format: e4m3\n",
+            "fp8_format: expected one of 'fnuz', 'ocp', found 'e4m3' (rule: the fp8 encoding CK compiles for the arch",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            "vendor: amd\nnum_cus: 96\n",
+            "top level: missing key(s) 'fp8_format'",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            FACTS_OK + "default: 'yes'\n",
+            "default: expected true or false, found 'yes' (rule: true on exactly one arch file",
+        ),
+        ("schema: 1\narch: gfx1100\n", FACTS_OK, "top level: missing key(s) 'apis'"),
+        (
+            "schema: 1\narch: gfx1100\napis: [fwd]\n",
+            FACTS_OK,
+            "apis: expected an object (a mapping), found ['fwd'] (rule: one section per generator api",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {fwdd: {}}\n",
+            FACTS_OK,
+            "apis: unknown key(s) 'fwdd' (did you mean 'fwd'?); known: batch_prefill, bwd, fwd, fwd_appendkv, "
+            "fwd_splitkv, pagedkv_prefill",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {bwd: [x]}\n",
+            FACTS_OK,
+            "apis.bwd: expected an object (a mapping), found ['x'] (rule: an api section",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {fwd: {inherit: gfx942, dtypes: []}}\n",
+            FACTS_OK,
+            "apis.fwd: unknown key(s) 'dtypes'; known: inherit (rule: {inherit: <arch>} reuses that arch's section "
+            "unchanged and holds no other key)",
+        ),
+        (
+            "schema: 1\narch: gfx1100\napis: {}\n",
+            FACTS_OK + "cus: 3\n",
+            "top level: unknown key(s) 'cus' (did you mean 'num_cus'?); known: apis, arch, default, description, "
+            "fp8_format, num_cus, schema, vendor",
+        ),
+        ("", "[1, 2]\n", "top level: expected an object (a mapping), found [1, 2]"),
     ],
 )
-def test_bad_facts_name_the_file_the_key_and_the_value(data, body: str, words: str) -> None:
-    path = data("gfx1100", body)
+def test_bad_facts_name_the_file_the_key_the_value_and_the_rule(
+    data_dir_path: Path, head: str, body: str, words: str
+) -> None:
+    path = data_dir_path / "archs" / "gfx1100.yaml"
+    path.write_text(head + body)
     with pytest.raises(ArchSpecError) as ei:
         load_arch_spec("gfx1100")
     assert str(ei.value).startswith(f"{path}: ") and words in str(ei.value)
+
+
+def test_a_key_written_twice_in_an_arch_file_is_an_error(data) -> None:
+    # the old loader (yaml.safe_load) kept the second value silently
+    path = data("gfx1100", "vendor: amd\nnum_cus: 96\nnum_cus: 97\nfp8_format: fnuz\n")
+    with pytest.raises(ArchSpecError) as ei:
+        load_arch_spec("gfx1100")
+    assert str(ei.value) == f"{path}: top level: duplicate key 'num_cus' at line 6 (first at line 5)"
+
+
+def test_a_malformed_arch_file_names_the_file(data) -> None:
+    path = data("gfx1100", "vendor: [amd\n")
+    with pytest.raises(ArchSpecError) as ei:
+        load_arch_spec("gfx1100")
+    assert str(ei.value).startswith(f"{path}: malformed YAML: ")
+
+
+def test_the_schema_lists_agree_with_the_code() -> None:
+    from ckfmha.datafile import schema_validator
+    from ckfmha.kernel import Api
+
+    props = schema_validator("arch").schema["properties"]
+    assert sorted(props["apis"]["properties"]) == sorted(a.value for a in Api)
+    assert tuple(props["fp8_format"]["enum"]) == archs.FP8_FORMATS
 
 
 def test_exactly_one_default_arch_and_amd_names_are_targets(data) -> None:

@@ -108,7 +108,7 @@ def test_malformed_sweep_reports_file_and_key_path(tmp_path, capsys) -> None:
     p = tmp_path / "bad.json"
     p.write_text(json.dumps({"variant": "fwd", "trait_config": {"mask": {"values": "no"}}}))
     code, _, err = run_cli(capsys, "count", "--arch", "gfx942", "--sweep", str(p))
-    assert code == 2 and f"{p}: trait_config.mask.values: expected a non-empty list, found 'no'" in err
+    assert code == 2 and f"{p}: trait_config.mask.values: expected a list, found 'no' (rule: a non-empty list of the allowed values)" in err
     p.write_text("{not json")
     code, _, err = run_cli(capsys, "count", "--arch", "gfx942", "--sweep", str(p))
     assert code == 2 and "malformed JSON at line 1" in err

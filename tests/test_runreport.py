@@ -17,6 +17,8 @@ from ckfmha.runreport import (
     write_report_doc,
 )
 
+pytest_plugins = ["pytester"]
+
 
 def _row(
     rid: str,
@@ -119,13 +121,109 @@ def test_untimed_rows_are_not_compared_for_speed() -> None:
 def test_report_errors_name_the_file(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text(json.dumps({"schema": "other"}))
-    with pytest.raises(ReportError, match=r"x.json: schema: expected 'ckfmha.report', found 'other'"):
+    with pytest.raises(ReportError) as ei:
         load_report(p)
-    p.write_text(json.dumps(_doc([_row("a::k"), _row("a::k")])))
-    with pytest.raises(ReportError, match=r"rows\[1\]: id 'a::k' appears twice"):
+    assert str(ei.value) == (
+        f"{p}: schema: expected 'ckfmha.report', found 'other' (rule: the report format's name: a file without it "
+        "is not a ckfmha report)"
+    )
+    p.write_text(json.dumps(_doc([_row("a::k"), _row("b::k"), _row("a::k")])))
+    with pytest.raises(ReportError) as ei:
+        load_report(p)
+    assert str(ei.value) == f"{p}: rows[2].id: 'a::k' appears twice (first at rows[0]); a row id is unique"
+    p.write_text('{"schema": "ckfmha.report", "version": 2, "rows": [], "rows": []}')
+    with pytest.raises(ReportError, match=r"x.json: top level: duplicate key 'rows'"):
         load_report(p)
     with pytest.raises(ReportError, match="threshold"):
         compare_reports(_rep([]), _rep([]), -1)
+
+
+@pytest.mark.parametrize(
+    "doc, words",
+    [
+        ([], "r.json: top level: expected an object (a mapping), found []"),
+        ({"variant": "fwd"}, "r.json: top level: missing key(s) 'schema'"),
+        (
+            {"schema": "ckfmha.report", "version": 2},
+            "r.json: top level: missing key(s) 'rows' (rule: a ckfmha report has a version and rows)",
+        ),
+        (
+            _doc([], version=3),
+            "r.json: version: expected one of 1, 2, found 3 (rule: the report format versions this ckfmha reads)",
+        ),
+        (_doc([], state="done"), "r.json: state: expected one of 'running', 'complete', 'interrupted', found 'done'"),
+        (_doc([], collected=-1), "r.json: collected: expected a value >= 0, found -1 (rule: a count of items"),
+        (_doc([], exit_status="0"), "r.json: exit_status: expected an integer or null, found '0'"),
+        (
+            _doc([], shard={"index": 0, "count": 2}),
+            "r.json: shard.index: expected a value >= 1, found 0 (rule: K of K/N: this shard, 1 ... N)",
+        ),
+        ({**_doc([]), "rows": {}}, "r.json: rows: expected a list, found {} (rule: one row per collected item)"),
+        (_doc([{"verdict": "passed"}]), "r.json: rows[0]: missing key(s) 'id' (rule: one row per collected item"),
+        (_doc([{"id": "a::k"}]), "r.json: rows[0]: missing key(s) 'verdict'"),
+        (_doc([{"id": "", "verdict": "passed"}]), "r.json: rows[0].id: expected at least this many characters: 1"),
+        (
+            _doc([_row("a::k", "ok")]),
+            "r.json: rows[0].verdict: expected one of 'passed', 'failed', 'skipped', 'error', 'crashed', 'timeout', "
+            "'not_run', found 'ok' (rule: the item's verdict)",
+        ),
+        (_doc([_row("a::k", timed="yes")]), "r.json: rows[0].timed: expected one of True, False, '', found 'yes'"),
+        (
+            _doc([_row("a::k", ms=-1.0)]),
+            "r.json: rows[0].time_ms: expected a value >= 0, found -1.0 (rule: milliseconds, a number >= 0)",
+        ),
+        (
+            _doc([_row("a::k", time_ms="fast")]),
+            "r.json: rows[0].time_ms: 'fast' is not valid under any of the given schemas (rule: milliseconds (a "
+            'number >= 0), or "" when not measured)',
+        ),
+        (
+            _doc([_row("a::k", max_abs_err=float("nan"))]),
+            "r.json: rows[0].max_abs_err: expected a finite number, found nan",
+        ),
+    ],
+)
+def test_schema_errors_name_the_key_path_the_value_and_the_rule(doc, words: str) -> None:
+    with pytest.raises(ReportError) as ei:
+        report_from_doc(doc, "r.json")
+    assert words in str(ei.value)
+
+
+def test_rows_may_carry_any_further_field_and_reports_any_further_key() -> None:
+    # row fields come from pytest_ckfmha.reporting.row_fields() (the Problem's fields): the schema does not list them
+    rep = _rep([_row("a::k", seqlens_q="64_128", new_field=1)], tool="benchmarks/bench_dispatch.py", within=0.05)
+    assert rep.rows[0]["new_field"] == 1 and rep.meta["tool"] == "benchmarks/bench_dispatch.py"
+
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+COMMITTED = sorted(p for p in RESULTS.glob("*.json") if '"schema": "ckfmha.report"' in p.read_text()[:200])
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_committed_gpu_reports_follow_the_schema(path: Path) -> None:
+    # written by the plugin's writer (versions 1 and 2) and by benchmarks/bench_dispatch.py on GPU machines
+    assert len(COMMITTED) >= 4
+    assert len(load_report(path).rows) == len(json.loads(path.read_text())["rows"]) > 0
+
+
+def test_a_report_the_plugin_writes_follows_the_schema(pytester, monkeypatch, tmp_path: Path) -> None:
+    from tests.test_plugin_fixtures import make_project
+
+    base = make_project(pytester, monkeypatch, tmp_path)
+    pytester.runpytest(*base, "--ckfmha-category", "full", "--ckfmha-bench", "--ckfmha-report", "r.json")
+    rep = load_report(pytester.path / "r.json")
+    verdicts = {r["verdict"] for r in rep.rows}
+    assert {"passed", "skipped"} <= verdicts and any(r["timed"] is True for r in rep.rows)
+    assert rep.meta["state"] == "complete"
+
+
+def test_the_schemas_lists_are_the_codes() -> None:
+    from ckfmha.datafile import schema_validator
+    from ckfmha.runreport import READABLE_VERSIONS, VERDICTS
+
+    schema = schema_validator("run_report").schema
+    assert tuple(schema["properties"]["version"]["enum"]) == READABLE_VERSIONS
+    assert tuple(schema["$defs"]["row"]["properties"]["verdict"]["enum"]) == VERDICTS
 
 
 def _shard(k: int, n: int, rows, **meta):
@@ -221,3 +319,37 @@ def test_html_report_without_matplotlib_names_the_extra(tmp_path: Path, monkeypa
     run = _write(tmp_path / "r.json", [_row("a::k")])
     assert main(["report", run, "-o", str(tmp_path / "r.html")]) == 2
     assert "pip install 'ckfmha[report]'" in capsys.readouterr().err
+
+
+def test_non_finite_measures_round_trip(tmp_path: Path, capsys) -> None:
+    """A failing item whose output holds inf where the reference is finite has max_abs_err = inf: the plugin's
+    writer and write_report_doc write it as a word (JSON has no infinity; json.dumps would write ``Infinity``,
+    which the strict loader rejects), the loader reads it back as the float, and compare / merge work on it."""
+    import math
+
+    from pytest_ckfmha.reporting import write_reports
+
+    rows = [
+        _row("s1::k", "failed", max_abs_err=float("inf")),
+        _row("s2::k", "failed", max_abs_err=float("nan"), max_rel_err=float("inf"), tflops=float("-inf")),
+        _row("s3::k", "passed"),
+    ]
+    plugin_path = tmp_path / "plugin.json"
+    write_reports([plugin_path], rows, {"state": "complete", "exit_status": 1, "collected": 3, "completed": 3})
+    text = plugin_path.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert '"max_abs_err": "inf"' in text and '"tflops": "-inf"' in text
+    rep = load_report(plugin_path)
+    got = rep.by_id
+    assert got["s1::k"]["max_abs_err"] == math.inf
+    assert math.isnan(got["s2::k"]["max_abs_err"]) and got["s2::k"]["tflops"] == -math.inf
+    assert got["s2::k"]["max_rel_err"] == math.inf
+    assert got["s3::k"]["max_abs_err"] == 0.001
+    again = write_report_doc(_doc(rep.rows), tmp_path / "again.json")
+    assert load_report(again).by_id["s1::k"]["max_abs_err"] == math.inf
+    cmp = compare_reports(rep, load_report(again))
+    assert not cmp.regressed
+    # a word outside a measure field stays text; an unknown word in a measure field is a schema error
+    bad = _doc([_row("s1::k", max_abs_err="Infinity")])
+    with pytest.raises(ReportError, match=r"rows\[0\]\.max_abs_err"):
+        report_from_doc(bad, "bad.json")

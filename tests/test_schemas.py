@@ -16,11 +16,20 @@ PACKAGED = [
     ("heuristics", data_dir() / "heuristics.yaml"),
     ("tolerances", data_dir() / "tolerances.yaml"),
     ("parity_set", data_dir() / "parity_default.yaml"),
-] + [("receipt_rules", p) for p in sorted((data_dir() / "receipt_rules").glob("*.yaml"))]
+] + [
+    (name, p)
+    for name, folder in (("receipt_rules", "receipt_rules"), ("arch", "archs"))
+    for p in sorted((data_dir() / folder).glob("*.yaml"))
+]
+#: schemas of files ckfmha writes or users bring, none packaged: registries (ckfmha.registry), sweep configs
+#: (ckfmha.sweep), run reports (pytest_ckfmha.reporting); tests/test_sweep.py and tests/test_runreport.py validate
+#: real ones
+UNPACKAGED = {"registry", "sweep", "run_report"}
 
 
 def test_every_schema_has_a_packaged_file() -> None:
-    assert sorted({name for name, _ in PACKAGED} | {"registry"}) == SCHEMAS
+    assert sorted({name for name, _ in PACKAGED} | UNPACKAGED) == SCHEMAS
+    assert len([name for name, _ in PACKAGED if name == "arch"]) >= 6  # gfx90a ... gfx1201, sm90
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -83,3 +92,32 @@ def test_non_finite_numbers_are_rejected_anywhere(value: float) -> None:
     doc["forward"]["fp16"]["atol"] = value
     with pytest.raises(SchemaError, match=rf"t.yaml: forward.fp16.atol: expected a finite number, found {value!r}"):
         check_schema(doc, "tolerances", "t.yaml")
+
+
+@pytest.mark.parametrize(
+    "name, doc, words",
+    [
+        # a trailing newline is not "the end" of a name: the patterns end with (?![\s\S]), never $
+        (
+            "arch",
+            {"schema": 1, "arch": "gfx942\n", "vendor": "amd", "num_cus": 304, "fp8_format": "fnuz", "apis": {}},
+            "a.yaml: arch: found 'gfx942\\n' (rule: the arch name (lower case, digits, _), the same as the file name)",
+        ),
+        (
+            "arch",
+            {
+                "schema": 1,
+                "arch": "gfx90a",
+                "vendor": "amd",
+                "num_cus": 110,
+                "fp8_format": "fnuz",
+                "apis": {"fwd": {"inherit": "gfx942\n"}},
+            },
+            "a.yaml: apis.fwd.inherit: found 'gfx942\\n' (rule: the name of another arch file)",
+        ),
+    ],
+)
+def test_names_with_a_trailing_newline_are_rejected(name: str, doc, words: str) -> None:
+    with pytest.raises(SchemaError) as e:
+        check_schema(doc, name, "a.yaml")
+    assert words in str(e.value)

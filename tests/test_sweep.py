@@ -72,37 +72,108 @@ def test_dropout_booleans_and_variants() -> None:
 @pytest.mark.parametrize(
     "doc, message",
     [
-        ([], "top level: expected an object"),
-        ({"variant": "fwdd"}, "variant: expected one of"),
-        ({"variant": "fwd", "trait_config": {"color": {"values": [1]}}}, "trait_config.color: unknown trait"),
-        ({"variant": "fwd", "trait_config": {"mask": ["no"]}}, 'trait_config.mask: expected {"values"'),
+        # the schema (ckfmha/data/schemas/sweep.schema.yaml)
+        ([], "s.json: top level: expected an object (a mapping), found []"),
+        ({}, "s.json: top level: missing key(s) 'variant'"),
+        (
+            {"variant": "fwdd"},
+            "s.json: variant: expected one of 'fwd', 'bwd', 'splitkv', 'appendkv', 'pagedkv', 'batch_prefill', "
+            "found 'fwdd' (rule: the tile-engine variant: which kernel families the sweep covers)",
+        ),
+        ({"variant": "fwd", "name": 3}, "s.json: name: expected a string, found 3 (rule: free text: the sweep's name)"),
+        ({"variant": "fwd", "description": None}, "s.json: description: expected a string, found None"),
+        (
+            {"variant": "fwd", "trait_config": []},
+            "s.json: trait_config: expected an object (a mapping), found [] (rule: allow-lists over kernel traits",
+        ),
+        (
+            {"variant": "fwd", "trait_config": {"mask": ["no"]}},
+            "s.json: trait_config.mask: expected an object (a mapping), found ['no'] (rule: an allow-list "
+            '{"values": [<value>, ...]})',
+        ),
+        (
+            {"variant": "fwd", "trait_config": {"mask": {"value": ["no"]}}},
+            "s.json: trait_config.mask: unknown key(s) 'value' (did you mean 'values'?); known: values",
+        ),
         (
             {"variant": "fwd", "trait_config": {"mask": {"values": []}}},
-            "trait_config.mask.values: expected a non-empty list",
+            "s.json: trait_config.mask.values: expected at least this many items: 1, found [] "
+            "(rule: a non-empty list of the allowed values)",
+        ),
+        (
+            {"variant": "fwd", "trait_config": {"mask": {"values": "no"}}},
+            "s.json: trait_config.mask.values: expected a list, found 'no' (rule: a non-empty list of the allowed "
+            "values)",
+        ),
+        (
+            {"variant": "fwd", "tile_config": {"tile_m0": {"values": [0]}}},
+            "s.json: tile_config.tile_m0.values[0]: expected a value >= 1, found 0 (rule: a tile / warp size: a "
+            "positive integer)",
+        ),
+        (
+            {"variant": "fwd", "tile_config": {"tile_m0": {"values": [True]}}},
+            "s.json: tile_config.tile_m0.values[0]: expected an integer, found True",
+        ),
+        (
+            {"variant": "fwd", "tile_config": {"tile_m0": {"values": [float("nan")]}}},
+            "s.json: tile_config.tile_m0.values[0]: expected a finite number, found nan",
+        ),
+        (
+            {"variant": "fwd", "extra": 1},
+            "s.json: top level: unknown key(s) 'extra'; known: description, name, tile_config, trait_config, variant",
+        ),
+        # the code (trait / tile tables, per-field values)
+        (
+            {"variant": "fwd", "trait_config": {"color": {"values": [1]}}},
+            "s.json: trait_config.color: unknown trait; known: bias, block_per_cu, data_type, ",
         ),
         (
             {"variant": "fwd", "trait_config": {"mask": {"values": ["sideways"]}}},
-            "trait_config.mask.values\\[0\\]: unknown mask",
+            "s.json: trait_config.mask.values[0]: unknown mask; expected one of ['any', 'bottom_right', 'causal', ",
         ),
         (
             {"variant": "fwd", "trait_config": {"lse": {"values": ["t"]}}},
-            "trait_config.lse.values\\[0\\]: expected true or false, found 't'",
+            "s.json: trait_config.lse.values[0]: expected true or false, found 't'",
         ),
         (
             {"variant": "fwd", "trait_config": {"data_type": {"values": ["fp64"]}}},
-            "data_type.values\\[0\\]: expected one of",
+            "s.json: trait_config.data_type.values[0]: expected one of ['fp16', ",
         ),
-        ({"variant": "fwd", "tile_config": {"tile_q": {"values": [64]}}}, "tile_config.tile_q: unknown tile key"),
         (
-            {"variant": "fwd", "tile_config": {"tile_m0": {"values": [0]}}},
-            "tile_config.tile_m0.values\\[0\\]: expected a positive integer",
+            {"variant": "fwd", "tile_config": {"tile_q": {"values": [64]}}},
+            "s.json: tile_config.tile_q: unknown tile key; known: tile_m0, tile_n0, ",
         ),
-        ({"variant": "fwd", "extra": 1}, "unknown key"),
+        (
+            {"variant": "fwd", "tile_config": {"tile_m0": {"values": [64.0]}}},
+            "s.json: tile_config.tile_m0.values[0]: expected an integer written without a fraction, found 64.0",
+        ),
     ],
 )
 def test_malformed_sweeps(doc, message: str) -> None:
-    with pytest.raises(SweepError, match=message):
+    with pytest.raises(SweepError) as ei:
         parse_sweep(doc, "s.json")
+    assert message in str(ei.value)
+
+
+def test_a_tile_engine_sweep_follows_the_schema() -> None:
+    from ckfmha.datafile import check_schema
+
+    doc = {
+        "name": "fwd_small",
+        "description": "fp16 causal, one tile",
+        "variant": "fwd",
+        "trait_config": {"data_type": {"values": ["fp16", "bf16"]}, "block_per_cu": {"values": [-1, 1]}},
+        "tile_config": {"tile_m0": {"values": [128]}, "wave_m0": {"values": [4]}},
+    }
+    check_schema(doc, "sweep", "s.json")
+    assert parse_sweep(doc, "s.json").variant == "fwd"
+
+
+def test_the_schemas_variants_are_the_codes() -> None:
+    from ckfmha.datafile import schema_validator
+    from ckfmha.sweep import VARIANT_FAMILIES
+
+    assert schema_validator("sweep").schema["properties"]["variant"]["enum"] == list(VARIANT_FAMILIES)
 
 
 def test_load_sweep_file_errors(tmp_path) -> None:
