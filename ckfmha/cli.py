@@ -7,13 +7,23 @@
     ckfmha run -prec=fp16 -b=2 -h=8 -s=128 -d=64 -mask=t --backend cpu
     ckfmha run tile_example_fmha_bwd -prec=bf16 -b=1 -h=4 -s=256 -d=128     # or: --binary bwd
     ckfmha parity-enum --ck-root ~/composable_kernel --arch gfx942
+    ckfmha list --ck-root ~/composable_kernel --arch gfx942 --api fwd --format ck-names
+    ckfmha codegen --ck-root ~/composable_kernel --arch gfx942 --kernel fmha_fwd_d128_..._gfx9 -o build/k1
 
 ``list`` / ``count`` select kernels: ``--arch``, ``--api`` / ``--family`` (repeatable; family names as in
 :mod:`ckfmha.families`: ``bwd`` = the three backward stages, aliases ``splitkv``, ``pagedkv``, ``appendkv``,
 ``bwd_dq_dk_dv``), ``--receipt`` or ``--profile``, ``--mask-mode``, ``--sweep FILE``, ``--filter EXPR``,
 ``--filter-file FILE`` (runs Python: only use files you trust).  A selection that matches no kernel is an error
 (:class:`ckfmha.selection.EmptySelectionError`: the message names the selection and why it is empty) unless
-``--allow-empty`` is given, which prints the empty result.
+``--allow-empty`` is given, which prints the empty result.  With ``--ck-root PATH`` (or ``$CK_ROOT``) the kernel
+space is that CK checkout's own: its generator's lists for the arch, receipt, mask mode and the apis of the
+selected families (:func:`ckfmha.cktree.select_checkout_kernels`), narrowed by the same sweep and filters;
+``--format ck-names`` then prints the names exactly as that generator lists them.
+
+``codegen`` writes one kernel's shared-library sources into ``-o DIR``: the checkout's own instance(s) and api
+dispatch file, ckfmha's C ABI wrapper and header, and ``compile_commands.json`` with the exact compile and link
+commands (:func:`codegen.emit.emit_library`); the kernel must be one the checkout lists for ``--arch``.  Members of
+the checkout's api structs that the wrapper does not set are printed as a warning on stderr.
 
 ``run`` / ``explain`` take one problem in CK's tile_example argument syntax (``-key=value`` tokens, parsed by
 :meth:`ckfmha.problem.Problem.from_ck_args`; also as one quoted string, optionally led by the program name
@@ -98,9 +108,37 @@ def _selection_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="an empty selection prints the empty result and exits 0 (default: an error, exit status 1)",
     )
+    p.add_argument(
+        "--ck-root",
+        default=None,
+        help="a CK checkout: list its own generator's kernel space instead of ckfmha's enumeration "
+        "(default $CK_ROOT; unset: the enumeration)",
+    )
 
 
-def _query(args: argparse.Namespace):
+def _ck_root(args: argparse.Namespace):
+    """The checkout of ``--ck-root`` (else ``$CK_ROOT``, else None), checked; errors name the option."""
+    from ckfmha.cktree import CKTreeError, ck_root_from_env, resolve_ck_root
+
+    if args.ck_root is None:
+        return ck_root_from_env()
+    try:
+        return resolve_ck_root(args.ck_root)
+    except CKTreeError as e:
+        raise CLIError(f"--ck-root: {args.ck_root!r} {e}") from None
+
+
+def _checkout_selection(args: argparse.Namespace):
+    """(checkout root or None, the checkout's kernels for the selection or None)."""
+    root = _ck_root(args)
+    if root is None:
+        return None, None
+    from ckfmha.cktree import select_checkout_kernels
+
+    return root, select_checkout_kernels(root, _build_query(args), allow_empty=args.allow_empty)
+
+
+def _build_query(args: argparse.Namespace):
     from ckfmha.selection import KernelQuery
 
     return KernelQuery.build(
@@ -113,15 +151,27 @@ def _query(args: argparse.Namespace):
         sweep=args.sweep,
         filter_expr=args.filter_expr,
         filter_file=args.filter_file,
-    ).run(allow_empty=args.allow_empty)
+    )
+
+
+def _query(args: argparse.Namespace):
+    """The selected configs: the checkout's (``--ck-root`` / ``$CK_ROOT``) or the enumeration's."""
+    root, kernels = _checkout_selection(args)
+    if root is not None:
+        return [k.config for k in kernels]
+    return _build_query(args).run(allow_empty=args.allow_empty)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from ckfmha.naming import ck_instance_name
 
-    configs = _query(args)
+    root, kernels = _checkout_selection(args)
+    configs = [k.config for k in kernels] if root is not None else _build_query(args).run(allow_empty=args.allow_empty)
     out = sys.stdout
-    if args.format == "ids":
+    if args.format == "ck-names" and root is not None:  # the checkout's own names, as its generator lists them
+        for name in sorted(k.name for k in kernels):
+            out.write(name + "\n")
+    elif args.format == "ids":
         for c in configs:
             out.write(c.kernel_id + "\n")
     elif args.format == "ck-names":
@@ -286,6 +336,10 @@ def _settings(args: argparse.Namespace) -> dict:
         get_backend(backend)
     except BackendError as e:
         raise CLIError(f"--backend: {e}") from None
+    if backend == "hip":  # CK's kernels of the checkout ($CK_ROOT) for this arch, receipt and mask mode
+        from ckfmha.backends.hip import configure_hip
+
+        configure_hip(arch=arch, receipt=receipt, mask_mode=mask_mode)
     return dict(backend=backend, arch=arch, receipt=receipt, mask_mode=mask_mode)
 
 
@@ -434,6 +488,57 @@ def _add_parity_enum(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _add_codegen(sub) -> None:
+    """``codegen``: one kernel's library sources and build commands (codegen.emit, imported when it runs)."""
+    p = sub.add_parser(
+        "codegen",
+        help="write one CK kernel's shared-library sources (the checkout's instance and api file, ckfmha's C ABI "
+        "wrapper) and compile_commands.json with the exact compile and link commands",
+    )
+    p.add_argument("--ck-root", default=None, help="CK checkout (default $CK_ROOT)")
+    p.add_argument("--arch", required=True, help="CK target arch (gfx90a, gfx942, gfx950, ...)")
+    p.add_argument("--kernel", required=True, help="the CK instance name (as `ckfmha list --format ck-names` prints)")
+    p.add_argument("-o", "--output", required=True, help="directory to write into (created)")
+    p.add_argument("--receipt", default="0", help="CK receipt number or profile name the generator runs under")
+    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
+    p.add_argument(
+        "--compiler", default=None, help="HIP compiler for the commands (default: $ROCM_PATH/bin/hipcc, amdclang++)"
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from ckfmha.kernel import MaskMode
+        from ckfmha.receipts import resolve_receipt
+        from codegen.emit import emit_library
+
+        root = _ck_root(args)
+        if root is None:
+            raise CLIError("--ck-root: not given and $CK_ROOT is unset (codegen emits from a CK checkout)")
+        lib = emit_library(
+            root,
+            args.arch,
+            args.kernel,
+            args.output,
+            receipt=resolve_receipt(args.receipt),
+            mask_mode=MaskMode.parse(args.mask_mode, "--mask-mode").value,
+            compiler=args.compiler,
+        )
+        out = sys.stdout
+        out.write(f"kernel {lib.kernel} (api {lib.api}, arch {lib.arch}) from {root}\n")
+        for f in (*lib.sources, lib.header, lib.out_dir / "compile_commands.json"):
+            out.write(f"  wrote {f}\n")
+        out.write(f"library (after the commands run): {lib.library}\n")
+        note = "" if lib.compiler_found else " (not found on this machine: run the commands where ROCm is installed)"
+        out.write(f"compiler: {lib.compiler}{note}\n")
+        for struct, members in lib.unset_members.items():
+            sys.stderr.write(
+                f"ckfmha codegen: warning: this CK's {struct} has members ckfmha's wrapper does not set (they stay "
+                f"zero): {', '.join(members)}\n"
+            )
+        return EXIT_OK
+
+    p.set_defaults(func=run)
+
+
 # Other modules add sub-commands here (e.g. parity-enum) without the core importing them eagerly.
 def _add_report_commands(sub) -> None:
     from ckfmha.cli_reports import add_commands
@@ -441,7 +546,7 @@ def _add_report_commands(sub) -> None:
     add_commands(sub)
 
 
-_EXTRA_COMMANDS: list = [_add_parity_enum, _add_report_commands]
+_EXTRA_COMMANDS: list = [_add_parity_enum, _add_codegen, _add_report_commands]
 
 
 def _silence_stdout() -> None:

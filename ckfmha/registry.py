@@ -75,6 +75,40 @@ class Registry:
         configs = enumerate_kernels(arch, families, receipt, mask_mode, predicate=predicate)
         return cls(arch, configs, backend=backend, source=f"enumeration receipt={receipt} mask_mode={mask_mode}")
 
+    @classmethod
+    def from_checkout(
+        cls,
+        ck_root: str | Path,
+        arch: str,
+        *,
+        receipt: int | str = 0,
+        mask_mode: str = "simplified",
+        families: Iterable[Family | str] | None = None,
+        backend: str | None = None,
+    ) -> "Registry":
+        """The kernel space of a CK checkout: the configs its own ``generate.py`` lists for ``arch``, ``receipt``
+        (a number or profile name) and ``mask_mode`` (:func:`ckfmha.cktree.select_checkout_kernels`; the apis of
+        ``families``, None: every api). An empty space is an :class:`~ckfmha.selection.EmptySelectionError`
+        naming the checkout and the selection; a checkout that cannot be listed a :class:`ckfmha.cktree.
+        CKTreeError`."""
+        from ckfmha.cktree import resolve_ck_root, select_checkout_kernels
+        from ckfmha.selection import KernelQuery
+
+        root = resolve_ck_root(ck_root)
+        query = KernelQuery.build(
+            arch,
+            families=None if families is None else [getattr(f, "value", f) for f in families],
+            receipt=receipt,
+            mask_mode=mask_mode,
+        )
+        kernels = select_checkout_kernels(root, query)
+        return cls(
+            arch,
+            (k.config for k in kernels),
+            backend=backend,
+            source=f"CK checkout {root} receipt={query.receipt} mask_mode={query.mask_mode.value}",
+        )
+
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
         return len(self._configs)

@@ -85,12 +85,20 @@ def dispatcher_for(
     mask_mode: str = "simplified",
 ) -> Dispatcher:
     """A dispatcher over ``registry`` or the enumeration of ``arch`` (None: :func:`ckfmha.archs.default_arch`)
-    under ``receipt`` and ``mask_mode``, bound to the backend called ``backend``."""
+    under ``receipt`` and ``mask_mode``, bound to the backend called ``backend``.  The hip backend with a CK
+    checkout plans over that checkout's own kernel space (:meth:`Registry.from_checkout`): it builds those kernels."""
+    be = get_backend(backend)
     if registry is None:
         from ckfmha.archs import default_arch
+        from ckfmha.backends.hip import configure_hip
 
-        registry = _registry(default_arch() if arch is None else arch, receipt, mask_mode)
-    return Dispatcher(registry, get_backend(backend))
+        arch = default_arch() if arch is None else arch
+        ck_root = configure_hip().ck_root() if backend == "hip" else None
+        if ck_root is not None:
+            registry = Registry.from_checkout(ck_root, arch, receipt=receipt, mask_mode=mask_mode)
+        else:
+            registry = _registry(arch, receipt, mask_mode)
+    return Dispatcher(registry, be)
 
 
 def explain(

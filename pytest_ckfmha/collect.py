@@ -3,7 +3,9 @@
 Kernel choice per shape (deterministic, documented in docs/plugin.md):
 
 1. the kernel set of the arch: the ``pytest_ckfmha_kernels`` hook's answer if a plugin/conftest gives one, else
-   the enumeration under the receipt/profile and mask mode; then the sweep, the filter expression and the filter
+   the CK checkout's own kernel space when ``--ckfmha-ck-root`` / ``$CK_ROOT`` names one (its generator's lists
+   for the arch, receipt/profile and mask mode: :func:`ckfmha.cktree.select_checkout_kernels`), else the
+   enumeration under the receipt/profile and mask mode; then the sweep, the filter expression and the filter
    file (all AND-ed, applied to every stage's kernels);
 2. the candidates of the shape's *main* stage (fwd, splitkv, pagedkv, appendkv, batch_prefill, dq_dk_dv:
    :func:`ckfmha.plan.main_role`) that pass every dispatcher rule (mask, bias, features, padding, ... -- not just
@@ -62,7 +64,8 @@ class DtypeView:
 
 
 def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
-    """The arch's kernels after receipt/profile/mask mode/sweep/filters (see the module doc)."""
+    """The arch's kernels after receipt/profile/mask mode/sweep/filters: the hook's, the checkout's or the
+    enumeration's (see the module doc)."""
     from ckfmha.filters import combine
     from ckfmha.selection import KernelQuery
 
@@ -76,6 +79,10 @@ def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
         filter_file=settings.filter_file,
     )
     given = config.hook.pytest_ckfmha_kernels(config=config, arch=settings.arch)
+    if given is None and settings.ck_root is not None:
+        from ckfmha.cktree import select_checkout_kernels
+
+        return [k.config for k in select_checkout_kernels(settings.ck_root, q, allow_empty=settings.allow_empty)]
     if given is None:
         return q.run(allow_empty=settings.allow_empty)  # EmptySelectionError names the selection
     pred = combine([q.sweep, *q.filters])

@@ -69,6 +69,8 @@ class Runtime:
                 if be is None:
                     from ckfmha.backends import auto_backend_name, get_backend
 
+                    if name in ("hip", "auto"):
+                        configure_hip(self.settings)  # auto asks hip first: it must see --ckfmha-ck-root
                     be = get_backend(auto_backend_name() if name == "auto" else name)
                 self._backend = be
             except Exception as e:  # noqa: BLE001 - reported as the skip reason
@@ -76,6 +78,20 @@ class Runtime:
         if self._backend is None:
             raise ItemSkip(self._backend_error)
         return self._backend
+
+
+def configure_hip(settings) -> None:
+    """The hip backend builds from the session's CK checkout (``--ckfmha-ck-root``, else ``$CK_ROOT``) for its
+    arch, receipt and mask mode (the kernel space the session collected)."""
+    from ckfmha.backends.hip import configure_hip
+    from ckfmha.receipts import resolve_receipt
+
+    configure_hip(
+        ck_root=settings.ck_root,
+        arch=settings.arch,
+        receipt=resolve_receipt(settings.receipt, profile=settings.profile),
+        mask_mode=settings.mask_mode,
+    )
 
 
 @dataclass

@@ -290,8 +290,7 @@ def test_unknown_and_unshipped_backends_are_clear_errors() -> None:
 
     with pytest.raises(BackendError, match="unknown backend 'cuda'; known: cpu, triton, hip"):
         get_backend("cuda")
-    with pytest.raises(BackendError, match="backend 'hip' is not part of this ckfmha version yet"):
-        get_backend("hip")
+    assert get_backend("hip").name == "hip"  # shipped: CK's own kernels from a checkout (docs/hip_backend.md)
 
 
 def test_min_seqlen_q_needs_a_skip_kernel() -> None:

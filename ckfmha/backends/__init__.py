@@ -3,7 +3,8 @@
 Every backend implements :class:`ckfmha.backends.base.Backend`; they are looked up by name with
 :func:`get_backend`. Only ``cpu`` is imported eagerly-on-demand here; ``triton`` and ``hip`` live in their
 own sub-packages and import their heavy dependencies (torch, triton, hipcc) only when used, so the core never
-imports torch or triton.
+imports torch or triton. :func:`auto_backend_name` (``--backend auto``) picks hip where it is available (a ROCm
+GPU, a HIP compiler and a CK checkout), else triton (a GPU), else cpu.
 """
 
 from __future__ import annotations
@@ -43,16 +44,20 @@ def get_backend(name: str) -> Backend:
             if e.name == BACKEND_MODULES[name]:
                 raise BackendError(
                     f"backend {name!r} is not part of this ckfmha version yet (no module "
-                    f"{BACKEND_MODULES[name]}); available: cpu, triton"
+                    f"{BACKEND_MODULES[name]}); known: {', '.join(BACKEND_MODULES)}"
                 ) from None
             raise BackendError(f"backend {name!r}: its module {BACKEND_MODULES[name]} failed to import ({e})") from None
         _instances[name] = module.make_backend()
     return _instances[name]
 
 
+#: ``auto``'s order: the first available one wins, cpu always is
+AUTO_ORDER = ("hip", "triton")
+
+
 def auto_backend_name() -> str:
-    """triton with a GPU, hip on ROCm with hipcc and a CK root, else cpu."""
-    for name in ("triton", "hip"):
+    """hip on ROCm with a HIP compiler and a CK checkout (CK's own kernels), else triton with a GPU, else cpu."""
+    for name in AUTO_ORDER:
         try:
             if get_backend(name).available():
                 return name

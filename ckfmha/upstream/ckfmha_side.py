@@ -7,8 +7,8 @@ is not available here; otherwise the plan runs and its outputs are judged by bot
 against the float64 truth, with the error ratio); the elementwise rule decides the verdict (:data:`VERDICT_RULE`):
 ckfmha's kernels are CK kernels, checked as CK checks them (``check_err`` in tile_example_fmha_fwd / _bwd).
 
-``backend="auto"`` resolves exactly as a normal run does (:func:`ckfmha.backends.auto_backend_name`: triton with a
-GPU, hip on ROCm with hipcc and a CK root, else cpu), lazily: constructing the side imports no backend; the first
+``backend="auto"`` resolves exactly as a normal run does (:func:`ckfmha.backends.auto_backend_name`: hip on
+ROCm with a HIP compiler and a CK checkout, else triton with a GPU, else cpu), lazily: constructing the side imports no backend; the first
 use (``run``, or reading ``backend`` / ``name``) resolves it once, and from then on the side's name is the
 resolved one (``ckfmha:cpu``), as are its results' ``side`` and ``fields["backend"]`` (``fields
 ["requested_backend"]`` keeps ``auto``).
