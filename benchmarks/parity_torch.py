@@ -6,9 +6,10 @@ fwd and bwd, masks none / top-left / bottom-right / windows, MHA and GQA, fp16 a
            [--inject grad-element|dropout-threshold] [--ckfmha-backends auto,cpu] [--ckfmha-arch gfx942]
 
 Every output is judged by both rules (ckfmha.upstream.judging, docs/parity.md): CK's elementwise tolerance against
-the float32 reference, and the noise floor -- ``max|out - truth| <= k * max|same_precision - truth| + atol`` against
-the float64 ground truth -- whose error ratio ``max|out - truth| / max|same_precision - truth|`` is reported per
-output.  A torch side's verdict is the noise floor's (torch kernels are not bound by CK's elementwise tolerance).
+the float32 reference, and the noise floor against the float64 ground truth -- decided per row against the rounding
+bound (tolerances.yaml ``row_noise_floor``), with FlashAttention's tensor-wide form ``max|out - truth| <= k *
+max|same_precision - truth| + atol`` reported next to it; the error ratios of both are kept per output.  A torch
+side's verdict is the (per-row) noise floor's (torch kernels are not bound by CK's elementwise tolerance).
 
 Injected bugs (``--inject``), each reported as "injected bug caught in N of M rows" (a row: one injected run judged;
 caught = its verdict is ran_invalid):
@@ -25,10 +26,12 @@ caught = its verdict is ran_invalid):
   ``--ckfmha-backends`` (arch ``--ckfmha-arch``, default gfx942: sm90 has no dropout kernels), once clean (the
   control: must be valid) and once with the bug.  The torch sweep is not run in this mode.
 
-Writes one JSON report: the environment, per backend the verdict counts (and how many rows CK's elementwise rule
-alone would have failed), the worst error ratio per backend and direction, one row per (backend, problem) with both
-verdicts, the error ratios and the check summaries, and the injected rows with the catch summary.  Exit status 1
-when a clean row ran invalid or errored, or an injected bug was not caught; else 0.
+Writes one JSON report: the environment, both noise floors' constants, per backend the verdict counts and how many
+rows each rule alone would have failed (``row_noise_floor_invalid``, ``tensor_noise_floor_invalid``,
+``elementwise_invalid``), the worst error ratio per backend and direction, one row per (backend, problem) with the
+verdicts, the error ratios and the check summaries, and the injected rows with the catch summary (``caught_by_rule``
+per rule).  Printed at the end, one line per rule: "clean rows invalid N of M; injected bug caught in C of R".  Exit
+status 1 when a clean row ran invalid or errored, or an injected bug was not caught; else 0.
 """
 
 from __future__ import annotations
@@ -223,8 +226,10 @@ def row_of(side_name: str, p: Problem, r: SideResult) -> dict:
         "verdict": r.verdict.value,
         "rule": r.rule.value if r.rule else None,
         "noise_passed": _all(r, "noise_passed"),
+        "tensor_noise_passed": _all(r, "tensor_noise_passed"),
         "elementwise_passed": _all(r, "elementwise_passed"),
         "error_ratio": _by_output(r, "error_ratio"),
+        "tensor_error_ratio": _by_output(r, "tensor_error_ratio"),
         "err_vs_truth": _by_output(r, "err_vs_truth"),
         "ref_err_vs_truth": _by_output(r, "ref_err_vs_truth"),
         "reason": r.reason,
@@ -258,27 +263,69 @@ def _injected_row(
         "verdict": verdict.value,
         "caught": verdict is Verdict.RAN_INVALID,
         "noise_passed": all(c["noise_passed"] for c in checks.values()),
+        "tensor_noise_passed": all(c.get("tensor_noise_passed", c["noise_passed"]) for c in checks.values()),
         "elementwise_passed": all(c["elementwise_passed"] for c in checks.values()),
         "error_ratio": {n: c["error_ratio"] for n, c in checks.items()},
+        "tensor_error_ratio": {n: c.get("tensor_error_ratio") for n, c in checks.items()},
         "words": words,
     }
 
 
+#: the rules a catch summary and the clean counts are reported for: (key, the row key of its pass flag, words)
+RULES = (
+    ("row_noise_floor", "noise_passed", "per-row noise floor (decides the torch sides)"),
+    ("tensor_noise_floor", "tensor_noise_passed", "tensor-wide noise floor (FlashAttention)"),
+    ("elementwise", "elementwise_passed", "CK's elementwise tolerance"),
+)
+
+
 def catch_summary(kind: str, injected: list[dict], not_injected: list[str] = ()) -> dict:
-    """Counts over the injected rows: caught (verdict ran_invalid), and what each rule alone would have caught;
+    """Counts over the injected rows: caught (verdict ran_invalid), and what each rule alone would have caught
+    (``caught_by_rule``, per :data:`RULES`; ``caught_by_noise_floor`` is the deciding per-row rule's);
     ``not_injected`` names the runs where no bug could be injected (side did not run, all-zero tensor)."""
     n = len(injected)
     caught = sum(1 for r in injected if r["caught"])
+    by_rule = {key: sum(1 for r in injected if r.get(flag) is False) for key, flag, _ in RULES}
     return {
         "inject": kind,
         "rows": n,
         "caught": caught,
         "not_injected": list(not_injected),
-        "caught_by_noise_floor": sum(1 for r in injected if not r["noise_passed"]),
-        "caught_elementwise": sum(1 for r in injected if not r["elementwise_passed"]),
+        "caught_by_rule": by_rule,
+        "caught_by_noise_floor": by_rule["row_noise_floor"],
+        "caught_elementwise": by_rule["elementwise"],
         "missed": [f"{r['backend']} {r['problem']} {r.get('tensor', '')}".strip() for r in injected if not r["caught"]],
         "line": f"injected bug caught in {caught} of {n} rows ({kind})",
     }
+
+
+def new_counts() -> dict[str, int]:
+    """One backend's clean-row counts: per verdict, and per rule of :data:`RULES` the rows it alone would have
+    failed (``row_noise_floor_invalid``, ``tensor_noise_floor_invalid``, ``elementwise_invalid``)."""
+    c = {v: 0 for v in ("ran_valid", "ran_invalid", "skipped", "error", "unsupported")}
+    c.update({f"{key}_invalid": 0 for key, _, _ in RULES})
+    return c
+
+
+def count_row(counts: dict[str, int], row: dict) -> None:
+    counts[row["verdict"]] += 1
+    for key, flag, _ in RULES:
+        if row.get(flag) is False:
+            counts[f"{key}_invalid"] += 1
+
+
+def rule_lines(counts: dict, summary: dict | None) -> list[str]:
+    """Per rule of :data:`RULES`: the clean rows it fails (over every backend) and, with an injection, the injected
+    bugs it catches -- the figures that compare the rules."""
+    total = sum(c["ran_valid"] + c["ran_invalid"] for c in counts.values())
+    lines = []
+    for key, _, words in RULES:
+        failed = sum(c[f"{key}_invalid"] for c in counts.values())
+        line = f"  {words}: clean rows invalid {failed} of {total}"
+        if summary is not None:
+            line += f"; injected bug caught in {summary['caught_by_rule'][key]} of {summary['rows']}"
+        lines.append(line)
+    return lines
 
 
 # ------------------------------------------------------------------------------------------ modes
@@ -289,23 +336,14 @@ def run_torch_sweep(args, backends: list[str], inject: str | None) -> tuple[list
     rows, counts, injected, not_injected = [], {}, [], []
     sides = {b: TorchSide(b, device=args.device) for b in backends}
     for b in backends:
-        counts[b] = {
-            "ran_valid": 0,
-            "ran_invalid": 0,
-            "skipped": 0,
-            "error": 0,
-            "unsupported": 0,
-            "elementwise_invalid": 0,
-        }
+        counts[b] = new_counts()
     # problem-major, so each problem's inputs and references are made once (the caches keep the latest two)
     for p in problems:
         for b, side in sides.items():
             t0 = time.perf_counter()
             r = side.run(p, args.seed)
-            counts[b][r.verdict.value] += 1
             row = row_of(b, p, r)
-            if row["elementwise_passed"] is False:
-                counts[b]["elementwise_invalid"] += 1
+            count_row(counts[b], row)
             row["row_seconds"] = time.perf_counter() - t0
             rows.append(row)
             print(
@@ -354,19 +392,12 @@ def run_dropout_injection(args) -> tuple[list, dict, list, list]:
             sides.append(side)
     rows, counts, injected, not_injected = [], {}, [], []
     for side in sides:
-        counts[side.name] = {
-            "ran_valid": 0,
-            "ran_invalid": 0,
-            "skipped": 0,
-            "error": 0,
-            "unsupported": 0,
-            "elementwise_invalid": 0,
-        }
+        counts[side.name] = new_counts()
     for p in dropout_sweep():
         for side in sides:
             clean = side.run(p, args.seed)
-            counts[side.name][clean.verdict.value] += 1
             row = row_of(side.name, p, clean)
+            count_row(counts[side.name], row)
             rows.append(row)
             if not clean.verdict.ran:
                 not_injected.append(f"{side.name} {p}: {clean.verdict.value}")
@@ -392,6 +423,10 @@ def run_dropout_injection(args) -> tuple[list, dict, list, list]:
                 flush=True,
             )
     return rows, counts, injected, not_injected
+
+
+def _floor_dict(f) -> dict:
+    return {"k": f.k, "atol": f.atol, "granularity": f.granularity.value, "magnitude_floor": f.magnitude_floor}
 
 
 def worst_ratios(rows: list[dict]) -> dict:
@@ -461,15 +496,20 @@ def main(argv=None) -> int:
         )
     except ImportError:
         env["torch"] = None
-    from ckfmha.validator import noise_floor_for
+    from ckfmha.validator import DECIDING_GRANULARITY, Granularity, noise_floor_for
 
-    floors = {d: vars(noise_floor_for(d == "backward")) for d in ("forward", "backward")}
+    floors = {
+        g.value: {d: _floor_dict(noise_floor_for(d == "backward", granularity=g)) for d in ("forward", "backward")}
+        for g in Granularity
+    }
+    deciding = floors[DECIDING_GRANULARITY.value]
     report = {
         "tool": "benchmarks/parity_torch.py",
         "reference": "ckfmha NumPy reference: float32 accumulation (elementwise rule, CK's tolerances) and "
         "float64 ground truth with the same-precision reference (noise-floor rule); "
         "ckfmha/data/tolerances.yaml",
         "noise_floor": floors,
+        "noise_floor_decides": DECIDING_GRANULARITY.value,
         "environment": env,
         "inject": args.inject,
         "seconds": time.perf_counter() - t_all,
@@ -487,8 +527,8 @@ def main(argv=None) -> int:
     Path(args.report).write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(json.dumps(counts, indent=1))
     print(
-        "worst error ratio (max|out - truth| / max|same_precision - truth|), noise floor k: "
-        f"fwd {floors['forward']['k']:g}, bwd {floors['backward']['k']:g}"
+        f"worst error ratio of the deciding {DECIDING_GRANULARITY.value} noise floor (err / ref_err of the worst "
+        f"{DECIDING_GRANULARITY.value}), k: fwd {deciding['forward']['k']:g}, bwd {deciding['backward']['k']:g}"
     )
     for b, per in report["worst_error_ratio"].items():
         print(
@@ -498,9 +538,12 @@ def main(argv=None) -> int:
             + ", ".join(f"{d} {v['ratio']:.2f} ({v['output']}, {v['problem']})" for d, v in sorted(per.items()))
         )
     bad = sum(c["ran_invalid"] + c["error"] for c in counts.values())
+    print("per rule (clean rows: ran_valid + ran_invalid of every backend):")
+    print("\n".join(rule_lines(counts, summary)))
     if summary is not None:
         print(
-            summary["line"] + f"; noise floor alone: {summary['caught_by_noise_floor']}, CK's elementwise "
+            summary["line"] + f"; per-row noise floor alone: {summary['caught_by_noise_floor']}, tensor-wide "
+            f"noise floor alone: {summary['caught_by_rule']['tensor_noise_floor']}, CK's elementwise "
             f"tolerance alone: {summary['caught_elementwise']}"
         )
         for m in summary["missed"]:

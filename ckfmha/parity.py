@@ -15,17 +15,21 @@ Semantics (:func:`compare_results`), per problem:
   :mod:`ckfmha.validator` and one of them decides (:func:`comparison_rule`):
 
   - ``elementwise``: the two sides' outputs compared with each other with CK's tolerance for the problem;
-  - ``noise_floor``: each side's output against the float64 ground truth of the problem's inputs (``seed``):
-    ``max|out - truth| <= k * max|same_precision - truth| + atol`` for both sides (two outputs within the noise
-    of the truth agree up to that noise); the row's error ratio per output is the larger of the two sides'.
+  - ``noise_floor``: each side's output against the float64 ground truth of the problem's inputs (``seed``),
+    for both sides (two outputs within the noise of the truth agree up to that noise), decided per row
+    (:func:`ckfmha.validator.validate_noise_floor`: ``max_row|out - truth| <= k * max(max_row|same_precision -
+    truth|, u * max(max_row|truth|, g * max|truth|)) + atol``, tolerances.yaml ``row_noise_floor``);
+    the tensor-wide FlashAttention form ``max|out - truth| <= k * max|same_precision - truth| + atol`` is reported
+    next to it (``tensor_noise_passed``, ``tensor_error_ratio``); the error ratio per output is the larger of the
+    two sides'.
 
   The noise floor decides when either side's own verdict was decided by it (a ``torch`` side: torch's kernels
   are not bound by CK's elementwise tolerance); otherwise (``ckfmha`` vs ``ckfmha``, fakes) the elementwise rule
   does.  Any output failing the deciding rule -> ``disagree``; otherwise ``agree`` (compared:
   ``verdicts+outputs`` or, when a side yields no tensors -- tile_example -- ``verdicts``: each side's own verdict
   came from comparing with a reference).  Both ``ran_invalid`` still agree, flagged ``both_invalid``.  Every
-  output's summary carries both verdicts (``elementwise_passed``, ``noise_passed``), the error ratios and the
-  deciding ``rule``; ``passed`` is the deciding rule's.
+  output's summary carries both verdicts (``elementwise_passed``, ``noise_passed``; and ``tensor_noise_passed``,
+  the tensor-wide figure), the error ratios and the deciding ``rule``; ``passed`` is the deciding rule's.
 
 :func:`run_parity` returns a :class:`ParityReport` (JSON / CSV / a readable table).  The default parity set is
 upstream's 14 configurations (research/upstream_testing.md §2.1) in ``data/parity_default.yaml``
@@ -164,6 +168,13 @@ class ParityRow:
         return None if not v or any(x is None for x in v) else all(v)
 
     @property
+    def tensor_noise_passed(self) -> bool | None:
+        """The tensor-wide (FlashAttention) noise floor's verdict over the compared outputs, reported next to the
+        deciding per-row one (None: no outputs, or not judged)."""
+        v = self._over_outputs("tensor_noise_passed")
+        return None if not v or any(x is None for x in v) else all(v)
+
+    @property
     def error_ratio(self) -> float | None:
         """The worst error ratio ``max|out - truth| / max|same_precision - truth|`` over the compared outputs and
         both sides (None: no outputs, or no ratio defined)."""
@@ -194,6 +205,7 @@ class ParityRow:
             "rule": self.rule.value if self.rule else None,
             "elementwise_passed": self.elementwise_passed,
             "noise_passed": self.noise_passed,
+            "tensor_noise_passed": self.tensor_noise_passed,
             "error_ratio": self.error_ratio,
             "detail": self.detail,
             "output_checks": self.output_checks,
@@ -217,6 +229,7 @@ class ParityRow:
             "rule": self.rule.value if self.rule else "",
             "elementwise_passed": _cell(self.elementwise_passed),
             "noise_passed": _cell(self.noise_passed),
+            "tensor_noise_passed": _cell(self.tensor_noise_passed),
             "error_ratio": _cell(self.error_ratio),
             "detail": " ".join(self.detail.split()),
         }
@@ -268,6 +281,7 @@ def _cross_summary(
         d.update(
             {
                 "noise_passed": all(r.passed for r in noise),
+                "noise_granularity": noise[0].granularity.value,
                 "error_ratio": max(defined) if defined else None,
                 "left_error_ratio": ratios[0],
                 "right_error_ratio": ratios[1],
@@ -276,9 +290,25 @@ def _cross_summary(
                 "noise_message": " || ".join(f"{s}: {r}" for s, r in zip(sides, noise)),
             }
         )
+        d.update(_tensor_wide(noise))
     d["rule"] = rule.value
     d["passed"] = bool(d["noise_passed"]) if rule is Rule.NOISE_FLOOR else d["elementwise_passed"]
     return d
+
+
+def _tensor_wide(noise: tuple[NoiseFloorResult, NoiseFloorResult]) -> dict[str, Any]:
+    """The tensor-wide (FlashAttention) figures kept next to a per-row verdict, both sides: ``tensor_noise_passed``
+    (both sides pass), ``tensor_error_ratio`` (the larger side's), ``tensor_noise_k``; empty when the verdict
+    itself is tensor-wide."""
+    wide = [r.tensor for r in noise]
+    if any(w is None for w in wide):
+        return {}
+    ratios = [w.ratio for w in wide if w is not None and w.ratio is not None]
+    return {
+        "tensor_noise_passed": all(w is not None and w.passed for w in wide),
+        "tensor_error_ratio": max(ratios) if ratios else None,
+        "tensor_noise_k": wide[0].k if wide[0] is not None else None,
+    }
 
 
 def compare_results(
@@ -422,6 +452,7 @@ class ParityReport:
             "rule",
             "elementwise_passed",
             "noise_passed",
+            "tensor_noise_passed",
             "error_ratio",
             "detail",
         ]

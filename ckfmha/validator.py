@@ -18,11 +18,24 @@ constants).  Rules (:class:`Rule` names the two a verdict can be decided by):
   each output rounded to the dtype the problem stores it in, :func:`stored_dtype`).  ``k`` and ``atol`` are per
   direction (``noise_floor.forward`` / ``.backward`` in tolerances.yaml, :func:`noise_floor_for`).  The result
   (:class:`NoiseFloorResult`) reports the *error ratio* ``max|out - truth| / max|same_precision - truth|``
-  (None where the same-precision reference is exact).  :func:`noise_floor_check` is the rule, once;
-  :func:`validate_noise_floor` applies it to a problem's outputs.  The older ``check(..., rule="relative")``
-  (``max|out - ref| <= factor * max|base - ref| + rel_atol``) is the same rule with ``ref`` as the truth and
-  ``base`` as the same-precision reference; ``validate(..., rule="relative")`` takes ``k`` and ``atol`` from the
-  same table.
+  (None where the same-precision reference is exact).  :func:`noise_floor_check` is the rule, once, at one of two
+  granularities (:class:`Granularity`):
+
+  ==========  ===============================================================================================
+  ``tensor``  the form above, FlashAttention's (tolerances.yaml ``noise_floor``: k 2 forward, 3 backward)
+  ``row``     per row -- each vector along the last axis (one (batch, head, query) row of o / dq, one (batch,
+              head, key) row of dk / dv): ``max_row|out - truth| <= k * ref_row + atol`` with ``ref_row =
+              max(max_row|same_precision - truth|, u * max(max_row|truth|, g * max|truth|))``; ``u`` the unit
+              roundoff of ``same_precision``'s dtype (:func:`unit_roundoff`), ``g`` the ``magnitude_floor``
+              (tolerances.yaml ``row_noise_floor``: g 1, k per direction with ``k_by_dtype``: bf16 backward 2)
+  ==========  ===============================================================================================
+
+  :func:`validate_noise_floor` applies it to a problem's outputs at :data:`DECIDING_GRANULARITY` (``row``), each
+  result carrying the ``tensor`` result of the same output so that both are reported.  Why the per-row form with
+  the rounding bound decides, with the measurements: docs/parity.md "Which noise floor decides".  The older
+  ``check(..., rule="relative")`` (``max|out - ref| <= factor * max|base - ref| + rel_atol``) is the tensor-wide
+  rule with ``ref`` as the truth and ``base`` as the same-precision reference; ``validate(..., rule="relative")``
+  takes ``k`` and ``atol`` from the same (tensor-wide) table.
 
 Non-finite values never pass unless the reference (truth) holds the very same value at the same place (+inf
 with +inf, -inf with -inf, NaN with NaN) -- e.g. LSE of fully masked rows is -inf on both sides.  Under the
@@ -32,7 +45,7 @@ widens the limit (it is left out of ``max|same_precision - truth|``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -60,7 +73,7 @@ DIRECTIONS = ("forward", "backward")
 def load_tolerances(path: str | Path = TOLERANCES_PATH) -> dict:
     """Load and validate the tolerance tables: the strict YAML loader, the JSON Schema
     ``data/schemas/tolerances.schema.yaml`` (errors name the file, the key path, the value and the rule), and every
-    table key a ckfmha dtype."""
+    table key (and every ``row_noise_floor.*.k_by_dtype`` key) a ckfmha dtype."""
     from ckfmha.datafile import DataFileError, check_schema, load_yaml
 
     try:
@@ -68,13 +81,18 @@ def load_tolerances(path: str | Path = TOLERANCES_PATH) -> dict:
         check_schema(data, "tolerances", str(path))
     except DataFileError as e:
         raise ToleranceError(str(e)) from None
-    for direction in DIRECTIONS:
-        for dt in data[direction]:
+    keyed = [(direction, data[direction]) for direction in DIRECTIONS]
+    keyed += [
+        (f"row_noise_floor.{direction}.k_by_dtype", data["row_noise_floor"][direction].get("k_by_dtype", {}))
+        for direction in DIRECTIONS
+    ]
+    for key_path, table in keyed:
+        for dt in table:
             try:
                 DType(dt)
             except ValueError:
                 known = ", ".join(d.value for d in DType)
-                raise ToleranceError(f"{path}: {direction}.{dt}: unknown dtype; expected one of {known}") from None
+                raise ToleranceError(f"{path}: {key_path}.{dt}: unknown dtype; expected one of {known}") from None
     return data
 
 
@@ -264,20 +282,46 @@ class Rule(TokenEnum):
     NOISE_FLOOR = "noise_floor"
 
 
+class Granularity(TokenEnum):
+    """Over what the noise-floor rule takes its maxima (see the module doc): the whole tensor (FlashAttention's
+    form) or each row -- each vector along the last axis."""
+
+    TENSOR = "tensor"
+    ROW = "row"
+
+
 @dataclass(frozen=True)
 class NoiseFloor:
-    """The noise-floor constants of one direction: ``max|out - truth| <= k * max|same_precision - truth| +
-    atol``."""
+    """The noise-floor constants of one direction and granularity: ``err <= k * ref_err + atol`` (module doc)."""
 
     k: float
     atol: float
+    granularity: Granularity = Granularity.TENSOR
+    magnitude_floor: float = 0.0
 
 
-def noise_floor_for(backward: bool = False, tables: dict | None = None) -> NoiseFloor:
-    """``k`` and ``atol`` of the noise-floor rule for the forward or the backward (tolerances.yaml
-    ``noise_floor``)."""
-    e = (tables or _default_tables())["noise_floor"]["backward" if backward else "forward"]
-    return NoiseFloor(float(e["k"]), float(e["atol"]))
+#: tolerances.yaml section of each granularity's constants
+_FLOOR_SECTION = {Granularity.TENSOR: "noise_floor", Granularity.ROW: "row_noise_floor"}
+
+#: the granularity that decides a noise-floor verdict (:func:`validate_noise_floor`); the other is reported next to it
+DECIDING_GRANULARITY = Granularity.ROW
+
+
+def noise_floor_for(
+    backward: bool = False,
+    tables: dict | None = None,
+    granularity: Granularity | str = Granularity.TENSOR,
+    dtype: DType | str | None = None,
+) -> NoiseFloor:
+    """``k`` and ``atol`` of the noise-floor rule for the forward or the backward at ``granularity``
+    (tolerances.yaml ``noise_floor`` for the tensor-wide form, ``row_noise_floor`` for the per-row one); ``k`` is
+    the entry's ``k_by_dtype[dtype]`` where it names the problem's dtype."""
+    g = Granularity.parse(granularity, "granularity")
+    e = (tables or _default_tables())[_FLOOR_SECTION[g]]["backward" if backward else "forward"]
+    k = e["k"]
+    if dtype is not None:
+        k = e.get("k_by_dtype", {}).get(DType.parse(dtype, "dtype").value, k)
+    return NoiseFloor(float(k), float(e["atol"]), g, float(e.get("magnitude_floor", 0.0)))
 
 
 #: outputs kept in float32 whatever the problem's dtype (CK: LSE, the dot_do_o term D, split-KV partials and the
@@ -336,10 +380,13 @@ def _finite_or_none(v: float) -> float | None:
 
 @dataclass(frozen=True)
 class NoiseFloorResult:
-    """One output under the noise-floor rule.  ``err`` = max|out - truth| (inf when a non-finite value differs
-    from the truth's), ``ref_err`` = max|same_precision - truth|, ``limit`` = k * ref_err + atol,
-    ``ratio`` = err / ref_err (None when ref_err is 0 or err is not finite), ``where`` = the index of the largest
-    error (the first non-finite mismatch when there is one)."""
+    """One output under the noise-floor rule at ``granularity``.  Tensor: ``err`` = max|out - truth| (inf when a
+    non-finite value differs from the truth's), ``ref_err`` = max|same_precision - truth|.  Row: the same figures of
+    the *worst row* (the row with the largest ``err / limit``), ``ref_err`` being that row's floored reference
+    error (module doc).  ``limit`` = k * ref_err + atol, ``ratio`` = err / ref_err (None when ref_err is 0 or err
+    is not finite), ``where`` = the index of the largest error (of the worst row; the first non-finite mismatch
+    when there is one).  ``tensor``: the tensor-wide result of the same output, kept next to a per-row verdict
+    (:func:`validate_noise_floor`) so that both are reported."""
 
     name: str
     passed: bool
@@ -351,22 +398,27 @@ class NoiseFloorResult:
     ratio: float | None
     where: tuple[int, ...] | None
     message: str
+    granularity: Granularity = Granularity.TENSOR
+    tensor: NoiseFloorResult | None = None
 
     def __bool__(self) -> bool:
         return self.passed
 
     def __str__(self) -> str:
         ratio = "-" if self.ratio is None else f"{self.ratio:.3g}"
+        what = "noise floor" if self.granularity is Granularity.TENSOR else "row noise floor"
         return (
-            f"{self.name}: noise floor {'PASS' if self.passed else 'FAIL'} err={self.err:.3g} "
+            f"{self.name}: {what} {'PASS' if self.passed else 'FAIL'} err={self.err:.3g} "
             f"{'<=' if self.passed else '>'} {self.k:g} x ref_err {self.ref_err:.3g} + {self.atol:g} = "
             f"{self.limit:.3g} (ratio {ratio})" + (f"; {self.message}" if self.message else "")
         )
 
     def summary(self) -> dict[str, Any]:
-        """JSON-able fields (non-finite numbers become None)."""
-        return {
+        """JSON-able fields (non-finite numbers become None); with a ``tensor`` companion, its figures too
+        (``tensor_noise_passed``, ``tensor_error_ratio``, ...)."""
+        d: dict[str, Any] = {
             "noise_passed": bool(self.passed),
+            "noise_granularity": self.granularity.value,
             "error_ratio": self.ratio,
             "err_vs_truth": _finite_or_none(self.err),
             "ref_err_vs_truth": _finite_or_none(self.ref_err),
@@ -375,59 +427,117 @@ class NoiseFloorResult:
             "noise_limit": _finite_or_none(self.limit),
             "noise_message": str(self),
         }
+        if self.tensor is not None:
+            t = self.tensor
+            d.update(
+                {
+                    "tensor_noise_passed": bool(t.passed),
+                    "tensor_error_ratio": t.ratio,
+                    "tensor_err_vs_truth": _finite_or_none(t.err),
+                    "tensor_ref_err_vs_truth": _finite_or_none(t.ref_err),
+                    "tensor_noise_k": t.k,
+                    "tensor_noise_limit": _finite_or_none(t.limit),
+                }
+            )
+        return d
 
 
-def noise_floor_check(out, truth, same_precision, k: float, atol: float, name: str = "out") -> NoiseFloorResult:
-    """The noise-floor rule (module doc) for one output: ``max|out - truth| <= k * max|same_precision - truth| +
-    atol``.  Arrays of any float dtype (compared in float64); ``k`` >= 1 and ``atol`` >= 0 (a ValueError naming
-    the argument otherwise)."""
+def unit_roundoff(dtype) -> float:
+    """Half the machine epsilon of a floating dtype (bf16 2^-8, fp16 2^-11, fp32 2^-24, fp8 e4m3 2^-4): every
+    correctly rounded value x of that dtype is within ``unit_roundoff * |x|`` of the exact one; 0 for a
+    non-floating dtype."""
+    import ml_dtypes
+
+    dt = np.dtype(dtype)
+    try:
+        return float(ml_dtypes.finfo(dt).eps) / 2.0
+    except ValueError:
+        return 0.0
+
+
+def noise_floor_check(
+    out,
+    truth,
+    same_precision,
+    k: float,
+    atol: float,
+    name: str = "out",
+    granularity: Granularity | str = Granularity.TENSOR,
+    magnitude_floor: float = 0.0,
+) -> NoiseFloorResult:
+    """The noise-floor rule (module doc) for one output at ``granularity``: tensor-wide ``max|out - truth| <= k *
+    max|same_precision - truth| + atol``, or per row with the reference error floored at the rounding bound of
+    ``same_precision``'s dtype at the row's magnitude, itself floored at ``magnitude_floor`` x the tensor's (module
+    doc).  Arrays of any float dtype (compared in float64); ``k`` >= 1, ``atol`` >= 0, 0 <= ``magnitude_floor`` <=
+    1 (a ValueError naming the argument otherwise)."""
     k = _noise_arg("k", k, 1.0)
     atol = _noise_arg("atol", atol, 0.0)
+    fraction = _noise_arg("magnitude_floor", magnitude_floor, 0.0)
+    if fraction > 1:
+        raise ValueError(f"noise floor magnitude_floor: {magnitude_floor!r} must be a finite number <= 1")
+    g = Granularity.parse(granularity, "granularity")
     cmp = _compared(out, truth)
     ref_cmp = _compared(same_precision, truth)
     if cmp is None or ref_cmp is None:
         which = "out" if cmp is None else "same_precision"
         shape = np.shape(out) if cmp is None else np.shape(same_precision)
-        return NoiseFloorResult(
-            name,
-            False,
-            float("inf"),
-            float("nan"),
-            k,
-            atol,
-            float("nan"),
-            None,
-            None,
-            f"{which} shape {shape} != truth shape {np.shape(truth)}",
-        )
-    _, _, _, nonfinite_bad, err = cmp
-    # same-precision elements that are non-finite where the truth is finite are left out: they never widen the limit
-    ref_err = float(ref_cmp[4].max()) if ref_cmp[4].size else 0.0
-    limit = k * ref_err + atol
+        msg = f"{which} shape {shape} != truth shape {np.shape(truth)}"
+        return NoiseFloorResult(name, False, float("inf"), float("nan"), k, atol, float("nan"), None, None, msg, g)
+    nonfinite_bad = cmp[3]
     if nonfinite_bad is not None and nonfinite_bad.any():
         bad_at = tuple(int(i) for i in np.argwhere(nonfinite_bad)[0])
         o = np.asarray(out)[bad_at]
         t = np.asarray(truth)[bad_at]
-        return NoiseFloorResult(
-            name,
-            False,
-            float("inf"),
-            ref_err,
-            k,
-            atol,
-            limit,
-            None,
-            bad_at,
-            f"non-finite mismatch at {bad_at}: out={float(o)!r} truth={float(t)!r}",
-        )
-    e = float(err.max()) if err.size else 0.0
-    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else None
-    ratio = e / ref_err if ref_err > 0 else None
-    passed = e <= limit
+        msg = f"non-finite mismatch at {bad_at}: out={float(o)!r} truth={float(t)!r}"
+        ref_err = float(ref_cmp[4].max()) if ref_cmp[4].size else 0.0
+        return NoiseFloorResult(name, False, float("inf"), ref_err, k, atol, k * ref_err + atol, None, bad_at, msg, g)
+    if g is Granularity.TENSOR:
+        return _tensor_noise_floor(out, truth, cmp[4], ref_cmp[4], k, atol, name)
+    u = unit_roundoff(np.asarray(same_precision).dtype)
+    return _row_noise_floor(out, truth, cmp[1], cmp[4], ref_cmp[4], (u, fraction), k, atol, name)
+
+
+def _verdict(out, truth, name, err, ref_err, k, atol, limit, where, g) -> NoiseFloorResult:
+    ratio = err / ref_err if ref_err > 0 else None
+    passed = err <= limit
     msg = ""
     if not passed and where is not None:
         msg = f"worst at {where}: out={float(np.asarray(out)[where])!r} truth={float(np.asarray(truth)[where])!r}"
-    return NoiseFloorResult(name, bool(passed), e, ref_err, k, atol, limit, ratio, where, msg)
+    return NoiseFloorResult(name, bool(passed), err, ref_err, k, atol, limit, ratio, where, msg, g)
+
+
+def _tensor_noise_floor(out, truth, err: np.ndarray, ref_err_a: np.ndarray, k, atol, name) -> NoiseFloorResult:
+    # same-precision elements that are non-finite where the truth is finite are 0 in ref_err_a: they never widen
+    ref_err = float(ref_err_a.max()) if ref_err_a.size else 0.0
+    e = float(err.max()) if err.size else 0.0
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else None
+    return _verdict(out, truth, name, e, ref_err, k, atol, k * ref_err + atol, where, Granularity.TENSOR)
+
+
+def _row_noise_floor(out, truth, t, err, ref_err_a, floors: tuple[float, float], k, atol, name) -> NoiseFloorResult:
+    """Per row (vector along the last axis; a 0-d array is one row): ``max_row|out - truth| <= k *
+    max(max_row|same_precision - truth|, u * max(max_row|truth|, g * max|truth|)) + atol`` with ``floors = (u,
+    g)``; the result holds the row with the largest err / limit."""
+    u, fraction = floors
+    shape = np.shape(err)
+    if err.size == 0:
+        return _verdict(out, truth, name, 0.0, 0.0, k, atol, atol, None, Granularity.ROW)
+    width = shape[-1] if len(shape) else 1
+    e_rows = err.reshape(-1, width)
+    with np.errstate(invalid="ignore"):
+        magnitude = np.where(np.isfinite(t), np.abs(t), 0.0).reshape(-1, width).max(axis=1)
+    magnitude = np.maximum(magnitude, fraction * float(magnitude.max()))
+    ref_rows = np.maximum(ref_err_a.reshape(-1, width).max(axis=1), u * magnitude)
+    e_max = e_rows.max(axis=1)
+    limits = k * ref_rows + atol
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(limits > 0, e_max / np.where(limits > 0, limits, 1.0), np.where(e_max > 0, np.inf, 0.0))
+    row = int(np.argmax(over))
+    flat = row * width + int(np.argmax(e_rows[row]))
+    where = tuple(int(i) for i in np.unravel_index(flat, shape)) if len(shape) else ()
+    return _verdict(
+        out, truth, name, float(e_max[row]), float(ref_rows[row]), k, atol, float(limits[row]), where, Granularity.ROW
+    )
 
 
 def _noise_arg(what: str, v: Any, minimum: float) -> float:
@@ -444,9 +554,11 @@ def _noise_arg(what: str, v: Any, minimum: float) -> float:
 def validate_noise_floor(
     problem, outputs: dict, truth: dict, same_precision: dict, names=None, tables: dict | None = None
 ) -> dict[str, NoiseFloorResult]:
-    """:func:`noise_floor_check` of each named output with the problem's direction's ``k`` / ``atol``.  An output
-    missing from ``truth`` or ``same_precision`` is a ValueError naming it."""
-    floor = noise_floor_for(problem.is_backward, tables)
+    """:func:`noise_floor_check` of each named output at the deciding granularity (:data:`DECIDING_GRANULARITY`,
+    per row) with the problem's direction's constants, each result carrying the tensor-wide (FlashAttention) result
+    as ``tensor``.  An output missing from ``truth`` or ``same_precision`` is a ValueError naming it."""
+    floor = noise_floor_for(problem.is_backward, tables, DECIDING_GRANULARITY, problem.dtype)
+    wide = noise_floor_for(problem.is_backward, tables, Granularity.TENSOR)
     if names is None:
         from ckfmha.outputs import compared_outputs
 
@@ -456,5 +568,8 @@ def validate_noise_floor(
         for what, d in (("outputs", outputs), ("truth", truth), ("same_precision", same_precision)):
             if n not in d:
                 raise ValueError(f"noise floor: output {n!r} is missing from {what} (has {sorted(d)})")
-        res[n] = noise_floor_check(outputs[n], truth[n], same_precision[n], floor.k, floor.atol, name=n)
+        args = (outputs[n], truth[n], same_precision[n])
+        tensor = noise_floor_check(*args, wide.k, wide.atol, name=n)
+        decided = noise_floor_check(*args, floor.k, floor.atol, n, floor.granularity, floor.magnitude_floor)
+        res[n] = replace(decided, tensor=tensor) if floor.granularity is not Granularity.TENSOR else tensor
     return res

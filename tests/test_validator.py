@@ -68,7 +68,7 @@ def test_bad_table_rejected(tmp_path):
         (lambda d: d["noise_floor"].update(split={"k": 2, "atol": 0}), r"noise_floor: unknown key\(s\) 'split'"),
         (
             lambda d: d.update(relative={"forward": {"factor": 2, "atol": 1e-5}}),
-            r"top level: unknown key\(s\) 'relative'; known: backward, forward, noise_floor, version",
+            r"top level: unknown key\(s\) 'relative'; known: backward, forward, noise_floor, row_noise_floor, version",
         ),
         (lambda d: d.update(version=2), r"t.yaml: version: expected 1, found 2"),
         (lambda d: d["forward"].update(fp17={"rtol": 0, "atol": 0}), r"t.yaml: forward.fp17: unknown dtype; expected"),

@@ -4,9 +4,12 @@ Every named output is judged by both rules of :mod:`ckfmha.validator`:
 
 * ``elementwise`` -- CK's tolerance (``check_err``) against the float32-accumulation reference
   (:func:`ckfmha.validator.validate`);
-* ``noise_floor`` -- ``max|out - truth| <= k * max|same_precision - truth| + atol`` against the float64 ground truth
-  (:func:`ckfmha.validator.validate_noise_floor`), with the error ratio ``max|out - truth| / max|same_precision -
-  truth|``.
+* ``noise_floor`` -- against the float64 ground truth, decided per row (last axis) since a GEMM's rounding noise
+  follows the row's own magnitude: ``max_row|out - truth| <= k * max(max_row|same_precision - truth|, u *
+  max(max_row|truth|, g * max|truth|)) + atol`` (:func:`ckfmha.validator.validate_noise_floor`; ``k``, ``g``,
+  ``atol`` in tolerances.yaml ``row_noise_floor``; u the dtype's unit roundoff), with the error ratio of the worst
+  row; FlashAttention's tensor-wide form ``max|out - truth| <= k * max|same_precision - truth| + atol`` is kept
+  next to it (``tensor_*`` keys) for comparison.
 
 One of them (``decide_by``) decides the verdict: ``ran_valid`` iff every output passes under it.  Which side uses
 which rule, and why, is in docs/parity.md: the ``torch`` sides are decided by the noise floor (torch's kernels are
@@ -15,7 +18,9 @@ CK's reference -- elementwise.  Both verdicts are kept in each output's summary 
 
 ``passed`` (under the deciding rule), ``rule``, ``elementwise_passed``, ``noise_passed``, ``error_ratio`` (None
 where the same-precision reference is exact), ``err_vs_truth``, ``ref_err_vs_truth``, ``noise_k``, ``noise_atol``,
-``noise_limit``, ``noise_message``, and the elementwise check's ``max_abs_err``, ``max_rel_err``, ``mismatches``,
+``noise_limit``, ``noise_message``, ``noise_granularity`` (``row``), the tensor-wide rule's ``tensor_noise_passed``,
+``tensor_error_ratio``, ``tensor_err_vs_truth``, ``tensor_ref_err_vs_truth``, ``tensor_noise_k``,
+``tensor_noise_limit``, and the elementwise check's ``max_abs_err``, ``max_rel_err``, ``mismatches``,
 ``total``, ``rtol``, ``atol``, ``message`` (:func:`ckfmha.upstream.result.check_summary`).
 """
 
