@@ -1,44 +1,77 @@
-"""CK's tile_example argument dialect: parsing ``tile_example_fmha_fwd`` / ``_bwd`` command lines into a
-:class:`~ckfmha.problem.Problem` and rendering one back.
+"""CK's tile_example argument dialect: what ``tile_example_fmha_fwd`` / ``_bwd`` run for a command line, and the
+command line of a :class:`~ckfmha.problem.Problem`.
 
-:meth:`Problem.from_ck_args <ckfmha.problem.Problem.from_ck_args>`, :meth:`~ckfmha.problem.Problem.to_ck_args`
-and :meth:`~ckfmha.problem.Problem.to_ck_command` delegate to :func:`problem_from_ck_args`,
-:func:`problem_to_ck_args` and :func:`problem_to_ck_command`.  Every error is a
-:class:`~ckfmha.problem.ProblemError` naming the argument (``-d``, ``-mask``...) or field, the value and the rule.
+:func:`ck_run_from_args` models the runners of the CK tree (``fmha_fwd_run`` in
+example/ck_tile/01_fmha/fmha_fwd_runner.hpp, ``fmha_bwd_run`` in fmha_bwd_runner.hpp, their argument tables in
+example_fmha_fwd.cpp / example_fmha_bwd.cpp) and returns a :class:`CKRun`: the problem the binary effectively
+runs and validates, the normalizations it announces on stderr (its own words, in its order) and the changes it
+makes without a word (``unannounced``, in ckfmha's words naming the argument).  A line the runner itself refuses
+(it returns ``invalid_args`` or throws) is a :class:`CKRefusal` carrying the runner's words.
+:func:`problem_from_ck_args` (and :meth:`Problem.from_ck_args <ckfmha.problem.Problem.from_ck_args>`) return the
+effective problem alone.  Direct construction of a Problem stays strict: the normalizations happen here, where CK
+makes them.  Every error is a :class:`~ckfmha.problem.ProblemError` naming the argument (``-d``, ``-mask``...) or
+field, the value and the rule.
 
-Round trip: ``problem_from_ck_args(problem_to_ck_args(p), binary=p.ck_binary) == p`` (``batch_prefill`` has no
-tile_example binary; ``min_seqlen_q`` and, for the backward, ``s_kpad`` have no argument: rendering them is an
-error).  Rendering writes non-default values only, in a fixed order.
+The forward runner, in its order (``fwd_apis``: the fwd APIs the binary was built with, CMake's
+``FMHA_FWD_ENABLE_APIS``: ``all`` -- fwd, fwd_splitkv, fwd_appendkv, pagedkv_prefill, as a testing build and CK's
+smoke scripts with ``-s -a`` need -- or ``fwd``, CMake's default):
 
-Parsing.  Runner-only arguments (:data:`RUNNER_ONLY_ARGS`: ``-v -kname -init -seed -warmup -repeat -timer -json
--jsonfile -drop_prefs``) are accepted and ignored; CK arguments Problem has no field for (``-q_eff_lens
--kv_eff_lens -s_qpad``, bwd ``-s_qpad -s_kpad``) are an error saying so; any other unknown argument is an error.
-Values are read as CK's ArgParser (ck_tile/host/arg_parser.hpp) reads them: a scalar (``-d``, ``-b``,
-``-p_drop``...; ``atoi``/``atof``) may end in one trailing comma (``-d=16,`` is 16, a form CK's own smoke logs use)
-but a list where one number belongs (``-d=16,32``) is an error; a list (``-s``, ``-s_k``, ``-s_kpad``;
-``get_int_vec``) splits at every comma and reads an empty item as 0, as CK does (``-s=16,`` is ``16, 0``).
-``-mask`` takes newer CK's ``t:l,r,sink`` / ``b:l,r,sink`` with sink 0 only (:mod:`ckfmha.masking`: sink tokens
-are not modelled; a non-zero sink is an error naming it).  An absent argument takes CK's default
-(example_fmha_fwd.cpp / example_fmha_bwd.cpp: ``-b=2 -h=8 -s=3328 -d=128 -prec=fp16``...).  The fwd family is
-inferred from the arguments: ``-s_knew`` or ``-rotary_dim`` -> fwd_appendkv, else ``-num_splits`` other than 1 or
-``-cache_batch_idx`` -> fwd_splitkv, else ``-page_block_size`` -> fwd_pagedkv, else fwd.
+* ``-h_k`` not dividing ``-h``: refused ("nhead:H must be multiple of nhead_k:K");
+* without the append-KV API ``-s_knew`` and ``-rotary_dim`` are ignored (announced); a negative ``-s_knew`` is
+  drawn in ``[1, s]`` from the runner's seeded generator; RoPE with a dtype other than fp16/bf16, a rotary dim
+  above ``-d`` or not a multiple of 16 is refused; append-KV in group mode runs in batch mode (announced);
+* without any KV-cache API ``-page_block_size`` and ``-cache_batch_idx`` are ignored (announced); a page size not
+  a multiple of 128 is refused; ``-cache_batch_idx`` is ignored with a paged cache or in group mode (announced);
+* padding (group ``-s_qpad`` / ``-s_kpad`` with a positive first entry, batch ``-q_eff_lens`` / ``-kv_eff_lens``)
+  together with append-KV, a paged cache or split-KV (``num_splits > 1`` or ``cache_batch_idx``) is refused;
+* lengths: :mod:`ckfmha.ck_seqlens` (batch mode uses the first ``-s`` / ``-s_k`` value and ignores the pads;
+  group mode generates the lengths of sequences not given; append-KV draws the cache lengths of batches 1..);
+  a padded length below the logical one is refused;
+* ``-p_drop`` outside 0..1 is refused; without the split-KV API ``-num_splits`` is ignored (announced); the
+  batch-mode effective lengths repeat their last value up to ``-b``; ``-num_splits`` below 1 (CK's device
+  heuristic) is not modelled; above 128 it is refused; dropout with split-KV or a KV cache is switched off
+  (announced: "dropout is not supported by split-kv kernels. ignoring the 'p_drop' option");
+* the family: append-KV when ``-s_knew`` or ``-rotary_dim`` are left on, else split-KV when ``num_splits > 1`` or
+  ``cache_batch_idx`` (the runner's paged-KV call finds no kernel for an unpaged cache and falls back to split-KV),
+  else paged-KV when the cache is paged, else fwd.
+
+The backward runner: ``-h_k`` as above; ``-dbias`` without an elementwise bias and an unknown ``-init`` are
+refused; lengths as the forward's (group ``-s_qpad`` / ``-s_kpad`` pad when their first entry is not -1); ``-p_drop``
+outside 0..1 is refused.
+
+Arguments.  Runner-only arguments (:data:`RUNNER_ONLY_ARGS`: ``-v -kname -init -warmup -repeat -timer -json
+-jsonfile -drop_prefs``) say nothing about the problem (``-init`` is checked by the backward); ``-seed`` seeds the
+generated lengths.  Values are read as CK's ArgParser (ck_tile/host/arg_parser.hpp) reads them: a scalar (``-d``,
+``-b``, ``-p_drop``...; ``atoi``/``atof``) may end in one trailing comma (``-d=16,`` is 16, a form CK's own smoke
+logs use) but a list where one number belongs (``-d=16,32``) is an error; a list (``-s``, ``-s_k``, ``-s_qpad``,
+``-s_kpad``, ``-q_eff_lens``, ``-kv_eff_lens``; ``get_int_vec``) splits at every comma and reads an empty item as 0,
+as CK does (``-s=16,`` is ``16, 0``).  ``-mask`` takes newer CK's ``t:l,r,sink`` / ``b:l,r,sink`` with sink 0 only
+(:mod:`ckfmha.masking`).  ``-squant=auto`` turns the static quantization on for ``fp8`` alone (the runner's
+``std::is_same_v<DataTypeConfig, FmhaFwdFp8>``).  An absent argument takes CK's default (``-b=2 -h=8 -s=3328
+-d=128 -prec=fp16``...).
+
+Rendering: :func:`problem_to_ck_args` writes non-default values in a fixed order, and a problem whose command
+line CK would run differently is an error naming the field (``batch_prefill`` has no binary; ``min_seqlen_q`` has
+no argument; per-batch key lengths of a KV cache are drawn by the runner, so they render only when they are its
+draws).  Round trip: ``problem_from_ck_args(problem_to_ck_args(p), binary=p.ck_binary) == p``.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
+from ckfmha.ck_seqlens import CKHostRandom, CKSeqlenError, generate_missing_seqlens
 from ckfmha.kernel import Bias, DType, Family, Mode, QScale, Rope, VLayout
 from ckfmha.limits import INT32_MAX
 from ckfmha.masking import MaskError, MaskKind, MaskSpec
 from ckfmha.problem import BWD, BWD_DTYPES, FWD_DTYPES, Layout, Problem, ProblemError
 
-RUNNER_ONLY_ARGS = frozenset(
-    {"v", "kname", "init", "seed", "warmup", "repeat", "timer", "json", "jsonfile", "drop_prefs"}
-)
-"""Arguments of the tile_example runners that say nothing about the problem: accepted and ignored."""
+RUNNER_ONLY_ARGS = frozenset({"v", "kname", "init", "warmup", "repeat", "timer", "json", "jsonfile", "drop_prefs"})
+"""Arguments of the tile_example runners that say nothing about the problem: accepted and not used."""
 FWD_KEYS = frozenset(
     {
         "mode",
@@ -47,7 +80,10 @@ FWD_KEYS = frozenset(
         "h_k",
         "s",
         "s_k",
+        "s_qpad",
         "s_kpad",
+        "q_eff_lens",
+        "kv_eff_lens",
         "d",
         "d_v",
         "scale_s",
@@ -71,6 +107,7 @@ FWD_KEYS = frozenset(
         "page_block_size",
         "cache_batch_idx",
         "init_sink",
+        "seed",
     }
 )
 BWD_KEYS = frozenset(
@@ -81,6 +118,8 @@ BWD_KEYS = frozenset(
         "h_k",
         "s",
         "s_k",
+        "s_qpad",
+        "s_kpad",
         "d",
         "d_v",
         "scale",
@@ -94,19 +133,18 @@ BWD_KEYS = frozenset(
         "drop_seed",
         "drop_offset",
         "deterministic",
+        "seed",
     }
 )
-# Arguments CK's tile_example binaries take (example_fmha_fwd.cpp / example_fmha_bwd.cpp, and CK's smoke scripts use
-# them) that Problem has no field for: an error that says so, not "no such argument".
-UNMODELLED_FWD = {
-    "q_eff_lens": "per-batch effective query lengths (batch-mode padding)",
-    "kv_eff_lens": "per-batch effective key lengths (batch-mode padding)",
-    "s_qpad": "per-sequence physical query lengths (group-mode query padding)",
-}
-UNMODELLED_BWD = {
-    "s_qpad": "per-sequence physical query lengths (group-mode query padding)",
-    "s_kpad": "per-sequence physical key lengths (group-mode key padding)",
-}
+# Every argument CK's tile_example binaries of the amd-aiter tree take is modelled (kept for older imports).
+UNMODELLED_FWD: dict[str, str] = {}
+UNMODELLED_BWD: dict[str, str] = {}
+FWD_APIS = ("all", "fwd")
+"""Builds of tile_example_fmha_fwd (CMake's ``FMHA_FWD_ENABLE_APIS``): ``all`` four fwd APIs or ``fwd`` alone."""
+CK_DEFAULT_SEED = 11939
+"""The runners' ``-seed`` default (example_fmha_fwd.cpp / example_fmha_bwd.cpp)."""
+BWD_INIT_METHODS = frozenset({"ui", "0", "uf", "1", "tf", "2"})
+"""The ``-init`` values fmha_bwd_runner.hpp fills tensors for (any other is refused)."""
 _QSCALE_TOKENS = {
     "n": QScale.NONE,
     "0": QScale.NONE,
@@ -117,6 +155,29 @@ _QSCALE_TOKENS = {
     "mx": QScale.MX,
 }
 _QSCALE_RENDERED = {QScale.PERTENSOR: "pt", QScale.BLOCKSCALE: "bs"}
+
+
+class CKRefusal(ProblemError):
+    """A command line the tile_example runner itself refuses (it returns ``invalid_args`` or throws): the message
+    names the argument and quotes the runner."""
+
+
+@dataclass(frozen=True)
+class CKRun:
+    """What one tile_example command line runs: ``problem`` (the effective problem), ``normalizations`` (what the
+    runner announces on stderr, verbatim and in its order) and ``unannounced`` (what it changes or ignores
+    without a word, in ckfmha's words naming the argument)."""
+
+    binary: str
+    problem: Problem
+    normalizations: tuple[str, ...] = ()
+    unannounced: tuple[str, ...] = ()
+
+
+@dataclass
+class _Notes:
+    said: list[str] = field(default_factory=list)
+    silent: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------- values, as CK's ArgParser reads them
@@ -174,12 +235,6 @@ def _int_list(k: str, v: str) -> list[int]:
     return out
 
 
-def _to_unset_if_negative(k: str, v: str) -> int | None:
-    """CK's ``-1`` (any negative) for "the same as another argument" (``-h_k``, ``-d_v``): ``None``."""
-    n = _to_int(k, v)
-    return None if n < 0 else n
-
-
 def _to_layout(k: str, v: str) -> Layout:
     """``-iperm`` / ``-operm``: 1 = bhsd, 0 = bshd."""
     return Layout.BHSD if _to_bool(k, v) else Layout.BSHD
@@ -212,14 +267,6 @@ def _to_vlayout(k: str, v: str) -> VLayout:
     return VLayout.ROW if v == "r" else VLayout.COL
 
 
-def _to_explicit_length(k: str, v: str) -> int:
-    """``-s_knew``: CK draws a random length for a negative one, which is not modelled."""
-    n = _to_int(k, v)
-    if n < 0:
-        raise ProblemError(f"-{k}: {n} (random length) is not modelled; give an explicit length")
-    return n
-
-
 class _Arg(NamedTuple):
     """One tile_example argument read into Problem field(s): ``read(key, text)`` gives the value (a tuple of values
     where ``field`` names several); ``default`` is CK's default text for an absent argument."""
@@ -228,6 +275,24 @@ class _Arg(NamedTuple):
     field: str | tuple[str, ...]
     read: Callable[[str, str], Any]
     default: str
+
+
+def _to_uint32(k: str, v: str) -> int:
+    n = _to_int(k, v)
+    if not 0 <= n <= 0xFFFFFFFF:
+        raise ProblemError(f"-{k}: {n} must fit in uint32")
+    return n
+
+
+def _lengths(k: str, kv: dict[str, str], default: str) -> list[int]:
+    """A length-list argument (``get_int_vec``; an absent one with the default ``""`` is empty)."""
+    v = kv.get(k, default)
+    return _int_list(k, v) if v else []
+
+
+def _refuse(key: str, kv: dict[str, str], default: str, binary: str, words: str) -> CKRefusal:
+    value = kv.get(key, default)
+    return CKRefusal(f"-{key}: {value!r}: tile_example_fmha_{binary} refuses the line: {words}")
 
 
 # Scalar arguments, each table read in its order (the first bad argument is the error).
@@ -250,11 +315,10 @@ _FWD_OUTPUT_ARGS = (
     _Arg("logits_soft_cap", "logits_soft_cap", _to_float, "0"),
     _Arg("init_sink", "sink", _to_bool, "0"),
 )
-_FWD_APPEND_ARGS = (
-    _Arg("s_knew", "seqlen_knew", _to_explicit_length, "0"),
+_FWD_KV_ARGS = (
+    _Arg("s_knew", "seqlen_knew", _to_int, "0"),
     _Arg("rotary_dim", "rotary_dim", _to_int, "0"),
-)
-_FWD_KV_CACHE_ARGS = (
+    _Arg("rotary_interleaved", "rotary_interleaved", _to_bool, "1"),
     _Arg("num_splits", "num_splits", _to_int, "1"),
     _Arg("page_block_size", "page_block_size", _to_int, "0"),
     _Arg("cache_batch_idx", "cache_batch_idx", _to_bool, "0"),
@@ -262,7 +326,7 @@ _FWD_KV_CACHE_ARGS = (
 
 
 def _read_args(kv: dict[str, str], table: Iterable[_Arg]) -> dict[str, Any]:
-    """The Problem fields of ``table``'s arguments, read in order."""
+    """The values of ``table``'s arguments, read in order."""
     out: dict[str, Any] = {}
     for arg in table:
         value = arg.read(arg.key, kv.get(arg.key, arg.default))
@@ -274,9 +338,10 @@ def _read_args(kv: dict[str, str], table: Iterable[_Arg]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- parsing
-def problem_from_ck_args(args: "str | Iterable[str]", binary: str | None = None) -> Problem:
-    """Parse tile_example arguments (a string or a list of ``-key=value`` tokens).  A leading program name
-    (``tile_example_fmha_fwd`` / ``..._bwd``) selects the binary; otherwise ``binary`` (default ``fwd``)."""
+def ck_run_from_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> CKRun:
+    """What tile_example arguments (a string or a list of ``-key=value`` tokens) run: the :class:`CKRun` of the
+    module doc.  A leading program name (``tile_example_fmha_fwd`` / ``..._bwd``) selects the binary; otherwise
+    ``binary`` (default ``fwd``).  ``fwd_apis``: the forward binary's build, :data:`FWD_APIS`."""
     toks = shlex.split(args) if isinstance(args, str) else list(args)
     if toks and not toks[0].startswith("-"):
         prog = toks.pop(0).rsplit("/", 1)[-1]
@@ -289,7 +354,16 @@ def problem_from_ck_args(args: "str | Iterable[str]", binary: str | None = None)
     binary = binary or "fwd"
     if binary not in ("fwd", "bwd"):
         raise ProblemError(f"binary: {binary!r} is not a tile_example binary; allowed: fwd, bwd")
-    return _problem_from_key_values(_key_values(toks), binary)
+    if fwd_apis not in FWD_APIS:
+        raise ProblemError(f"fwd_apis: {fwd_apis!r} is not a build of tile_example_fmha_fwd; allowed: all, fwd")
+    kv = _key_values(toks)
+    _check_keys(kv, binary)
+    return _bwd_run(kv) if binary == "bwd" else _fwd_run(kv, fwd_apis == "all")
+
+
+def problem_from_ck_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> Problem:
+    """The problem tile_example arguments effectively run (:func:`ck_run_from_args`'s ``problem``)."""
+    return ck_run_from_args(args, binary, fwd_apis=fwd_apis).problem
 
 
 def _key_values(tokens: Iterable[str]) -> dict[str, str]:
@@ -307,90 +381,349 @@ def _key_values(tokens: Iterable[str]) -> dict[str, str]:
     return kv
 
 
-def _problem_from_key_values(kv: dict[str, str], binary: str) -> Problem:
-    """The Problem of one binary's arguments; each concern read in CK's order (the first bad argument is the
-    error)."""
-    _check_keys(kv, binary)
-    kw = _shape_fields(kv)
-    kw["dtype"] = _to_dtype(kv.get("prec", "fp16"), binary)
-    scale_key = "scale" if binary == "bwd" else "scale_s"
-    kw["scale"] = _to_float(scale_key, kv.get(scale_key, "0"))
-    kw.update(_read_args(kv, _LAYOUT_BIAS_MASK_DROPOUT_ARGS))
-    if binary == "bwd":
-        kw["family"] = BWD
-        kw.update(_read_args(kv, _BWD_ARGS))
-    else:
-        kw.update(_fwd_fields(kv, kw["dtype"]))
-    return Problem(**kw)
-
-
 def _check_keys(kv: dict[str, str], binary: str) -> None:
     keys = BWD_KEYS if binary == "bwd" else FWD_KEYS
-    unmodelled = UNMODELLED_BWD if binary == "bwd" else UNMODELLED_FWD
     for k in kv:
-        if k in unmodelled:
-            raise ProblemError(
-                f"-{k}: {kv[k]!r}: tile_example_fmha_{binary} takes -{k} ({unmodelled[k]}), which "
-                "ckfmha's Problem does not model"
-            )
         if k not in keys and k not in RUNNER_ONLY_ARGS:
             raise ProblemError(f"-{k}: no such argument for tile_example_fmha_{binary}")
 
 
-def _shape_fields(kv: dict[str, str]) -> dict[str, Any]:
-    """``-mode -b -h -h_k -s -s_k -s_kpad -d -d_v`` -> the Problem's mode, counts, lengths and head dims."""
+class _Raw(NamedTuple):
+    """The shape arguments as the runner holds them before it normalizes anything."""
+
+    group: bool
+    batch: int
+    nhead: int
+    nhead_k: int
+    seqlen_qs: list[int]
+    seqlen_ks: list[int]
+    qpads: list[int]
+    kpads: list[int]
+    hdim_q: int
+    hdim_v: int
+
+
+def _raw_shape(kv: dict[str, str]) -> _Raw:
+    """``-mode -b -h -h_k -s -s_k -d -d_v`` and the pads, read in CK's order (``-1``: "the same as")."""
     g = kv.get
     mode = _to_int("mode", g("mode", "0"))
     if mode not in (0, 1):
         raise ProblemError(f"-mode: {mode} is not a mode; allowed: 0 (batch), 1 (group)")
     b = _to_int("b", g("b", "2"))
+    if b > INT32_MAX:
+        raise ProblemError(f"batch: {b} exceeds INT32_MAX = {INT32_MAX} (-b)")
+    if b < 1:
+        raise ProblemError(f"batch: {b} must be >= 1 (-b)")
     h = _to_int("h", g("h", "8"))
-    h_k = _to_unset_if_negative("h_k", g("h_k", "-1"))
+    h_k = _to_int("h_k", g("h_k", "-1"))
     sq = _int_list("s", g("s", "3328"))
     sk = _int_list("s_k", g("s_k", "-1"))
     d = _to_int("d", g("d", "128"))
-    dv = _to_unset_if_negative("d_v", g("d_v", "-1"))
-    kw: dict[str, Any] = dict(batch=b, nhead_q=h, nhead_k=h_k, hdim_q=d, hdim_v=dv)
-    kw.update(_group_lengths(kv, b, sq, sk) if mode == 1 else _batch_lengths(kv, sq, sk))
-    return kw
+    dv = _to_int("d_v", g("d_v", "-1"))
+    qpads = _lengths("s_qpad", kv, "-1")
+    kpads = _lengths("s_kpad", kv, "-1")
+    return _Raw(mode == 1, b, h, h if h_k < 0 else h_k, sq, sk, qpads, kpads, d, d if dv < 0 else dv)
 
 
-def _group_lengths(kv: dict[str, str], b: int, sq: list[int], sk: list[int]) -> dict[str, Any]:
-    kw: dict[str, Any] = {"mode": Mode.GROUP}
-    # One length is used for every sequence (CK draws random lengths around -s); Problem broadcasts it
-    # after its int32 checks, so a huge -b is an error, not a huge list.
-    if len(sq) == 1:
-        kw["seqlen_q"] = sq[0]
-    else:
-        kw["seqlens_q"] = tuple(sq)
-    if len(sk) == 1:
-        if sk != [-1]:
-            kw["seqlen_k"] = sk[0]  # -1: the keys are the queries
-    else:
-        kw["seqlens_k"] = tuple(sk)
-    if "s_kpad" in kv:
-        kp = _int_list("s_kpad", kv["s_kpad"])
-        if kp != [-1]:
-            if len(kp) == 1 and b <= INT32_MAX:  # a larger -b is Problem's error (batch exceeds INT32_MAX)
-                kp = kp * b
-            kw["s_kpad"] = tuple(kp)
-    return kw
+def _check_heads(raw: _Raw, kv: dict[str, str], binary: str) -> None:
+    if raw.nhead_k > 0 and raw.nhead % raw.nhead_k:
+        raise _refuse("h_k", kv, "-1", binary, f"nhead:{raw.nhead} must be multiple of nhead_k:{raw.nhead_k}")
 
 
-def _batch_lengths(kv: dict[str, str], sq: list[int], sk: list[int]) -> dict[str, Any]:
-    if len(sq) != 1:
-        raise ProblemError(
-            f"-s: {kv.get('s')!r} lists several lengths {tuple(sq)} (an empty item is 0, as CK reads "
-            "it); per-sequence lengths need -mode=1"
+class _Random:
+    """The runner's ``random_engine``, created on the first draw (``-seed=0`` seeds from std::random_device,
+    which cannot be reproduced: an error then)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._rnd: CKHostRandom | None = None
+
+    def get(self, what: str) -> CKHostRandom:
+        if self._rnd is None:
+            if self.seed == 0:
+                raise ProblemError(
+                    f"-seed: 0 seeds the runner's generator from std::random_device, which ckfmha cannot "
+                    f"reproduce, and {what} draws from it; give a seed"
+                )
+            self._rnd = CKHostRandom(self.seed)
+        return self._rnd
+
+
+def _seqlens(
+    raw: _Raw, group: bool, knew_min: int, append: bool, rnd: _Random, kv: dict[str, str], binary: str
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """utils.hpp ``generate_missing_seqlens`` (draws only when it needs to; group-mode totals and the random walk's
+    length are checked first: :func:`_check_generated`)."""
+    given = min(len(raw.seqlen_qs), raw.batch)
+    if group and given < raw.batch:
+        _check_generated(raw, given)
+    draws = (group and given < raw.batch - 1) or (not group and append and raw.batch > 1)
+    try:
+        engine = rnd.get("the lengths of sequences not given") if draws else CKHostRandom(1)
+        return generate_missing_seqlens(
+            group, raw.batch, raw.seqlen_qs, raw.seqlen_ks, raw.qpads, raw.kpads, knew_min, append, engine
         )
-    if len(sk) != 1:
+    except CKSeqlenError as e:
+        raise _refuse("s_k", kv, "-1", binary, str(e)) from None
+
+
+MAX_WALK_STEPS = 2_000_000
+"""The most steps of utils.hpp ``generate_seqlens``'s random walk ckfmha replays (each step draws from the
+runner's generator; a longer walk would take minutes in Python)."""
+
+
+def _check_generated(raw: _Raw, given: int) -> None:
+    """Before group mode generates the lengths of sequences ``given..batch-1``: the query total (the walk cannot
+    move query lengths: every one is the last given length) and the key total (the walk keeps the sum) must fit
+    int32, and the two walks (``avg * (count // 2)`` steps each) must be short enough to replay."""
+    rest = raw.batch - given
+    q_last = raw.seqlen_qs[given - 1]
+    q_total = sum(raw.seqlen_qs[:given]) + rest * q_last
+    if q_total > INT32_MAX:
+        same = all(x == q_last for x in raw.seqlen_qs[:given])
+        shown = f"({q_last},) * {raw.batch}" if same else f"{tuple(raw.seqlen_qs[:given])} + ({q_last},) * {rest}"
         raise ProblemError(
-            f"-s_k: {kv.get('s_k')!r} lists several lengths {tuple(sk)} (an empty item is 0, as CK "
-            "reads it); per-sequence lengths need -mode=1"
+            f"seqlens_q: {shown} sums to {q_total} query tokens, which exceeds INT32_MAX = {INT32_MAX} (group "
+            "mode's seqstart_q is an int32 array; -s, -b)"
         )
-    if "s_kpad" in kv and _int_list("s_kpad", kv["s_kpad"]) != [-1]:
-        raise ProblemError(f"-s_kpad: {kv['s_kpad']!r} is only modelled in group mode (-mode=1)")
-    return {"seqlen_q": sq[0], "seqlen_k": None if sk[0] < 0 else sk[0]}
+    k_given = raw.seqlen_ks[min(given, len(raw.seqlen_ks)) - 1] if raw.seqlen_ks else -1
+    k_last = q_last if k_given < 0 else k_given
+    steps = max(q_last, 0) * (rest // 2) + max(k_last, 0) * (rest // 2)
+    if steps > MAX_WALK_STEPS:
+        raise ProblemError(
+            f"-b: {raw.batch} with {given} given lengths: the runner generates the other {rest} with a random walk "
+            f"of {steps} steps (utils.hpp generate_seqlens), more than the {MAX_WALK_STEPS} ckfmha replays; give "
+            "every sequence's length in -s / -s_k"
+        )
+
+
+def _note_lengths(raw: _Raw, group: bool, s_q: list[int], s_k: list[int], notes: _Notes, append: bool) -> None:
+    """The unannounced length changes of generate_missing_seqlens."""
+    if not group:
+        for key, given in (("s", raw.seqlen_qs), ("s_k", raw.seqlen_ks)):
+            if len(given) > 1:
+                notes.silent.append(f"-{key}: batch mode uses the first length {given[0]} and ignores {given[1:]}")
+        for key, given in (("s_qpad", raw.qpads), ("s_kpad", raw.kpads)):
+            if given != [-1]:
+                notes.silent.append(f"-{key}: ignored in batch mode (utils.hpp: batch mode does not pad)")
+        if append and raw.batch > 1 and len(set(s_k)) > 1:
+            notes.silent.append(f"-s_k: the KV-cache lengths of batches 1.. are drawn: seqlens_k {tuple(s_k)}")
+        return
+    n_given = min(len(raw.seqlen_qs), raw.batch)
+    if n_given < raw.batch:
+        notes.silent.append(
+            f"-s: lengths of sequences {n_given}..{raw.batch - 1} generated: seqlens_q {tuple(s_q)}, "
+            f"seqlens_k {tuple(s_k)}"
+        )
+    elif len(raw.seqlen_qs) > raw.batch:
+        notes.silent.append(f"-s: {len(raw.seqlen_qs)} lengths for -b={raw.batch}; the extra ones are ignored")
+
+
+def _group_padding(pads: list[int], on: bool, key: str, notes: _Notes) -> tuple[int, ...] | None:
+    if on:
+        return tuple(pads)
+    if any(x > 0 for x in pads):
+        notes.silent.append(f"-{key}: ignored (its first entry {pads[0]} turns the padding off)")
+    return None
+
+
+def _eff_lengths(key: str, values: list[int], batch: int, notes: _Notes) -> tuple[int, ...] | None:
+    """fmha_fwd_runner.hpp ``calculate_cumulative``: none when empty or led by -1, else one per batch (a short
+    list repeats its last value; a long one is cut)."""
+    if not values or values[0] == -1:
+        return None
+    if len(values) < batch:
+        notes.silent.append(f"-{key}: {len(values)} lengths for -b={batch}; the last one repeats")
+        values = values + [values[-1]] * (batch - len(values))
+    elif len(values) > batch:
+        notes.silent.append(f"-{key}: {len(values)} lengths for -b={batch}; the extra ones are ignored")
+    return tuple(values[:batch])
+
+
+def _c_rem(n: int, m: int) -> int:
+    """C++ ``n % m`` (the sign of ``n``)."""
+    return int(math.fmod(n, m))
+
+
+# ---------------------------------------------------------------------- the forward runner
+class _FwdState:
+    """The forward runner's variables as fmha_fwd_run normalizes them."""
+
+    def __init__(self, kv: dict[str, str], raw: _Raw, dtype: DType) -> None:
+        f = _read_args(kv, _FWD_KV_ARGS)
+        self.kv, self.raw, self.dtype = kv, raw, dtype
+        self.group = raw.group
+        self.knew: int = f["seqlen_knew"]
+        self.rotary: int = f["rotary_dim"]
+        self.interleaved: bool = f["rotary_interleaved"]
+        self.splits: int = f["num_splits"]
+        self.page: int = f["page_block_size"]
+        self.cbi: bool = f["cache_batch_idx"]
+        self.notes = _Notes()
+
+    def refuse(self, key: str, default: str, words: str) -> CKRefusal:
+        return _refuse(key, self.kv, default, "fwd", words)
+
+    def append_kv(self, kv_api: bool, append_api: bool, rnd: _Random) -> None:
+        """``-s_knew`` / ``-rotary_dim`` and the mode they force."""
+        say = self.notes.said.append
+        if not append_api and self.knew != 0:
+            say("fmha_fwd_appendkv() is not enabled. ignoring the 's_knew' option")
+            self.knew = 0
+        if self.knew < 0:
+            if not self.raw.seqlen_qs or self.raw.seqlen_qs[0] < 1:
+                raise self.refuse("s_knew", "0", "a random s_knew needs -s >= 1 (randint(1, s))")
+            self.knew = rnd.get("-s_knew < 0").uniform_int(1, self.raw.seqlen_qs[0])
+            self.notes.silent.append(f"-s_knew: negative: the runner draws s_knew = {self.knew} in [1, s]")
+        if self.dtype not in (DType.FP16, DType.BF16) and self.rotary > 0:
+            raise self.refuse("rotary_dim", "0", "rotary embedding is only available for data type=fp16|bf16")
+        if not append_api and self.rotary > 0:
+            say("rotary embedding is not supported. ignoring the 'rotary_dim' option")
+            self.rotary = 0
+        if self.need_append and self.group:
+            say("fmha_fwd_appendkv() will be invoked. ignoring the 'mode' option")
+            self.group = False
+        if self.rotary > self.raw.hdim_q:
+            raise self.refuse("rotary_dim", "0", "rotary_dim should be less than or equal to head dim for q")
+        if _c_rem(self.rotary, 16):
+            raise self.refuse("rotary_dim", "0", "only rotary dimensions divisible by 16 are currently supported")
+        if self.rotary < 0:
+            self.notes.silent.append(f"-rotary_dim: {self.rotary} <= 0 applies no RoPE")
+            self.rotary = 0
+
+    @property
+    def need_append(self) -> bool:
+        return self.knew > 0 or self.rotary > 0
+
+    def kv_cache(self, kv_api: bool) -> None:
+        """``-page_block_size`` and ``-cache_batch_idx``."""
+        say = self.notes.said.append
+        if not kv_api and self.page > 0:
+            say("paged-kvcache is not supported. ignoring the 'page_block_size' option")
+            self.page = 0
+        if _c_rem(self.page, 128):
+            raise self.refuse(
+                "page_block_size", "0", "only paged-kvcache block size divisible by 128 are currently supported"
+            )
+        if self.cbi:
+            if not kv_api:
+                say("split-kv is not supported. ignoring the 'cache_batch_idx' option")
+                self.cbi = False
+            elif self.page > 0:
+                say("paged-kvcache does not support cache_batch_idx. ignoring the 'cache_batch_idx' option")
+                self.cbi = False
+            elif self.group:
+                say("group mode will not use cache_batch_idx. ignoring the 'cache_batch_idx' option")
+                self.cbi = False
+        if self.page < 0:
+            self.notes.silent.append(f"-page_block_size: {self.page} <= 0 means a contiguous KV cache")
+            self.page = 0
+
+    def check_padding(self, q_eff: list[int], kv_eff: list[int]) -> tuple[bool, bool]:
+        """The runner's padding flags, and its refusal of padding with the KV-cache pipelines."""
+        raw = self.raw
+        q_pad = self.group and bool(raw.qpads) and raw.qpads[0] > 0
+        k_pad = self.group and bool(raw.kpads) and raw.kpads[0] > 0
+        given = [k for k, on in (("s_qpad", q_pad), ("s_kpad", k_pad)) if on]
+        if not self.group:
+            given += [k for k, v in (("q_eff_lens", q_eff), ("kv_eff_lens", kv_eff)) if v]
+        if given and (self.need_append or self.page > 0 or self.splits > 1 or self.cbi):
+            raise self.refuse(
+                given[0],
+                "",
+                "Padding (physical or effective lengths) is not supported with appendkv/splitkv/pagedkv pipelines",
+            )
+        return q_pad, k_pad
+
+    def splits_and_dropout(self, p_drop: float, split_api: bool, kv_api: bool) -> float:
+        """``-num_splits`` (legalized) and the dropout the split-KV / KV-cache kernels drop."""
+        say = self.notes.said.append
+        if p_drop < 0.0 or p_drop > 1.0:
+            raise self.refuse("p_drop", "0", "The value of p_drop should be 0~1")
+        if not split_api and self.splits != 1:
+            say("split-kv is not supported. ignoring the 'num_splits' option")
+            self.splits = 1
+        if self.splits < 1:
+            raise ProblemError(
+                f"-num_splits: {self.splits}: the runner picks the split count from the GPU's compute units "
+                "(override_num_splits_if_necessary), which ckfmha does not model; give num_splits >= 1"
+            )
+        if self.splits > 128:
+            raise self.refuse("num_splits", "1", "num_splits greater than 128 is not supported")
+        use_kvcache = self.need_append or self.cbi or self.page > 0
+        if kv_api and p_drop > 0 and (self.splits > 1 or use_kvcache):
+            say("dropout is not supported by split-kv kernels. ignoring the 'p_drop' option")
+            return 0.0
+        return p_drop
+
+    @property
+    def family(self) -> Family:
+        if self.need_append:
+            return Family.FWD_APPENDKV
+        if self.splits > 1 or self.cbi:
+            return Family.FWD_SPLITKV
+        return Family.FWD_PAGEDKV if self.page > 0 else Family.FWD
+
+
+def _fwd_run(kv: dict[str, str], all_apis: bool) -> CKRun:
+    """fmha_fwd_runner.hpp ``fmha_fwd_run`` (module doc); ``all_apis``: built with every fwd API."""
+    raw = _raw_shape(kv)
+    dtype = _to_dtype(kv.get("prec", "fp16"), "fwd")
+    kw: dict[str, Any] = {"dtype": dtype, "scale": _to_float("scale_s", kv.get("scale_s", "0"))}
+    kw.update(_read_args(kv, _LAYOUT_BIAS_MASK_DROPOUT_ARGS))
+    kw.update(_read_args(kv, _FWD_OUTPUT_ARGS))
+    qscale = _qscale(kv, dtype)
+    if qscale is not None:
+        kw["qscale"] = qscale
+    st = _FwdState(kv, raw, dtype)
+    q_eff, kv_eff = _lengths("q_eff_lens", kv, ""), _lengths("kv_eff_lens", kv, "")
+    rnd = _Random(_to_uint32("seed", kv.get("seed", str(CK_DEFAULT_SEED))))
+    _check_heads(raw, kv, "fwd")
+    st.append_kv(all_apis, all_apis, rnd)
+    st.kv_cache(all_apis)
+    q_pad, k_pad = st.check_padding(q_eff, kv_eff)
+    s_q, s_k, qpads, kpads = _seqlens(raw, st.group, max(st.knew, 0), st.need_append, rnd, kv, "fwd")
+    for i in range(raw.batch):
+        for key, pads, lens, what in (("s_kpad", kpads, s_k, "k"), ("s_qpad", qpads, s_q, "q")):
+            if 0 < pads[i] < lens[i]:
+                raise st.refuse(key, "-1", f"{what}pad must be greater than or equal to seqlen for {what}")
+    _note_lengths(raw, st.group, s_q, s_k, st.notes, st.need_append)
+    kw["p_drop"] = st.splits_and_dropout(kw["p_drop"], all_apis, all_apis)
+    kw.update(_shape_fields(raw, st.group, s_q, s_k, st.notes))
+    if st.group:
+        kw["s_qpad"] = _group_padding(qpads, q_pad, "s_qpad", st.notes)
+        kw["s_kpad"] = _group_padding(kpads, k_pad, "s_kpad", st.notes)
+        for key, values in (("q_eff_lens", q_eff), ("kv_eff_lens", kv_eff)):
+            if values:
+                st.notes.silent.append(f"-{key}: ignored in group mode (batch-mode effective lengths)")
+    else:
+        kw["q_eff_lens"] = _eff_lengths("q_eff_lens", q_eff, raw.batch, st.notes)
+        kw["kv_eff_lens"] = _eff_lengths("kv_eff_lens", kv_eff, raw.batch, st.notes)
+        if st.need_append and len(set(s_k)) > 1:
+            kw["kv_eff_lens"] = tuple(s_k)
+    kw.update(
+        family=st.family,
+        seqlen_knew=st.knew,
+        rotary_dim=st.rotary,
+        num_splits=st.splits,
+        page_block_size=st.page,
+        cache_batch_idx=st.cbi,
+    )
+    if st.rotary:
+        kw["rope"] = Rope.INTERLEAVED if st.interleaved else Rope.HALF_ROTATED
+    return CKRun("fwd", Problem(**kw), tuple(st.notes.said), tuple(st.notes.silent))
+
+
+def _shape_fields(raw: _Raw, group: bool, s_q: list[int], s_k: list[int], notes: _Notes) -> dict[str, Any]:
+    """The Problem's mode, counts, head dims and lengths (group mode: per sequence; batch mode: the batch's)."""
+    kw: dict[str, Any] = dict(
+        batch=raw.batch, nhead_q=raw.nhead, nhead_k=raw.nhead_k, hdim_q=raw.hdim_q, hdim_v=raw.hdim_v
+    )
+    if group:
+        kw.update(mode=Mode.GROUP, seqlens_q=tuple(s_q), seqlens_k=tuple(s_k))
+    else:
+        kw.update(mode=Mode.BATCH, seqlen_q=s_q[0], seqlen_k=s_k[0])
+    return kw
 
 
 def _to_dtype(prec: str, binary: str) -> DType:
@@ -403,31 +736,9 @@ def _to_dtype(prec: str, binary: str) -> DType:
         ) from None
 
 
-def _fwd_fields(kv: dict[str, str], dtype: DType) -> dict[str, Any]:
-    """The arguments only tile_example_fmha_fwd takes, and the fwd family they imply (module doc)."""
-    kw = _read_args(kv, _FWD_OUTPUT_ARGS)
-    qscale = _qscale(kv, dtype)
-    if qscale is not None:
-        kw["qscale"] = qscale
-    kw.update(_read_args(kv, _FWD_APPEND_ARGS))
-    if kw["rotary_dim"]:
-        kw["rope"] = (
-            Rope.INTERLEAVED if _to_bool("rotary_interleaved", kv.get("rotary_interleaved", "1")) else Rope.HALF_ROTATED
-        )
-    kw.update(_read_args(kv, _FWD_KV_CACHE_ARGS))
-    if kw["seqlen_knew"] or kw["rotary_dim"]:
-        kw["family"] = Family.FWD_APPENDKV
-    elif kw["num_splits"] != 1 or kw["cache_batch_idx"]:
-        kw["family"] = Family.FWD_SPLITKV
-    elif kw["page_block_size"]:
-        kw["family"] = Family.FWD_PAGEDKV
-    else:
-        kw["family"] = Family.FWD
-    return kw
-
-
 def _qscale(kv: dict[str, str], dtype: DType) -> QScale | None:
-    """``-qscale`` (newer CK), else the older ``-squant`` (``auto``: on for the fp8 family); ``None``: neither."""
+    """``-qscale`` (newer CK), else the older ``-squant`` (``auto``: on for ``fp8`` alone, the runner's
+    ``std::is_same_v<DataTypeConfig, FmhaFwdFp8>``); ``None``: neither."""
     qs = kv.get("qscale")
     if qs is not None:
         if qs not in _QSCALE_TOKENS:
@@ -435,9 +746,36 @@ def _qscale(kv: dict[str, str], dtype: DType) -> QScale | None:
         return _QSCALE_TOKENS[qs]
     if "squant" in kv:
         sq_v = kv["squant"]
-        on = dtype.is_fp8_family if sq_v == "auto" else _to_bool("squant", sq_v)
+        on = dtype is DType.FP8 if sq_v == "auto" else _to_bool("squant", sq_v)
         return QScale.PERTENSOR if on else QScale.NONE
     return None
+
+
+# ---------------------------------------------------------------------- the backward runner
+def _bwd_run(kv: dict[str, str]) -> CKRun:
+    """fmha_bwd_runner.hpp ``fmha_bwd_run`` (module doc)."""
+    raw = _raw_shape(kv)
+    kw: dict[str, Any] = {"family": BWD, "dtype": _to_dtype(kv.get("prec", "fp16"), "bwd")}
+    kw["scale"] = _to_float("scale", kv.get("scale", "0"))
+    kw.update(_read_args(kv, _LAYOUT_BIAS_MASK_DROPOUT_ARGS))
+    kw.update(_read_args(kv, _BWD_ARGS))
+    rnd = _Random(_to_uint32("seed", kv.get("seed", str(CK_DEFAULT_SEED))))
+    notes = _Notes()
+    _check_heads(raw, kv, "bwd")
+    if kw["dbias"] and kw["bias"] is not Bias.ELEMENTWISE:
+        raise _refuse("dbias", kv, "0", "bwd", "dbias only exists when bias type is elementwise")
+    s_q, s_k, qpads, kpads = _seqlens(raw, raw.group, 0, False, rnd, kv, "bwd")
+    _note_lengths(raw, raw.group, s_q, s_k, notes, False)
+    if not 0.0 <= kw["p_drop"] <= 1.0:
+        raise _refuse("p_drop", kv, "0", "bwd", "The value of p_drop should be 0~1")
+    init = kv.get("init", "uf")
+    if init not in BWD_INIT_METHODS:
+        raise _refuse("init", kv, "uf", "bwd", f"Unknown value for init argument: {init}")
+    kw.update(_shape_fields(raw, raw.group, s_q, s_k, notes))
+    if raw.group:
+        kw["s_qpad"] = _group_padding(qpads, bool(raw.qpads) and raw.qpads[0] != -1, "s_qpad", notes)
+        kw["s_kpad"] = _group_padding(kpads, bool(raw.kpads) and raw.kpads[0] != -1, "s_kpad", notes)
+    return CKRun("bwd", Problem(**kw), tuple(notes.said), tuple(notes.silent))
 
 
 # ---------------------------------------------------------------------- rendering
@@ -450,12 +788,25 @@ def problem_to_ck_args(problem: Problem) -> list[str]:
         raise ProblemError(
             f"min_seqlen_q: {p.min_seqlen_q} cannot be given to tile_example_fmha_fwd, which has no argument for it"
         )
-    if p.is_backward and p.mode is Mode.GROUP and p.s_kpad is not None:
-        raise ProblemError(
-            f"s_kpad: {p.s_kpad!r} cannot be given to tile_example_fmha_bwd, which has no -s_kpad argument"
-        )
     pairs = _shape_args(p) + _common_args(p) + (_bwd_args(p) if p.is_backward else _fwd_args(p))
-    return [f"-{k}={v}" for k, v in pairs if v is not None]
+    tokens = [f"-{k}={v}" for k, v in pairs if v is not None]
+    _check_round_trip(p, tokens)
+    return tokens
+
+
+def _check_round_trip(p: Problem, tokens: list[str]) -> None:
+    """The rendered line must run ``p``: where the runner draws what the problem fixes (the KV-cache lengths of an
+    append-KV batch), a problem other than the draws has no command line."""
+    back = problem_from_ck_args(tokens, binary=p.ck_binary)
+    if back == p:
+        return
+    for f in fields(p):
+        want, got = getattr(p, f.name), getattr(back, f.name)
+        if want != got:
+            raise ProblemError(
+                f"{f.name}: {want!r} has no tile_example_fmha_{p.ck_binary} command line: the runner would run "
+                f"{f.name}={got!r} for {' '.join(tokens)} (it draws the lengths it is not given: ckfmha.ck_seqlens)"
+            )
 
 
 def problem_to_ck_command(problem: Problem) -> str:
@@ -477,10 +828,16 @@ def _shape_args(p: Problem) -> list[tuple[str, Any]]:
         out += [
             ("s", ",".join(map(str, p.seqlens_q_list))),
             ("s_k", ",".join(map(str, p.seqlens_k_list))),
+            ("s_qpad", None if p.s_qpad is None else ",".join(map(str, p.s_qpad))),
             ("s_kpad", None if p.s_kpad is None else ",".join(map(str, p.s_kpad))),
         ]
     else:
         out += [("s", p.seqlen_q), ("s_k", p.seqlen_k)]
+        if p.family is Family.FWD:  # cu_seqlen_q / cu_seqlen_k; a KV cache's per-batch lengths are drawn
+            out += [
+                ("q_eff_lens", None if p.q_eff_lens is None else ",".join(map(str, p.q_eff_lens))),
+                ("kv_eff_lens", None if p.kv_eff_lens is None else ",".join(map(str, p.kv_eff_lens))),
+            ]
     return out + [("d", p.hdim_q), ("d_v", p.hdim_v if p.hdim_v != p.hdim_q else None)]
 
 

@@ -315,7 +315,8 @@ class Dispatcher:
         if f is Family.FWD_SPLITKV:
             return [[StageRole.SPLITKV, StageRole.COMBINE]]
         if f is Family.FWD_PAGEDKV:
-            return [[StageRole.PAGEDKV]]
+            # fmha_fwd_runner.hpp run_fwd: "If there is no instance for these args, fallback to fmha_fwd_splitkv"
+            return [[StageRole.PAGEDKV], [StageRole.SPLITKV, StageRole.COMBINE]]
         if f is Family.BATCH_PREFILL:
             return [[StageRole.BATCH_PREFILL]]
         if f is Family.FWD_APPENDKV:

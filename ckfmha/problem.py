@@ -6,9 +6,22 @@ Python ints (arbitrary precision); products of sizes are never formed in int32.
 
 CK holds every size and count as ``ck_tile::index_t`` (int32_t) and the group-mode ``seqstart`` arrays as int32
 (``fmha_fwd_args`` / ``fmha_bwd_args`` in example/ck_tile/01_fmha/fmha_fwd.hpp and fmha_bwd.hpp).  So every field
-of :data:`INT32_FIELDS`, every entry of :data:`INT32_LIST_FIELDS` and, in group mode, the total number of query
-tokens (``sum(seqlens_q)``) and of physical key tokens (``sum(s_kpad)``, else ``sum(seqlens_k)``) must be
-``<= INT32_MAX`` (:mod:`ckfmha.limits`); this is checked before anything is expanded per sequence.
+of :data:`INT32_FIELDS`, every entry of :data:`INT32_LIST_FIELDS` and, in group mode, the total number of physical
+query tokens (``sum(s_qpad)``, else ``sum(seqlens_q)``) and of physical key tokens (``sum(s_kpad)``, else
+``sum(seqlens_k)``) must be ``<= INT32_MAX`` (:mod:`ckfmha.limits`); this is checked before anything is expanded per
+sequence.
+
+Logical and physical lengths.  A sequence's *logical* length is what attention sees (:attr:`Problem.seqlens_q_list`
+/ :attr:`Problem.seqlens_k_list`); its *physical* length is the rows its tensors hold (:attr:`Problem.qpad_list` /
+:attr:`Problem.kpad_list`, whose running sums are ``seqstart_q`` / ``seqstart_k``).  They differ where CK pads:
+
+* group mode ``s_qpad`` / ``s_kpad``: per-sequence physical lengths (CK's ``-s_qpad`` / ``-s_kpad``; the kernels get
+  the padded ``seqstart`` arrays and the logical lengths: fmha_fwd_runner.hpp ``seqstart_q_padded_buf`` /
+  ``seqlen_q_buf``); the rows between a sequence's logical end and the next start are never written;
+* batch mode ``q_eff_lens`` / ``kv_eff_lens``: per-batch logical lengths inside the batch stride ``seqlen_q`` /
+  ``seqlen_k`` (CK's ``-q_eff_lens`` / ``-kv_eff_lens``, passed to the kernel as ``cu_seqlen_q_ptr`` /
+  ``cu_seqlen_k_ptr``; and the per-batch KV-cache lengths CK's runner draws for an append-KV batch, passed as
+  ``seqlen_k_ptr``); query rows past a batch's effective length are never written.
 
 ``family`` is one of the user-facing :class:`ckfmha.kernel.Family` values ``fwd``, ``fwd_splitkv``,
 ``fwd_pagedkv``, ``fwd_appendkv``, ``batch_prefill`` and ``bwd_dq_dk_dv``, which here means *the whole
@@ -71,10 +84,20 @@ INT32_FIELDS = (
     "min_seqlen_q",
 )
 """Scalar sizes and counts CK holds as ``ck_tile::index_t`` (int32): each must be ``<= INT32_MAX``."""
-LENGTH_LIST_FIELDS = ("seqlens_q", "seqlens_k", "s_kpad")
+LENGTH_LIST_FIELDS = ("seqlens_q", "seqlens_k", "s_kpad", "s_qpad")
 """Per-sequence lengths: defined in group mode only."""
-INT32_LIST_FIELDS = LENGTH_LIST_FIELDS
-"""Per-sequence lengths (group mode): each entry must be ``<= INT32_MAX``."""
+EFF_LENGTH_FIELDS = ("q_eff_lens", "kv_eff_lens")
+"""Per-batch logical lengths inside the batch stride: defined in batch mode only."""
+INT32_LIST_FIELDS = LENGTH_LIST_FIELDS + EFF_LENGTH_FIELDS
+"""Per-sequence / per-batch lengths: each entry must be ``<= INT32_MAX``."""
+Q_EFF_FAMILIES = (Family.FWD,)
+"""Families with per-batch effective query lengths (CK's ``cu_seqlen_q_ptr`` of ``fmha_fwd_args``; the runner refuses
+padding with the append-KV / split-KV / paged-KV pipelines)."""
+KV_EFF_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.FWD_APPENDKV)
+"""Families with per-batch key lengths: fwd (``cu_seqlen_k_ptr``) and the KV-cache families (``seqlen_k_ptr``, the
+cache lengths of each batch)."""
+QPAD_FAMILIES = (Family.FWD, Family.BWD_DQ_DK_DV)
+"""Families with group-mode physical query lengths ``s_qpad`` (fmha_fwd_runner.hpp: plain fwd only; fmha_bwd_runner.hpp)."""
 _INT32_RULE = f"exceeds INT32_MAX = {INT32_MAX} (CK holds sizes and counts as ck_tile::index_t = int32_t)"
 POSITIVE_FIELDS = ("batch", "nhead_q", "nhead_k", "hdim_q", "hdim_v")
 """Counts and head dims: each must be ``>= 1``."""
@@ -172,7 +195,9 @@ def output_itemsize(dtype: DType) -> int:
 class Problem:
     """An attention problem.  ``None`` defaults: ``nhead_k = nhead_q``, ``seqlen_k = seqlen_q``,
     ``hdim_v = hdim_q``.  Group mode takes per-sequence ``seqlens_q`` / ``seqlens_k`` (and optionally CK's padded
-    physical key lengths ``s_kpad``); ``seqlen_q`` / ``seqlen_k`` then become the maxima."""
+    physical lengths ``s_qpad`` / ``s_kpad``); ``seqlen_q`` / ``seqlen_k`` then become the maxima.  Batch mode takes
+    optional per-batch logical lengths ``q_eff_lens`` / ``kv_eff_lens`` inside the batch stride ``seqlen_q`` /
+    ``seqlen_k`` (module doc)."""
 
     family: Family = Family.FWD
     dtype: DType = DType.FP16
@@ -189,6 +214,9 @@ class Problem:
     seqlens_q: tuple[int, ...] | None = None
     seqlens_k: tuple[int, ...] | None = None
     s_kpad: tuple[int, ...] | None = None
+    s_qpad: tuple[int, ...] | None = None
+    q_eff_lens: tuple[int, ...] | None = None
+    kv_eff_lens: tuple[int, ...] | None = None
     input_layout: Layout = Layout.BHSD
     output_layout: Layout = Layout.BHSD
     vlayout: VLayout = VLayout.ROW
@@ -269,7 +297,7 @@ class Problem:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise _err(name, v, "is not a finite number")
             self._set(name, float(v))
-        for name in LENGTH_LIST_FIELDS:
+        for name in INT32_LIST_FIELDS:
             v = getattr(self, name)
             if v is not None:
                 if isinstance(v, (int, str)) or not isinstance(v, Iterable):
@@ -322,11 +350,16 @@ class Problem:
                     raise _err(f"{name}[{i}]", v, _INT32_RULE)
         if self.mode is not Mode.GROUP:
             return
-        q_total = sum(self.seqlens_q) if self.seqlens_q is not None else self.seqlen_q * self.batch
+        if self.s_qpad is not None:
+            q_name, q_values, q_total = "s_qpad", self.s_qpad, sum(self.s_qpad)
+        elif self.seqlens_q is not None:
+            q_name, q_values, q_total = "seqlens_q", self.seqlens_q, sum(self.seqlens_q)
+        else:
+            q_name, q_values, q_total = "seqlens_q", None, self.seqlen_q * self.batch
         if q_total > INT32_MAX:
             raise _err(
-                "seqlens_q",
-                _brief(self.seqlens_q, self.seqlen_q, self.batch),
+                q_name,
+                _brief(q_values, self.seqlen_q, self.batch),
                 f"sums to {q_total} query tokens, which exceeds INT32_MAX = {INT32_MAX} (group mode's "
                 "seqstart_q is an int32 array)",
             )
@@ -380,7 +413,8 @@ class Problem:
                 raise _err(name, getattr(self, name), f"exceeds {MAX_HDIM}, the largest head dim CK generates")
 
     def _check_lengths(self) -> None:
-        """Sequence lengths: batch mode's ``seqlen_q`` / ``seqlen_k``; group mode's lists and ``s_kpad``."""
+        """Sequence lengths: batch mode's ``seqlen_q`` / ``seqlen_k`` and effective lengths; group mode's lists and
+        physical lengths ``s_qpad`` / ``s_kpad``."""
         if self.mode is Mode.BATCH:
             for name in LENGTH_LIST_FIELDS:
                 if getattr(self, name) is not None:
@@ -389,21 +423,63 @@ class Problem:
                 raise _err("seqlen_q", self.seqlen_q, "must be >= 1 in batch mode")
             if self.seqlen_k < 0:
                 raise _err("seqlen_k", self.seqlen_k, "must be >= 0")
+            self._validate_eff_lengths()
             return
+        for name in EFF_LENGTH_FIELDS:
+            if getattr(self, name) is not None:
+                raise _err(name, getattr(self, name), "is only defined in batch mode (group mode gives seqlens)")
         for name in ("seqlens_q", "seqlens_k"):
             if any(x < 0 for x in getattr(self, name)):
                 raise _err(name, getattr(self, name), "has a negative length")
         if sum(self.seqlens_q_list) < 1:
             raise _err("seqlens_q", self.seqlens_q, "must contain at least one query")
-        if self.s_kpad is not None:
-            if len(self.s_kpad) != self.batch:
-                raise _err("s_kpad", self.s_kpad, f"has {len(self.s_kpad)} entries, batch={self.batch}")
-            for i, (p, k) in enumerate(zip(self.s_kpad, self.seqlens_k_list)):
-                if p < k:
+        for name, lengths, what in (("s_kpad", "seqlens_k", "key"), ("s_qpad", "seqlens_q", "query")):
+            pads = getattr(self, name)
+            if pads is None:
+                continue
+            if len(pads) != self.batch:
+                raise _err(name, pads, f"has {len(pads)} entries, batch={self.batch}")
+            for i, (p, n) in enumerate(zip(pads, getattr(self, lengths))):
+                if p < n:
                     raise _err(
-                        "s_kpad",
-                        self.s_kpad,
-                        f"entry {i} = {p} < seqlens_k[{i}] = {k} (kpad must be >= the sequence's key length)",
+                        name,
+                        pads,
+                        f"entry {i} = {p} < {lengths}[{i}] = {n} ({name[2]}pad must be >= the sequence's {what} "
+                        "length)",
+                    )
+        if self.s_qpad is not None and self.family not in QPAD_FAMILIES:
+            raise _err(
+                "s_qpad",
+                self.s_qpad,
+                f"is not defined for {self.family.value} (CK pads query rows in the plain fwd and the backward only)",
+            )
+
+    def _validate_eff_lengths(self) -> None:
+        """Batch mode's per-batch logical lengths: one per batch, each within the batch stride, and only for the
+        families whose kernels take them (:data:`Q_EFF_FAMILIES`, :data:`KV_EFF_FAMILIES`)."""
+        for name, stride_name, families in (
+            ("q_eff_lens", "seqlen_q", Q_EFF_FAMILIES),
+            ("kv_eff_lens", "seqlen_k", KV_EFF_FAMILIES),
+        ):
+            lens = getattr(self, name)
+            if lens is None:
+                continue
+            if self.family not in families:
+                raise _err(
+                    name,
+                    lens,
+                    f"is not defined for {self.family.value}; allowed: " + ", ".join(f.value for f in families),
+                )
+            if len(lens) != self.batch:
+                raise _err(name, lens, f"has {len(lens)} entries, batch={self.batch} (one length per batch)")
+            stride = getattr(self, stride_name)
+            for i, n in enumerate(lens):
+                if not 0 <= n <= stride:
+                    raise _err(
+                        name,
+                        lens,
+                        f"entry {i} = {n} is not in 0..{stride_name}={stride} (a batch's effective length lies "
+                        "within its rows)",
                     )
 
     def _check_numerics(self) -> None:
@@ -440,11 +516,12 @@ class Problem:
             raise _err("dbias", True, "needs family bwd_dq_dk_dv and an elementwise bias")
 
     def _check_fp8(self) -> None:
-        """The fp8 dtypes (no bias, LSE or dropout) and the quantization scales."""
+        """The fp8 dtypes (no LSE or dropout) and the quantization scales.  A bias is defined: CK's generator emits
+        fp8 fwd kernels with elementwise bias and ALiBi (codegen/ops/fmha_fwd.py ``get_pipelines``, fp8 branch, of
+        the amd-aiter 0.1.7.post2.dev18 tree; its smoke_test_fwd.sh runs them); a kernel space without such kernels
+        says so through the dispatcher."""
         d = self.dtype
         if d.is_fp8_family:
-            if self.bias is not Bias.NONE:
-                raise _err("bias", self.bias.value, f"is not defined for dtype {d.value} (fp8 kernels have no bias)")
             if self.lse:
                 raise _err("lse", True, f"is not defined for dtype {d.value}")
             if self.p_drop > 0:
@@ -556,11 +633,11 @@ class Problem:
             raise _err("mode", self.mode.value, "must be batch for fwd_appendkv")
         if self.seqlen_knew == 0 and self.rotary_dim == 0:
             raise _err("seqlen_knew", 0, "fwd_appendkv needs seqlen_knew > 0 or rotary_dim > 0")
-        if not 0 <= self.seqlen_knew <= self.seqlen_k:
+        if not 0 <= self.seqlen_knew <= min(self.seqlens_k_list):
             raise _err(
                 "seqlen_knew",
                 self.seqlen_knew,
-                f"must be in 0..seqlen_k={self.seqlen_k} (seqlen_k includes the appended keys)",
+                f"must be in 0..seqlen_k={min(self.seqlens_k_list)} (each batch's seqlen_k includes the appended keys)",
             )
         if self.rotary_dim:
             if self.rotary_dim < 0 or self.rotary_dim > self.hdim_q or self.rotary_dim % 16:
@@ -617,25 +694,41 @@ class Problem:
 
     @property
     def seqlens_q_list(self) -> tuple[int, ...]:
+        """Logical query length per sequence (group mode ``seqlens_q``; batch mode ``q_eff_lens``, else
+        ``seqlen_q`` for every batch)."""
         if self.mode is Mode.GROUP:
             return cast("tuple[int, ...]", self.seqlens_q)  # group mode: always set by _expand_lengths
-        return (self.seqlen_q,) * self.batch
+        return self.q_eff_lens if self.q_eff_lens is not None else (self.seqlen_q,) * self.batch
 
     @property
     def seqlens_k_list(self) -> tuple[int, ...]:
+        """Logical key length per sequence (group mode ``seqlens_k``; batch mode ``kv_eff_lens``, else
+        ``seqlen_k`` for every batch)."""
         if self.mode is Mode.GROUP:
             return cast("tuple[int, ...]", self.seqlens_k)  # group mode: always set by _expand_lengths
-        return (self.seqlen_k,) * self.batch
+        return self.kv_eff_lens if self.kv_eff_lens is not None else (self.seqlen_k,) * self.batch
+
+    @property
+    def qpad_list(self) -> tuple[int, ...]:
+        """Physical query length per sequence (group mode ``s_qpad``, else the logical length; batch mode the
+        batch stride ``seqlen_q``)."""
+        if self.s_qpad is not None:
+            return self.s_qpad
+        return self.seqlens_q_list if self.mode is Mode.GROUP else (self.seqlen_q,) * self.batch
 
     @property
     def kpad_list(self) -> tuple[int, ...]:
-        """Physical key length per sequence (group mode ``s_kpad``, else the logical length)."""
-        return self.s_kpad if self.s_kpad is not None else self.seqlens_k_list
+        """Physical key length per sequence (group mode ``s_kpad``, else the logical length; batch mode the
+        batch stride ``seqlen_k``)."""
+        if self.s_kpad is not None:
+            return self.s_kpad
+        return self.seqlens_k_list if self.mode is Mode.GROUP else (self.seqlen_k,) * self.batch
 
     @property
     def seqstart_q(self) -> tuple[int, ...]:
+        """Physical query offsets (use ``s_qpad`` when given, as CK's padded group mode)."""
         out = [0]
-        for n in self.seqlens_q_list:
+        for n in self.qpad_list:
             out.append(out[-1] + n)
         return tuple(out)
 
@@ -649,7 +742,8 @@ class Problem:
 
     @property
     def total_q(self) -> int:
-        return sum(self.seqlens_q_list)
+        """Physical query rows of all sequences (group mode: the rows of the packed query tensor)."""
+        return sum(self.qpad_list)
 
     @property
     def cache_seqlens(self) -> tuple[int, ...]:
@@ -682,10 +776,21 @@ class Problem:
         return problem_to_ck_command(self)
 
     @classmethod
-    def from_ck_args(cls, args: "str | Iterable[str]", binary: str | None = None) -> "Problem":
-        """Parse tile_example arguments (a string or a list of ``-key=value`` tokens).  A leading program name
-        (``tile_example_fmha_fwd`` / ``..._bwd``) selects the binary; otherwise ``binary`` (default ``fwd``).
-        :func:`ckfmha.ck_args.problem_from_ck_args`."""
+    def from_ck_args(
+        cls, args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all"
+    ) -> "Problem":
+        """The problem tile_example arguments (a string or a list of ``-key=value`` tokens) effectively run, after
+        the runner's normalizations.  A leading program name (``tile_example_fmha_fwd`` / ``..._bwd``) selects the
+        binary; otherwise ``binary`` (default ``fwd``).  :func:`ckfmha.ck_args.problem_from_ck_args`; the
+        normalizations too: :meth:`ck_run_from_args`."""
         from ckfmha.ck_args import problem_from_ck_args
 
-        return problem_from_ck_args(args, binary)
+        return problem_from_ck_args(args, binary, fwd_apis=fwd_apis)
+
+    @staticmethod
+    def ck_run_from_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> Any:
+        """What tile_example arguments run: a :class:`ckfmha.ck_args.CKRun` (the effective ``problem`` and the
+        ``normalizations`` the runner announces).  :func:`ckfmha.ck_args.ck_run_from_args`."""
+        from ckfmha.ck_args import ck_run_from_args
+
+        return ck_run_from_args(args, binary, fwd_apis=fwd_apis)

@@ -1,8 +1,8 @@
 """Command-line options and ini keys of the plugin, and their validation into :class:`Settings`.
 
-Every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` (so a project's ``pytest`` run
-never turns into a matrix run by accident), ``--ckfmha-filter``/``--ckfmha-filter-file``/``--ckfmha-sweep`` and
-``--ckfmha-report``.  The command line wins over the ini file.  A bad value raises ``pytest.UsageError`` naming
+Every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a
+project's ``pytest`` run never turns into a matrix or smoke-suite run by accident),
+``--ckfmha-filter``/``--ckfmha-filter-file``/``--ckfmha-sweep`` and ``--ckfmha-report``.  The command line wins over the ini file.  A bad value raises ``pytest.UsageError`` naming
 the option, the value and the rule.
 
 Validation is one place: :data:`_CONVERTERS` maps each option to its converter (a given value -> its setting, or
@@ -33,6 +33,7 @@ DEFAULT_CPU_MAX_FLOPS = 5e9
 DEFAULT_BENCH_REPEAT = 10
 DEFAULT_TIMEOUT_S = 600.0
 ISOLATIONS = ("process", "inline")
+CK_SMOKE_CHOICES = ("fwd", "bwd", "all")
 MASK_MODES = ("simplified", "generic")
 PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 
@@ -57,6 +58,15 @@ _OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
         None,
     ),
     (
+        "ck-smoke",
+        dict(
+            metavar=_choices(("fwd", "bwd", "all")),
+            help="run a CK checkout's own smoke scripts (--ckfmha-ck-root): every command line they give "
+            "tile_example_fmha_fwd / _bwd is an item (docs/ck_smoke.md)",
+        ),
+        None,
+    ),
+    (
         "arch",
         dict(
             metavar="ARCH",
@@ -70,8 +80,8 @@ _OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
         "backend",
         dict(
             metavar=_choices(BACKENDS),
-            help="backend running the kernels; auto: triton with a GPU, "
-            "hip on ROCm with hipcc and a CK root, else cpu (default auto)",
+            help="backend running the kernels; auto: hip on ROCm with a HIP compiler and a CK checkout "
+            "(--ckfmha-ck-root / $CK_ROOT), else triton with a GPU, else cpu (default auto)",
         ),
         "string",
     ),
@@ -286,10 +296,11 @@ class Settings:
     ck_root: Path | None = None
     isolation: str = "process"
     allow_empty: bool = False
+    ck_smoke: str | None = None  # fwd | bwd | all: the checkout's smoke scripts (pytest_ckfmha/ck_smoke.py)
 
     @property
     def active(self) -> bool:
-        return self.category is not None or self.parity is not None
+        return self.category is not None or self.parity is not None or self.ck_smoke is not None
 
 
 def _bad(option: str, value: Any, rule: str) -> pytest.UsageError:
@@ -616,6 +627,7 @@ def _choice(allowed: tuple[str, ...], noun: str, default: str) -> _Option:
 
 _CONVERTERS: dict[str, _Option] = {  # in the order parse checks them
     "category": _Option(_one_of(CATEGORIES, "a category")),
+    "ck-smoke": _Option(_one_of(CK_SMOKE_CHOICES, "a smoke suite")),
     "arch": _Option(_to_known_arch),  # not given: the detected arch or the arch data's default (parse)
     "backend": _choice(BACKENDS, "a backend", "auto"),
     "family": _Option(_to_families),
@@ -679,7 +691,18 @@ def _check_timeout_is_enforceable(given: dict[str, _Given], values: dict[str, An
         )
 
 
+def _check_ck_smoke_has_a_checkout(given: dict[str, _Given], values: dict[str, Any]) -> None:
+    """--ckfmha-ck-smoke runs a checkout's scripts: it needs --ckfmha-ck-root (or $CK_ROOT)."""
+    if values["ck-smoke"] is not None and values["ck-root"] is None:
+        raise _bad(
+            "ck-smoke",
+            values["ck-smoke"],
+            "needs a CK checkout whose smoke scripts it runs: give --ckfmha-ck-root PATH (or set $CK_ROOT)",
+        )
+
+
 _CROSS_CHECKS: dict[str, Callable[[dict[str, _Given], dict[str, Any]], None]] = {
+    "ck-root": _check_ck_smoke_has_a_checkout,
     "profile": _check_receipt_or_profile,
     "isolation": _check_timeout_is_enforceable,
 }
@@ -736,6 +759,7 @@ def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
         resume=v["resume"],
         heuristics=v["heuristics"],
         ck_root=v["ck-root"],
+        ck_smoke=v["ck-smoke"],
     )
 
 

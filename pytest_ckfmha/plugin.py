@@ -70,7 +70,11 @@ def pytest_configure(config) -> None:
     if category is None and not options.any_given(config):
         return
     worker = _is_worker(config)
-    if worker and (category is not None or config.getoption("ckfmha_parity", None) is not None):
+    if worker and (
+        category is not None
+        or config.getoption("ckfmha_parity", None) is not None
+        or config.getoption("ckfmha_ck_smoke", None) is not None
+    ):
         from pytest_ckfmha.xdist_support import assign_gpu
 
         assign_gpu(os.environ, config.workerinput.get("workerid"))
@@ -174,6 +178,14 @@ def pytest_make_collect_report(collector):
                 rep.result.append(
                     MatrixCollector.from_parent(
                         collector, name=ROOT_NAME, nodeid=ROOT_NAME, path=collector.config.rootpath
+                    )
+                )
+            if settings.ck_smoke is not None:
+                from pytest_ckfmha.ck_smoke import SMOKE_ROOT, SmokeCollector
+
+                rep.result.append(
+                    SmokeCollector.from_parent(
+                        collector, name="ck-smoke", nodeid=SMOKE_ROOT, path=collector.config.rootpath
                     )
                 )
             if settings.parity is not None:

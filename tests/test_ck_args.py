@@ -47,7 +47,7 @@ def test_rendering_writes_non_defaults_in_a_fixed_order():
     p = Problem(
         family="fwd_appendkv",
         dtype="bf16",
-        batch=3,
+        batch=1,
         nhead_q=4,
         nhead_k=2,
         seqlen_q=8,
@@ -67,7 +67,7 @@ def test_rendering_writes_non_defaults_in_a_fixed_order():
     )
     assert problem_to_ck_args(p) == [
         "-prec=bf16",
-        "-b=3",
+        "-b=1",
         "-h=4",
         "-h_k=2",
         "-s=8",
@@ -139,11 +139,18 @@ def test_rendering_writes_non_defaults_in_a_fixed_order():
 
 
 def test_what_tile_example_cannot_take_is_an_error_naming_the_field():
-    bwd = Problem(family="bwd", mode="group", batch=2, seqlens_q=(3, 4), seqlens_k=(5, 6), s_kpad=(8, 8), hdim_q=32)
+    # an append-KV batch > 1: the runner draws the cache lengths of batches 1.. (utils.hpp generate_missing_seqlens),
+    # so one common seqlen_k has no command line
+    app = Problem(family="fwd_appendkv", batch=3, seqlen_q=8, seqlen_k=64, hdim_q=64, seqlen_knew=8)
     with pytest.raises(ProblemError) as e:
-        problem_to_ck_args(bwd)
-    assert str(e.value) == ("s_kpad: (8, 8) cannot be given to tile_example_fmha_bwd, which has no -s_kpad argument")
-    assert str(bwd).startswith("bwd_dq_dk_dv: Problem(")  # __str__ falls back to the repr
+        problem_to_ck_args(app)
+    assert str(e.value).startswith(
+        "kv_eff_lens: None has no tile_example_fmha_fwd command line: the runner would run kv_eff_lens=(64, "
+    )
+    bwd = Problem(family="bwd", mode="group", batch=2, seqlens_q=(3, 4), seqlens_k=(5, 6), s_kpad=(8, 8), hdim_q=32)
+    assert problem_to_ck_args(bwd)[-2:] == ["-s_kpad=8,8", "-d=32"]
+    assert problem_from_ck_args(problem_to_ck_args(bwd), binary="bwd") == bwd
+    assert str(app).startswith("fwd_appendkv: Problem(")  # __str__ falls back to the repr
 
 
 @pytest.mark.parametrize(
@@ -151,9 +158,18 @@ def test_what_tile_example_cannot_take_is_an_error_naming_the_field():
     [
         ("-vlayout=x", "fwd", "-vlayout: 'x' must be r or c"),
         ("-qscale=x", "fwd", "-qscale: 'x' unknown; allowed: n, pt, bs, mx"),
-        ("-s_knew=-1", "fwd", "-s_knew: -1 (random length) is not modelled; give an explicit length"),
+        (
+            "-seed=0 -s_knew=-1",
+            "fwd",
+            "-seed: 0 seeds the runner's generator from std::random_device, which ckfmha cannot reproduce, and "
+            "-s_knew < 0 draws from it; give a seed",
+        ),
         ("-bias=e:x", "fwd", "-bias: 'x' is not an integer"),
-        ("-s_kpad=8", "fwd", "-s_kpad: '8' is only modelled in group mode (-mode=1)"),
+        (
+            "-mode=1 -s=16 -s_kpad=8",
+            "fwd",
+            "-s_kpad: '8': tile_example_fmha_fwd refuses the line: kpad must be greater than or equal to seqlen for k",
+        ),
         ("-iperm=x", "fwd", "-iperm: 'x' is not an integer"),
         ("-scale_s=x", "fwd", "-scale_s: 'x' is not a number"),
         ("-scale=x", "bwd", "-scale: 'x' is not a number"),
@@ -163,8 +179,7 @@ def test_what_tile_example_cannot_take_is_an_error_naming_the_field():
         (
             "-mode=1 -s_kpad=8",
             "bwd",
-            "-s_kpad: '8': tile_example_fmha_bwd takes -s_kpad (per-sequence physical key "
-            "lengths (group-mode key padding)), which ckfmha's Problem does not model",
+            "s_kpad: (8, 8) entry 0 = 8 < seqlens_k[0] = 3328 (kpad must be >= the sequence's key length)",
         ),
         ("-d=", "fwd", "args: no value after '=' in '-d='"),
         ("-b=2", "xyz", "binary: 'xyz' is not a tile_example binary; allowed: fwd, bwd"),
@@ -186,7 +201,7 @@ def test_argument_errors_name_argument_value_and_rule(args, binary, msg):
     [
         # read in CK's order: mode, b, h, h_k, s, s_k, d, d_v, prec, scale, layouts, bias, mask, dropout, fwd-only
         ("-d=x -b=y", "-b: 'y' is not an integer"),
-        ("-prec=int8 -s=3,4", "-s: '3,4' lists several lengths"),
+        ("-prec=int8 -s=3,x", "-s: '3,x' has 'x', which is not an integer"),
         ("-mask=q -bias=x", "-bias: invalid bias value 'x'"),
         ("-num_splits=x -lse=x", "-lse: 'x' is not an integer"),
         ("-foo=1 -mode=7", "-foo: no such argument"),
@@ -201,7 +216,8 @@ def test_the_first_bad_argument_in_cks_order_is_the_error(args, msg):
 def test_argument_tables_are_consistent():
     assert not RUNNER_ONLY_ARGS & (FWD_KEYS | BWD_KEYS)
     assert not set(UNMODELLED_FWD) & FWD_KEYS and not set(UNMODELLED_BWD) & BWD_KEYS
-    assert "s_kpad" in FWD_KEYS and "s_kpad" in UNMODELLED_BWD  # fwd models key padding, bwd has no field for it
+    assert not UNMODELLED_FWD and not UNMODELLED_BWD  # every argument of the amd-aiter tree's binaries is modelled
+    assert {"s_qpad", "s_kpad"} <= FWD_KEYS & BWD_KEYS and {"q_eff_lens", "kv_eff_lens"} <= FWD_KEYS - BWD_KEYS
 
 
 def test_problem_module_imports_ck_args_lazily_and_either_imports_first():

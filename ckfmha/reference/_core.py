@@ -35,26 +35,28 @@ def from_hsd(x: np.ndarray, layout: Layout) -> np.ndarray:
 
 
 def seq_slice(p: Problem, x_hsd: np.ndarray, b: int, which: str) -> np.ndarray:
-    """Sequence ``b`` of a (B, h, S, d) tensor as (h, s_b, d); ``which`` is 'q' or 'k'."""
+    """Sequence ``b`` of a (B, h, S, d) tensor as (h, s_b, d); ``which`` is 'q' or 'k'.  ``s_b`` is the logical
+    length: group mode from the (padded) ``seqstart``, batch mode the first ``q_eff_lens[b]`` / ``kv_eff_lens[b]``
+    rows of the batch when the problem gives effective lengths (fmha_fwd_runner.hpp ``cu_seqlen_q_ptr``)."""
     if p.mode is Mode.GROUP:
         starts = p.seqstart_q if which == "q" else p.seqstart_k
         n = p.seqlens_q_list[b] if which == "q" else p.seqlens_k_list[b]
         return x_hsd[0, :, starts[b] : starts[b] + n]
-    n = p.seqlen_q if which == "q" else p.seqlen_k
+    n = p.seqlens_q_list[b] if which == "q" else p.seqlens_k_list[b]  # batch mode: q_eff_lens / kv_eff_lens
     return x_hsd[b, :, :n]
 
 
 def q_rows(p: Problem, b: int) -> slice:
     if p.mode is Mode.GROUP:
         return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q_list[b])
-    return slice(0, p.seqlen_q)
+    return slice(0, p.seqlens_q_list[b])
 
 
 def k_rows(p: Problem, b: int) -> slice:
     """Key rows of sequence ``b`` in a (B, h, S, d) tensor (group mode: logical lengths, padding excluded)."""
     if p.mode is Mode.GROUP:
         return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k_list[b])
-    return slice(0, p.seqlen_k)
+    return slice(0, p.seqlens_k_list[b])
 
 
 def dequant_rows(x: np.ndarray, descale, p: Problem, b: int, heads: int, accum) -> np.ndarray:

@@ -1,7 +1,10 @@
 """Forward reference (``fwd``): every feature of the problem model, GQA, group mode, both layouts.
 
 With ``min_seqlen_q`` (group mode), the rows of every sequence with ``seqlen_q <= min_seqlen_q`` are NaN: CK's
-skip kernels do not write them, so a NaN-poisoned output keeps its poison exactly there.
+skip kernels do not write them, so a NaN-poisoned output keeps its poison exactly there.  The same holds for the
+padding rows of a padded query layout (group mode ``s_qpad``: the rows between a sequence's logical end and the
+next ``seqstart_q``; batch mode ``q_eff_lens``: rows ``q_eff_lens[b]..seqlen_q`` of batch ``b``; keys past
+``kv_eff_lens[b]`` take no part): O and LSE are NaN there.
 
 Returns ``{"o", "lse"}`` (accumulation dtype; ``o`` in the output layout, ``lse`` (b, hq, sq) or, in group
 mode, (1, hq, total_q)), plus ``"randval"`` (uint8, same row/col layout as an elementwise bias of rank 2, i.e.
@@ -46,8 +49,10 @@ def run_sequences(
     """Shared driver: attention over every sequence, assembled into CK's output shapes.
     ``key_ranges(b, sk)`` -> list of (lo, hi) splits: then per-split partial results are returned too."""
     nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
-    o_hsd = np.zeros((nb, p.nhead_q, ns, p.hdim_v), dtype=accum)
-    lse = np.full(lse_shape(p), -np.inf, dtype=accum)
+    # query rows outside every sequence's logical length (s_qpad / q_eff_lens padding) are never written: NaN
+    unwritten = np.nan if p.qpad_list != p.seqlens_q_list else None
+    o_hsd = np.full((nb, p.nhead_q, ns, p.hdim_v), 0.0 if unwritten is None else unwritten, dtype=accum)
+    lse = np.full(lse_shape(p), -np.inf if unwritten is None else unwritten, dtype=accum)
     want_rv = return_randval and p.p_drop > 0
     randval = np.zeros(lse_shape(p) + (p.seqlen_k,), dtype=np.uint8) if want_rv else None
     splits: tuple[np.ndarray, np.ndarray] | None = None  # (o_acc, lse_acc) with key_ranges

@@ -1,0 +1,126 @@
+"""``--ckfmha-ck-smoke fwd|bwd|all``: a CK checkout's own smoke scripts as items (docs/ck_smoke.md).
+
+| step | what |
+|---|---|
+| record | :func:`ckfmha.ck_smoke.record_smoke_lines`: the checkout's ``smoke_test_fwd.sh -s -a`` / ``smoke_test_bwd.sh`` run with ``GPU_arch=<--ckfmha-arch>`` and fake executables (cached by the scripts' hash) |
+| read | each line through :func:`ckfmha.ck_args.ck_run_from_args`: the effective problem CK runs (the normalizations CK announces stay on the spec: ``SmokeSpec.normalizations``) |
+| item | ``ckfmha::ck-smoke::<line id>::plan`` -- ``<line id>`` = ``<binary>-<first 12 hex of sha256(the line)>``, stable while the line is; the item is the matrix categories' plan item (:class:`pytest_ckfmha.items.CkfmhaItem`: same isolation, report rows, JUnit, ``-k``, ``-n``, ``--lf``) run on the chosen backend against the reference; the report row's ``entry`` is the line |
+| known fails | a line the checkout's ``fmha_<binary>_known_fails_<arch>.txt`` lists (whole-line match, as the scripts' ``grep -Fxq``) is ``xfail`` with that file as the reason |
+| refused | a line CK's runner itself refuses (it exits non-zero before running anything) is an item that skips with the runner's words |
+| skipped | the dispatcher finds no kernel (its reason), the cpu backend's ``--ckfmha-cpu-max-flops`` limit (the FLOPs), an unavailable backend -- as for the matrix items |
+
+The kernel space is :func:`pytest_ckfmha.collect.kernel_set`'s: with ``--ckfmha-ck-root`` the checkout's own
+generator's kernels, so the lines are planned against the kernels that CK version has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pytest
+
+from pytest_ckfmha.items import ShapeCollector
+
+SMOKE_ROOT = "ckfmha::ck-smoke"
+"""The collector's node id: under ``ckfmha::`` so report rows, sharding and scheduling treat the items as the
+matrix items."""
+CATEGORY = "ck_smoke"
+BINARIES = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}
+
+
+def line_id(binary: str, command: str) -> str:
+    """The item id of a smoke line: the binary and a hash of the whole line (stable while the line is)."""
+    return f"{binary}-{hashlib.sha256(command.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class SmokeSpec:
+    """One runnable smoke line, shaped as :class:`pytest_ckfmha.collect.ShapeSpec` (no pinned kernels: the plan
+    item only) plus what CK said about it."""
+
+    shape: object  # ckfmha.matrix.Shape
+    shape_id: str
+    kernels: tuple = ()
+    command: str = ""
+    normalizations: tuple[str, ...] = ()
+    known_fail: str | None = None  # the known-fails file listing the line
+
+
+@dataclass(frozen=True)
+class RefusedLine:
+    """A smoke line CK's runner refuses: nothing to run."""
+
+    shape_id: str
+    command: str
+    reason: str
+
+
+def smoke_specs(settings) -> list[SmokeSpec | RefusedLine]:
+    """Every recorded line of the selected scripts, read with CK's semantics (module doc)."""
+    from ckfmha.ck_args import CKRefusal, ck_run_from_args
+    from ckfmha.ck_smoke import SMOKE_SCRIPTS, known_fails, known_fails_path, record_smoke_lines
+    from ckfmha.matrix import Shape
+
+    out: list[SmokeSpec | RefusedLine] = []
+    for binary in BINARIES[settings.ck_smoke]:
+        script = SMOKE_SCRIPTS[binary][0]
+        fails = known_fails(settings.ck_root, binary, settings.arch)
+        fails_file = str(known_fails_path(settings.ck_root, binary, settings.arch))
+        for i, line in enumerate(record_smoke_lines(settings.ck_root, binary, settings.arch)):
+            sid = line_id(binary, line.command)
+            try:
+                run = ck_run_from_args(line.args, binary)
+            except CKRefusal as e:
+                out.append(RefusedLine(sid, line.command, f"CK's runner refuses the line ({e}): nothing to run"))
+                continue
+            shape = Shape(problem=run.problem, file=script, entry=line.command, category=CATEGORY, index=i)
+            known = fails_file if line.command in fails else None
+            out.append(SmokeSpec(shape, sid, (), line.command, run.normalizations, known))
+    return out
+
+
+class SmokeCollector(pytest.Collector):
+    """The checkout's smoke lines (no file behind them)."""
+
+    def collect(self):
+        from pytest_ckfmha.state import get_state
+
+        settings = get_state(self.config).settings
+        try:
+            specs = smoke_specs(settings)
+        except ValueError as e:  # a script that cannot be recorded, a line ckfmha cannot read: named
+            raise pytest.UsageError(f"ckfmha: --ckfmha-ck-smoke {settings.ck_smoke}: {e}") from None
+        for spec in specs:
+            if isinstance(spec, RefusedLine):
+                yield RefusedLineItem.from_parent(self, name=spec.shape_id, spec=spec)
+            else:
+                yield SmokeLineCollector.from_parent(self, name=spec.shape_id, spec=spec)
+
+    def reportinfo(self):
+        return self.path, None, SMOKE_ROOT
+
+
+class SmokeLineCollector(ShapeCollector):
+    """One line: the plan item, ``xfail`` when the checkout's known-fails file lists the line."""
+
+    def collect(self):
+        for item in super().collect():
+            if self.spec.known_fail is not None:
+                item.add_marker(pytest.mark.xfail(reason=f"listed in {self.spec.known_fail}", strict=False))
+            yield item
+
+
+class RefusedLineItem(pytest.Item):
+    """A line CK's runner refuses: skipped with the runner's words (CK's script would count it as a failure)."""
+
+    def __init__(self, *, spec: RefusedLine, **kw) -> None:
+        super().__init__(**kw)
+        self.spec = spec
+        self.add_marker(pytest.mark.ckfmha)
+
+    def runtest(self) -> None:
+        pytest.skip(self.spec.reason)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.spec.shape_id}: {self.spec.command}"
