@@ -8,7 +8,11 @@ Targets (issue 6): >= 1.3x SDPA-flash on every row; >= 0.9x cuDNN at hdim 128, s
 Decode grid: seqlen_q = 1, paged K/V (page 128) through split-KV + combine; GB/s over the bytes that must move
 (K/V cache read once, Q read, O written), against the device's measured copy bandwidth. Target >= 70%.
 
-Usage (on the GPU machine): python benchmarks/bench_fwd.py [--quick] [--json PATH]
+KV cache (--kvcache, issue 14): append-KV decode (append + RoPE -> split-KV -> combine) in GB/s against the copy
+bandwidth (target >= 70%); batch prefill (paged K/V, both tables and layouts) in TFLOPS against SDPA-flash on the
+K/V gathered from the same pages (target >= 1.0x).
+
+Usage (on the GPU machine): python benchmarks/bench_fwd.py [--quick] [--kvcache] [--json PATH]
 The report of a saved run, anywhere: python benchmarks/fwd_report.py benchmarks/results/bench_fwd_h200.json
 """
 
@@ -202,11 +206,273 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------ KV cache (--kvcache)
+def _pools(kv_layout: str, npages: int, hk: int, page: int, d: int, dt: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Random K/V page pools of a batch-prefill layout: linear (pages, page, hk, d); vectorized K
+    (pages, hk, d/vec, page, vec) and V (pages, hk, page/vec, d, vec), vec = 16 bytes."""
+    if kv_layout == "linear":
+        kc = torch.randn(npages, page, hk, d, device="cuda", dtype=dt)
+        return kc, torch.randn_like(kc)
+    vec = 16 // torch.tensor([], dtype=dt).element_size()
+    kc = torch.randn(npages, hk, d // vec, page, vec, device="cuda", dtype=dt)
+    vc = torch.randn(npages, hk, page // vec, d, vec, device="cuda", dtype=dt)
+    return kc, vc
+
+
+def _gathered(kv_layout: str, kc: torch.Tensor, vc: torch.Tensor, bt: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """K and V of every sequence (b, hk, pages * page, d) gathered through the block table ``bt`` (b, pages)."""
+    b, n = bt.shape
+    kg, vg = kc[bt.long()], vc[bt.long()]
+    if kv_layout == "linear":  # (b, n, page, hk, d)
+        return tuple(x.permute(0, 3, 1, 2, 4).reshape(b, x.shape[3], -1, x.shape[4]) for x in (kg, vg))
+    hk, d = kg.shape[2], kg.shape[3] * kg.shape[5]
+    k = kg.permute(0, 2, 1, 4, 3, 5).reshape(b, hk, -1, d)  # (b, n, hk, d/vec, page, vec) -> (b, hk, n, page, d)
+    v = vg.permute(0, 2, 1, 3, 5, 4).reshape(b, hk, -1, d)  # (b, n, hk, page/vec, d, vec) -> (b, hk, n, page, d)
+    return k, v
+
+
+def batch_prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
+    """Batch prefill (ragged queries over a paged cache; equal lengths so SDPA can run batched): TFLOPS of the
+    dispatcher's kernel against SDPA-flash on the K/V gathered from the pages (same problem); target >= 1.0x."""
+    cases = [
+        (dt, d, s, causal, "vllm", "vectorized", 16)
+        for dt in ("bf16", "fp16")
+        for d in (64, 128)
+        for s in (1024, 4096, 8192)
+        for causal in (False, True)
+    ]
+    cases += [
+        ("bf16", 128, 4096, False, lk, ly, pg)
+        for lk, ly, pg in (
+            ("sglang", "vectorized", 16),
+            ("vllm", "linear", 16),
+            ("sglang", "linear", 128),
+            ("vllm", "linear", 1),
+        )
+    ]
+    if quick:
+        cases = [c for c in cases if c[1] == 128 and c[2] == 4096 and c[0] == "bf16"]
+    return [batch_prefill_row(disp, *case) for case in cases]
+
+
+def batch_prefill_row(
+    disp: Dispatcher, dt: str, d: int, s: int, causal: bool, lookup: str, layout: str, page: int, tokens: int = TOKENS
+) -> dict:
+    """One batch-prefill row (see batch_prefill_rows): ``tokens`` query tokens in sequences of ``s``."""
+
+    b, hq = tokens // s, HEAD_SIZE // d
+    hk = max(1, hq // 4)
+    tdt = torch.bfloat16 if dt == "bf16" else torch.float16
+    p = Problem(
+        family="batch_prefill",
+        mode="group",
+        dtype=dt,
+        batch=b,
+        nhead_q=hq,
+        nhead_k=hk,
+        hdim_q=d,
+        seqlens_q=[s] * b,
+        seqlens_k=[s] * b,
+        kv_lookup=lookup,
+        kv_layout=layout,
+        page_block_size=page,
+        mask="b" if causal else "0",
+    )
+    kernel = disp.select(p).stages[0].kernel
+    npp = s // page
+    kc, vc = _pools(layout, b * npp, hk, page, d, tdt)
+    bt = torch.randperm(b * npp, device="cuda", dtype=torch.int32).reshape(b, npp)
+    starts = torch.arange(0, (b + 1) * s, s, device="cuda", dtype=torch.int32)
+    q = torch.randn(1, hq, b * s, d, device="cuda", dtype=tdt)
+    t = {
+        "q": q,
+        "k_cache": kc,
+        "v_cache": vc,
+        "seqstart_q": starts,
+        "seqstart_k": starts,
+        "seqlen_k": torch.full((b,), s, device="cuda", dtype=torch.int32),
+        "o": torch.empty_like(q),
+    }
+    if lookup == "vllm":
+        t["block_table"] = bt
+    else:
+        t["kv_indptr"] = torch.arange(0, (b + 1) * npp, npp, device="cuda", dtype=torch.int32)
+        t["kv_page_indices"] = bt.reshape(-1).contiguous()
+        t["kv_last_page_lens"] = torch.full((b,), page, device="cuda", dtype=torch.int32)
+    ours = attention_launcher(kernel, p, t)
+    kg, vg = (x.repeat_interleave(hq // hk, dim=1) for x in _gathered(layout, kc, vc, bt))
+    qb = q.reshape(hq, b, s, d).transpose(0, 1)
+
+    def sdpa(qb=qb, kg=kg, vg=vg, causal=causal):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(qb, kg, vg, is_causal=causal)
+
+    ours()
+    ref = sdpa()
+    o = t["o"].reshape(hq, b, s, d).transpose(0, 1).float()
+    err = ((o - ref.float()).norm() / ref.float().norm()).item()
+    fl = flops(b, hq, s, d, causal)
+    ms, ms_flash = bench(ours), bench(sdpa)
+    row = dict(
+        dtype=dt,
+        hdim=d,
+        seqlen=s,
+        causal=causal,
+        kv_lookup=lookup,
+        kv_layout=layout,
+        page=page,
+        kernel=kernel.kernel_id,
+        tflops=fl / ms * 1e-9,
+        flash_tflops=fl / ms_flash * 1e-9,
+        rel_err=err,
+    )
+    row["vs_flash"] = row["tflops"] / row["flash_tflops"]
+    print(
+        f"prefill {dt} d{d} s{s} {'causal' if causal else 'full'} {lookup}/{layout}/p{page}: "
+        f"{row['tflops']:6.1f} TFLOPS vs flash {row['flash_tflops']:6.1f} = {row['vs_flash']:.2f}x "
+        f"err {err:.1e}",
+        flush=True,
+    )
+    return row
+
+
+def appendkv_decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
+    """Append-KV decode (one new token per sequence, RoPE half-rotated, paged cache of 128 or contiguous): the
+    dispatcher's whole plan (append -> split-KV -> combine) in GB/s over the bytes that must move (the cache read
+    once, knew/vnew read and stored, Q read, O written) against the measured copy bandwidth; target >= 70%."""
+    cases = [(32, 32, 8, 8192, 128), (64, 32, 8, 16384, 128), (16, 32, 32, 32768, 0), (128, 16, 2, 4096, 128)]
+    if quick:
+        cases = cases[:2]
+    return [appendkv_decode_row(disp, copy_gbps, *case) for case in cases]
+
+
+def appendkv_decode_row(disp: Dispatcher, copy_gbps: float, b: int, hq: int, hk: int, sk: int, page: int) -> dict:
+    """One append-KV decode row (see appendkv_decode_rows)."""
+    from ckfmha.backends.triton.launch_kvcache import appendkv_launcher
+
+    d = 128
+    p = Problem(
+        family="fwd_appendkv",
+        dtype="bf16",
+        batch=b,
+        nhead_q=hq,
+        nhead_k=hk,
+        seqlen_q=1,
+        seqlen_k=sk,
+        seqlen_knew=1,
+        hdim_q=d,
+        page_block_size=page,
+        rotary_dim=d,
+        rope="half_rotated",
+    )
+    plan = disp.select(p)
+    append, attn = plan.stages[0], plan.stages[1:]
+    dev = dict(device="cuda", dtype=torch.bfloat16)
+    t: dict = {
+        "q": torch.randn(b, hq, 1, d, **dev),
+        "knew": torch.randn(b, hk, 1, d, **dev),
+        "vnew": torch.randn(b, hk, 1, d, **dev),
+        "cache_seqlens": torch.full((b,), sk - 1, device="cuda", dtype=torch.int32),
+    }
+    ang = (
+        torch.arange(sk + 1, device="cuda", dtype=torch.float32)[:, None]
+        * torch.logspace(0, -4, d // 2, device="cuda")[None, :]
+    )
+    t["rotary_cos"], t["rotary_sin"] = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    if page:
+        npages = b * (sk // page)
+        t["k_cache"] = torch.randn(npages, hk, page, d, **dev)
+        t["v_cache"] = torch.randn_like(t["k_cache"])
+        t["block_table"] = torch.randperm(npages, device="cuda", dtype=torch.int32).reshape(b, sk // page)
+        cache_bytes = 2 * t["k_cache"].numel() * 2
+    else:
+        t["k"] = torch.randn(b, hk, sk, d, **dev)
+        t["v"] = torch.randn_like(t["k"])
+        cache_bytes = 2 * t["k"].numel() * 2
+    l0, after = appendkv_launcher(append.kernel, p, t)
+    ta = {**t, **after, "o": torch.empty(b, hq, 1, d, **dev)}
+    n = int(attn[0].args.get("num_splits", 1))
+    launches = [l0]
+    if attn[0].role.value == "splitkv":
+        ta["o_acc"] = torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32)
+        ta["lse_acc"] = torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32)
+        launches += [
+            attention_launcher(attn[0].kernel, p, ta, split=True, num_splits=n),
+            combine_launcher(attn[1].kernel, p, ta, n),
+        ]
+    else:
+        launches.append(attention_launcher(attn[0].kernel, p, ta))
+
+    def whole(launches=launches):
+        for f in launches:
+            f()
+
+    ms = bench(whole)
+    nbytes = cache_bytes + 4 * b * hk * d * 2 + 2 * b * hq * d * 2
+    gbps = nbytes / (ms * 1e-3) / 1e9
+    row = dict(
+        batch=b,
+        nhead_q=hq,
+        nhead_k=hk,
+        seqlen_k=sk,
+        page=page,
+        num_splits=n,
+        stages=" -> ".join(st.role.value for st in plan.stages),
+        kernel=append.kernel.kernel_id,
+        ms=ms,
+        gbps=gbps,
+        copy_gbps=copy_gbps,
+        fraction=gbps / copy_gbps,
+    )
+    print(
+        f"append-KV decode b{b} hq{hq} hk{hk} sk{sk} page {page} ({row['stages']}): {gbps:7.0f} GB/s = "
+        f"{row['fraction']:.0%} of copy ({ms:.3f} ms)",
+        flush=True,
+    )
+    return row
+
+
+def render_kvcache(doc: dict) -> str:
+    """Markdown tables of the --kvcache rows with the targets (append-KV decode >= 70% of copy bandwidth, batch
+    prefill >= 1.0x SDPA-flash on the gathered K/V)."""
+    out = [
+        "| batch | hq/hk | seqlen_k | page | stages | GB/s | % of copy | target 70% |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc.get("appendkv_decode", []):
+        out.append(
+            f"| {r['batch']} | {r['nhead_q']}/{r['nhead_k']} | {r['seqlen_k']} | {r['page']} | {r['stages']} | "
+            f"{r['gbps']:.0f} | {r['fraction']:.0%} | {'PASS' if r['fraction'] >= 0.7 else 'FAIL'} |"
+        )
+    out += [
+        "",
+        "| dtype | hdim | seqlen | causal | table/layout/page | ours TFLOPS | SDPA-flash | x flash | rel err | "
+        "target 1.0x |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc.get("batch_prefill", []):
+        out.append(
+            f"| {r['dtype']} | {r['hdim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
+            f"{r['kv_lookup']}/{r['kv_layout']}/{r['page']} | {r['tflops']:.1f} | {r['flash_tflops']:.1f} | "
+            f"{r['vs_flash']:.2f} | {r['rel_err']:.1e} | {'PASS' if r['vs_flash'] >= 1.0 else 'FAIL'} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None, help="write the run's rows here")
+    ap.add_argument(
+        "--kvcache", action="store_true", help="also append-KV decode (GB/s) and batch prefill (TFLOPS vs SDPA) rows"
+    )
+    ap.add_argument(
+        "--only-kvcache",
+        action="store_true",
+        help="only the append-KV decode and batch prefill rows (implies --kvcache)",
+    )
     args = ap.parse_args()
+    args.kvcache = args.kvcache or args.only_kvcache
     t0 = time.time()
     reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
     from ckfmha.backends import get_backend
@@ -218,8 +484,8 @@ def main() -> int:
         f"copy bandwidth {copy:.0f} GB/s",
         flush=True,
     )
-    pre = prefill_rows(disp, args.quick)
-    dec = decode_rows(disp, copy, args.quick)
+    pre = [] if args.only_kvcache else prefill_rows(disp, args.quick)
+    dec = [] if args.only_kvcache else decode_rows(disp, copy, args.quick)
     doc = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -228,7 +494,12 @@ def main() -> int:
         "prefill": pre,
         "decode": dec,
     }
-    text, _ = render(doc)
+    if args.kvcache:
+        doc["appendkv_decode"] = appendkv_decode_rows(disp, copy, args.quick)
+        doc["batch_prefill"] = batch_prefill_rows(disp, args.quick)
+    text = "" if args.only_kvcache else render(doc)[0]
+    if args.kvcache:
+        text += ("\n\n" if text else "") + render_kvcache(doc)
     print("\n" + text + f"\n({time.time() - t0:.0f} s)")
     if args.json:
         with open(args.json, "w") as fh:

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One GPU session's validation run, step by step; everything goes under $OUT (at most 8 files come back).
-#   tests      the GPU unit tests (tests/test_triton_gpu.py)
+#   tests      the GPU unit tests (tests/test_triton_gpu.py, _bwd, _kvcache, _stages_fit)
 #   contain    containment on the GPU: a hung Triton kernel is killed, a GPU fault fails its items alone
 #              (tests/test_containment_gpu.py)
 #   smoke      the forward-family smoke category through the plugin on the Triton backend, -n auto
 #              (the arch is detected: sm90 on H100/H200)
 #   smokeall   the whole smoke category (every family), -n auto, twice: cold, then with a warm Triton cache
 #   gfx942     the same smoke over CK's gfx942 kernel space
+#   gfx942all  the whole smoke category (every family) over CK's gfx942 kernel space, -n auto
+#   bwd        the backward benchmark (benchmarks/bench_bwd.py)
+#   kvcache    append-KV decode and batch prefill rows of the forward benchmark (benchmarks/bench_fwd.py --kvcache)
 #   parity     the torch parity sweep (benchmarks/parity_torch.py)
 #   bench      the forward benchmark (benchmarks/bench_fwd.py)
 #   causal     the causal tile / fused-tail sweep (benchmarks/tune_fwd.py --only causal)
@@ -14,7 +17,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 python3 -m pip install --no-deps --no-build-isolation -e . -q 2>&1 | grep -v WARN | tail -1
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -30,25 +33,32 @@ steps=("$@")
 for step in "${steps[@]}"; do
   start=$(date +%s)
   case $step in
-    tests) timeout 150 python3 -m pytest tests/test_triton_gpu.py -q -n 8 -p no:cacheprovider 2>&1 | tail -15 \
-             | tee "$OUT/gpu_tests.txt" ;;
+    tests) timeout ${TESTS_LIMIT:-330} python3 -m pytest tests/test_triton_gpu.py tests/test_triton_bwd.py tests/test_triton_kvcache.py \
+             tests/test_triton_stages_fit.py -q -n 8 -p no:cacheprovider 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt" ;;
     contain) timeout 240 python3 -m pytest tests/test_containment_gpu.py -v -p no:cacheprovider 2>&1 | tail -15 \
              | tee "$OUT/containment_gpu.txt" ;;
     smokeall) for pass in cold warm; do
                 cmd="python3 -m pytest --ckfmha-category smoke -n auto -p no:cacheprovider --ckfmha-report $OUT/smoke_all_$pass.json -q"
                 t0=$(date +%s%N)
-                { echo "\$ $cmd"; timeout 240 $cmd 2>&1 | tail -22; echo "wall $(( ($(date +%s%N) - t0) / 1000000 )) ms"; } \
+                { echo "\$ $cmd"; timeout ${SMOKE_LIMIT:-240} $cmd 2>&1 | tail -22; echo "wall $(( ($(date +%s%N) - t0) / 1000000 )) ms"; } \
                   | tee "$OUT/smoke_all_$pass.txt"
               done ;;
     smoke) smoke smoke_fwd_sm90 200 ;;
     gfx942) smoke smoke_fwd_gfx942 200 --ckfmha-arch gfx942 ;;
+    gfx942all) cmd="python3 -m pytest --ckfmha-category smoke --ckfmha-arch gfx942 -n auto -p no:cacheprovider --ckfmha-report $OUT/smoke_all_gfx942.json -q"
+               t0=$(date +%s%N)
+               { echo "\$ $cmd"; timeout 300 $cmd 2>&1 | tail -22; echo "wall $(( ($(date +%s%N) - t0) / 1000000 )) ms"; } \
+                 | tee "$OUT/smoke_all_gfx942.txt" ;;
+    bwd) timeout 400 python3 benchmarks/bench_bwd.py --json "$OUT/bench_bwd.json" 2>&1 | tail -45 | tee "$OUT/bench_bwd.txt" ;;
+    kvcache) timeout 300 python3 benchmarks/bench_fwd.py --only-kvcache --json "$OUT/bench_kvcache.json" 2>&1 | tail -40 \
+               | tee "$OUT/bench_kvcache.txt" ;;
     parity) timeout 400 python3 benchmarks/parity_torch.py "$OUT/parity_torch.json" 2>&1 | tail -30 \
               | tee "$OUT/parity_torch.txt" ;;
     bench) timeout 500 python3 benchmarks/bench_fwd.py --json "$OUT/bench_fwd.json" 2>&1 | tail -60 \
              | tee "$OUT/bench_fwd.txt" ;;
     causal) timeout 240 python3 benchmarks/tune_fwd.py --only causal --json "$OUT/tune_causal.json" 2>&1 \
               | tee "$OUT/tune_causal.txt" | tail -40 ;;
-    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|parity|bench|causal)"; exit 2 ;;
+    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|bwd|kvcache)"; exit 2 ;;
   esac
   echo "== step $step: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 done

@@ -9,15 +9,28 @@ Section schema (one per api)::
     masks: [none, causal, generic]      # kernel mask implementations
     biases: [none, elementwise, alibi]
     lse / dropout / logits_soft_cap / sink / skip_min_seqlen_q / paged_kv: [false, true]   # axes (absent = [false])
+    dbias / deterministic: [false, true]       # backward axes (absent = [false])
+    rope: [none, interleaved, half_rotated]    # fwd_appendkv axis (absent = [none])
+    kv_memory_layout: [linear, vectorized]     # batch_prefill axes (absent = [none]): CK's KV pool layouts,
+    kv_lookup_table: [vllm, sglang]            #   page-table formats
+    page_sizes: [1, 16, 128]                   #   and page sizes (absent = [0]), as the gfx942 batch_prefill section
     qscale: {dtype: [pertensor, blockscale]}   # dtypes not listed: [none]
     pads: [[pad_s, pad_sk, pad_d, pad_dv], ...]
     exclude: ["<filter expression>", ...]      # configs matching any rule are not emitted
     tiles: {hdim_q: [[bm0, bn0, warps, stages], ...]}
     tiles_fp32: {...}                   # optional: tiles for fp32 (else `tiles`)
     combine_tile: 32                    # fwd_splitkv only: hdim_v tile of the combine kernels
+    one_d_tile: 64                      # bwd only: bm0 of the 1-D kernels (bwd_dot_do_o, bwd_convert_dq)
 
 Configs carry pipeline ``triton``, ArchTag ``sm90`` (the arch name), warps ``((warps,1,1), (warps,1,1))``
 and ``num_stages``; the warp tiles are empty (Triton picks the MMA shape).
+
+The ``bwd`` section mirrors CK's (ckfmha/enumeration/bwd.py) as far as the dispatcher reads it: ``bwd_dq_dk_dv``
+kernels from the feature product (dropout on = CK's ``wg16`` variant, the one dropout the backward rules accept
+besides wg32 and the store-randval forms; tile (bm0 = query block, bn0 = key block)); for every (dtype, hdim pair,
+mode) one ``bwd_dot_do_o`` kernel of head dim ``hdim_v`` (pads s and dv) and one ``bwd_convert_dq`` kernel of head
+dim ``hdim_q`` per ``deterministic`` value (pads s and d), each with tile ``(one_d_tile,)``, as CK pairs its 1-D
+kernels with the dq_dk_dv traits.
 
 Receipts: receipt 0 (CK's default build) keeps the whole space — it is this arch's default; any other receipt
 applies its per-api rules (data/receipt_rules/<api>.yaml) as a filter, e.g. ``--profile pytorch``.
@@ -39,10 +52,13 @@ from ckfmha.kernel import (
     KernelAlgorithm,
     KernelConfig,
     KernelSignature,
+    KVLookupTable,
+    KVMemoryLayout,
     MaskImpl,
     Mode,
     Pipeline,
     QScale,
+    Rope,
 )
 
 _KEYS = {
@@ -64,7 +80,17 @@ _KEYS = {
     "tiles",
     "tiles_fp32",
     "combine_tile",
+    "dbias",
+    "deterministic",
+    "one_d_tile",
+    "rope",
+    "kv_memory_layout",
+    "kv_lookup_table",
+    "page_sizes",
 }
+_BWD_ONE_D = (Family.BWD_DOT_DO_O, Family.BWD_CONVERT_DQ)
+# CK's backward kernels name their dropout variant; wg16 is the one an sm90 kernel with dropout carries
+_DROPOUT_ON = {Family.BWD_DQ_DK_DV: Dropout.WG16}
 
 
 class NvidiaSpecError(ValueError):
@@ -191,23 +217,24 @@ def enumerate_api(ctx) -> list[KernelConfig]:
     masks = _enum_list(sec, "masks", MaskImpl, ctx)
     biases = _enum_list(sec, "biases", Bias, ctx)
     lses, drops, caps, sinks = (_bools(sec, k, ctx) for k in ("lse", "dropout", "logits_soft_cap", "sink"))
-    pageds = _bools(sec, "paged_kv", ctx)
-    skips = _bools(sec, "skip_min_seqlen_q", ctx)
+    pageds, skips, dbiases, dets = (
+        _bools(sec, k, ctx) for k in ("paged_kv", "skip_min_seqlen_q", "dbias", "deterministic")
+    )
     hdims = _list(sec, "hdims", ctx)
     pads = _list(sec, "pads", ctx)
     qscale = sec.get("qscale", {}) or {}
     tiles, tiles32 = _tiles(sec, "tiles", ctx), _tiles(sec, "tiles_fp32", ctx)
     excludes = _excludes(sec, ctx)
     keep = (lambda c: True) if ctx.receipt == 0 else ctx.keep
-    main = [f for f in families if f is not Family.FWD_SPLITKV_COMBINE]
+    main = [f for f in families if f is not Family.FWD_SPLITKV_COMBINE and f not in _BWD_ONE_D]
     out: list[KernelConfig] = []
     for fam in main:
         for dt, (hq, hv), mode in itertools.product(dtypes, hdims, modes):
             table = tiles32 if dt is DType.FP32 and tiles32 else tiles
             qs = _qscales(qscale, dt)
             algs = _triton_algorithms(table.get(hq, []), pads)
-            for mask, bias, lse, drop, cap, sink, paged, skip, q in itertools.product(
-                masks, biases, lses, drops, caps, sinks, pageds, skips, qs
+            for mask, bias, lse, drop, cap, sink, paged, skip, q, dbias, det, kv in itertools.product(
+                masks, biases, lses, drops, caps, sinks, pageds, skips, qs, dbiases, dets, _kv_axes(sec, ctx)
             ):
                 sig = KernelSignature(
                     fam,
@@ -219,19 +246,69 @@ def enumerate_api(ctx) -> list[KernelConfig]:
                     mask=mask,
                     bias=bias,
                     lse=lse,
-                    dropout=Dropout.ENABLED if drop else Dropout.NONE,
+                    dropout=_DROPOUT_ON.get(fam, Dropout.ENABLED) if drop else Dropout.NONE,
                     logits_soft_cap=cap,
                     sink=sink,
                     paged_kv=paged,
                     skip_min_seqlen_q=skip,
                     qscale=q,
                     fp8_static_quant=q is QScale.PERTENSOR and fam is not Family.FWD,
+                    dbias=dbias,
+                    deterministic=det,
+                    **kv,
                 )
-                for alg in algs:
-                    c = KernelConfig(sig, alg)
-                    if any(x(c) for x in excludes) or not keep(c):
-                        continue
-                    out.append(c)
+                out += [c for c in (KernelConfig(sig, alg) for alg in algs) if _kept(c, excludes, keep)]
     if Family.FWD_SPLITKV_COMBINE in families:
         out += _combine_configs(sec, dtypes, hdims, modes, qscale, arch_tag, keep)
-    return out
+    return out + _bwd_one_d_configs(ctx, families, dtypes, hdims, modes, dets, arch_tag, excludes, keep)
+
+
+def _kv_axes(sec: dict, ctx) -> list[dict[str, Any]]:
+    """The (rope, kv_memory_layout, kv_lookup_table, page_size) combinations of a section as signature keywords
+    (module doc; each axis absent = its one default value)."""
+    ropes = _enum_list(sec, "rope", Rope, ctx, ["none"])
+    layouts = _enum_list(sec, "kv_memory_layout", KVMemoryLayout, ctx, ["none"])
+    lookups = _enum_list(sec, "kv_lookup_table", KVLookupTable, ctx, ["none"])
+    pages = _list(sec, "page_sizes", ctx, [0])
+    for i, n in enumerate(pages):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise NvidiaSpecError(f"{ctx.where(f'page_sizes[{i}]')}: expected a page size (int >= 0), found {n!r}")
+    names = ("rope", "kv_memory_layout", "kv_lookup_table", "page_size")
+    return [dict(zip(names, combo)) for combo in itertools.product(ropes, layouts, lookups, pages)]
+
+
+def _kept(c: KernelConfig, excludes: list[Callable[[KernelConfig], bool]], keep) -> bool:
+    return not any(x(c) for x in excludes) and keep(c)
+
+
+def _bwd_one_d_configs(
+    ctx,
+    families: list,
+    dtypes: list,
+    hdims: list,
+    modes: list,
+    dets: list[bool],
+    arch_tag: ArchTag,
+    excludes: list[Callable[[KernelConfig], bool]],
+    keep,
+) -> list[KernelConfig]:
+    """The backward's 1-D kernels of ``families`` (module doc): ``bwd_dot_do_o`` per (dtype, hdim_v, mode),
+    ``bwd_convert_dq`` per (dtype, hdim_q, mode, deterministic); tile ``(one_d_tile,)``, padded seqlen and head
+    dim; deduplicated; those no ``exclude`` rule matches and the receipt keeps."""
+    one_d = [f for f in families if f in _BWD_ONE_D]
+    bm0 = ctx.section.get("one_d_tile", 64)
+    if one_d and (isinstance(bm0, bool) or not isinstance(bm0, int) or bm0 < 1):
+        raise NvidiaSpecError(
+            f"{ctx.where('one_d_tile')}: expected a positive int (the 1-D kernels' bm0), found {bm0!r}"
+        )
+    out: dict[KernelConfig, None] = {}
+    for fam, dt, (hq, hv), mode in itertools.product(one_d, dtypes, hdims, modes):
+        dot = fam is Family.BWD_DOT_DO_O
+        hd = hv if dot else hq
+        for det in [False] if dot else dets:
+            sig = KernelSignature(fam, dt, mode, hd, hd, arch_tag, deterministic=det)
+            alg = KernelAlgorithm(Pipeline.TRITON, (bm0,), (), (), -1, pad_s=1, pad_d=0 if dot else 1, pad_dv=int(dot))
+            c = KernelConfig(sig, alg)
+            if _kept(c, excludes, keep):
+                out[c] = None
+    return list(out)

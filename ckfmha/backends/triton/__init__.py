@@ -1,6 +1,8 @@
 """The Triton backend: forward-family kernel configs as real GPU kernels (NVIDIA through Triton; AMD too).
 
 Families: fwd (batch and group/varlen), fwd_splitkv + fwd_splitkv_combine, fwd_pagedkv.
+KV cache: fwd_appendkv (then the dispatcher's attention stage), batch_prefill (kernels_kvcache.py, launch_kvcache.py).
+Backward: bwd_dot_do_o -> bwd_dq_dk_dv -> bwd_convert_dq (batch and group mode).
 Importing this package imports neither torch nor triton; :mod:`.backend` does that lazily.
 
 How a KernelConfig decides the kernel
@@ -32,13 +34,37 @@ bias                       elementwise (CK broadcast shapes through zero strides
                            vertical / top-left / bottom-right positions)
 lse, logits_soft_cap, sink  LSE output, ``cap * tanh(s / cap)``, sink logit seeding the running max/sum
 dropout                    ckfmha's Philox4x32-7 mapping (ckfmha/rng.py), bit-exact with the reference
-qscale                     none / pertensor (scalar descales) / blockscale (per 128 rows of Q, K, V)
+qscale                     none / pertensor (scalar descales) / blockscale (per 128 rows of Q, K, V) / kv_blockscale
+                           (batch prefill: scalar Q descale, K/V descales per (page, kv-head) read per key)
 paged_kv                   vLLM 2-D block table gather of K/V pages
+fwd_appendkv tile          bs / bsk = rows per program (at most 64) of the q rotation / the knew+vnew store
+                           (``append_rows_kernel``); contiguous cache (``cache_batch_idx`` row) or paged (vLLM table),
+                           every row / page checked on the host first; the attention stage reads the post-append
+                           ``cache_seqlens`` from the device
+rope                       interleaved / half_rotated on q and knew in float32, ``rotary_dim <= hdim`` (rest copied);
+                           q's table row ``cache + i`` with a mask, ``cache`` without (CK's appendkv kernel)
+batch_prefill              the forward kernel in group mode over the pools, by the config's traits:
+kv_lookup_table            vllm: ``block_table[b]``; sglang: ``kv_page_indices[kv_indptr[b]:]`` and the key count
+                           ``(pages - 1) * page_size + kv_last_page_lens[b]`` derived in the kernel (as CK)
+kv_memory_layout           linear ``(pages, page, hk, d)``; vectorized K ``(pages, hk, d/vec, page, vec)``, V
+                           ``(pages, hk, page/vec, d, vec)`` (the kernel's KV_VEC address mode); page_size any >= 1
+bwd_dot_do_o (tile bm0)    ``D = rowsum(dO * O)`` over BLOCK_M = bm0 rows (kernels_bwd.py; host side launch_bwd.py)
+bwd_dq_dk_dv tile          bm0 = query block, bn0 = key block: one program per key block and q-head (K/V and dK/dV
+                           held, query blocks looped over: FlashAttention-2's dK/dV loop); only the query blocks a
+                           mask window lets see the keys are visited; seqlens padded always (masked loads, as CK's
+                           backward traits); ``num_stages`` pipelines the query loop (else 1)
+bwd mask/bias/dropout      the forward's (y, x) window per row, CK's broadcast bias, ALiBi positions and Philox keep
+                           mask (the forward's ``_philox_randval``); dbias: dS stored per q-head and batch
+bwd GQA                    dK/dV per q-head (CK's raw layout); the group sum is the runner's host step
+deterministic              false: dQ by ``atomic_add`` into fp32 ``dq_acc[0]``; true: no atomics, each key block
+                           stores its own ``dq_acc`` slice, bwd_convert_dq sums the slices in order (bitwise
+                           reproducible); ``dq_acc`` sized from the problem's upper bounds, no host sync
+bwd_convert_dq (tile bm0)  ``dQ = sum_i dq_acc[i]`` cast to the input type, BLOCK_M = bm0 rows
 =========================  ============================================================================================
 
 ``skip_min_seqlen_q`` kernels return before a group-mode sequence with seqlen_q <= min_seqlen_q (its rows keep the
-poison). ``supports(config)`` returns the reason for anything else (col-major V, mx/kv_blockscale,
-non-power-of-two tiles, other families).
+poison). ``supports(config)`` returns the reason for anything else (col-major V, mx qscale, kv_blockscale
+outside batch prefill, non-power-of-two tiles, other families).
 """
 
 from __future__ import annotations

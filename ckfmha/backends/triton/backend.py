@@ -9,12 +9,18 @@ from typing import TYPE_CHECKING, Any
 from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
 from ckfmha.backends.cache import BuildCache, cache_root
 from ckfmha.kernel import DType, Family, KernelConfig, QScale, VLayout
+from ckfmha.problem import BWD_DTYPES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
 FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)
+# the backward stages (kernels_bwd.py / launch_bwd.py); their 1-D kernels (dot_do_o, convert_dq) have tile (bm0,)
+BWD_FAMILIES = (Family.BWD_DOT_DO_O, Family.BWD_DQ_DK_DV, Family.BWD_CONVERT_DQ)
+BWD_ONE_D_FAMILIES = (Family.BWD_DOT_DO_O, Family.BWD_CONVERT_DQ)
+# the KV-cache families (kernels_kvcache.py / launch_kvcache.py; batch prefill runs the forward kernel)
+KVCACHE_FAMILIES = (Family.FWD_APPENDKV, Family.BATCH_PREFILL)
 DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8BF16, DType.FP8FP32)
 RANDVAL_MAX_ELEMENTS = 1 << 26  # store dropout random values for checking up to 64 Mi elements
 BACKEND_VERSION = "1"
@@ -103,13 +109,15 @@ class TritonBackend(Backend):
     # ------------------------------------------------------------------ capability
     def supports(self, config: KernelConfig) -> str | None:
         s, a = config.signature, config.algorithm
-        if s.family not in FAMILIES:
-            return f"family {s.family.value} is not realized (the triton backend covers fwd, split-KV, paged-KV)"
+        if s.family not in FAMILIES + BWD_FAMILIES + KVCACHE_FAMILIES:
+            return f"family {s.family.value} is not realized (the triton backend covers the forward, KV-cache and backward families)"
         if s.dtype not in DTYPES:
             return f"dtype {s.dtype.value} is not realized (fp16, bf16, fp32, fp8bf16, fp8fp32)"
         if s.vlayout is not VLayout.ROW:
             return "column-major V is not realized"
-        if s.qscale not in (QScale.NONE, QScale.PERTENSOR, QScale.BLOCKSCALE):
+        if s.qscale is QScale.KV_BLOCKSCALE and s.family is not Family.BATCH_PREFILL:
+            return "qscale kv_blockscale (per-page K/V descales) is realized for batch prefill only"
+        if s.qscale not in (QScale.NONE, QScale.PERTENSOR, QScale.BLOCKSCALE, QScale.KV_BLOCKSCALE):
             return f"qscale {s.qscale.value} is not realized"
         if s.fp8_static_quant and s.dtype not in (DType.FP8BF16, DType.FP8FP32):
             return "fp8 static quant needs an fp8 dtype"
@@ -117,6 +125,11 @@ class TritonBackend(Backend):
             return "head dims above 256 are not realized"
         if s.family is Family.FWD_SPLITKV_COMBINE:
             return None
+        if s.family in BWD_FAMILIES and s.dtype not in BWD_DTYPES:
+            return f"dtype {s.dtype.value} is not realized by the backward ({', '.join(d.value for d in BWD_DTYPES)})"
+        if s.family in BWD_ONE_D_FAMILIES:
+            bm0 = a.tile[0] if a.tile else 0
+            return None if _pow2(bm0) and bm0 >= 16 else f"tile {a.tile}: bm0 must be a power of two >= 16"
         if len(a.tile) < 2:
             return f"tile {a.tile} has no bm0/bn0"
         bm0, bn0 = a.tile[0], a.tile[1]

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ckfmha.backends.base import StageResult
+from ckfmha.backends.triton.backend import BWD_FAMILIES
 from ckfmha.backends.triton.launch import (
     PreconditionError,
     attention_launcher,
@@ -18,6 +19,7 @@ from ckfmha.backends.triton.launch import (
     to_numpy,
     to_torch,
 )
+from ckfmha.backends.triton.launch_kvcache import run_appendkv_stage
 from ckfmha.inputs import lse_shape, o_shape
 from ckfmha.kernel import Family, KernelConfig, Mode
 
@@ -43,6 +45,9 @@ _INPUT_KEYS = (
     "k_descale",
     "v_descale",
     "cache_batch_idx",
+    "kv_indptr",
+    "kv_page_indices",
+    "kv_last_page_lens",
 )
 RANDVAL_MAX_ELEMENTS = 1 << 26
 
@@ -104,8 +109,14 @@ def _timed(launch, timing: bool) -> float | None:
 def run_stage(
     c: KernelConfig, stage: "Stage", p: "Problem", tensors: dict[str, Any], *, timing: bool = False
 ) -> StageResult:
-    t = device_tensors(tensors)
     fam = c.signature.family
+    if fam in BWD_FAMILIES:
+        from ckfmha.backends.triton.launch_bwd import run_bwd_stage
+
+        return run_bwd_stage(c, stage, p, tensors, timing=timing)
+    if fam is Family.FWD_APPENDKV:
+        return run_appendkv_stage(c, stage, p, tensors, timing=timing)
+    t = device_tensors(tensors)
     outputs: dict[str, Any] = {}
     if fam is Family.FWD_SPLITKV_COMBINE:
         n = int(stage.args["num_splits"])

@@ -131,6 +131,9 @@ def _attn_block(
     USE_TMA: tl.constexpr = False,
     MASK_TAIL: tl.constexpr = False,
     mask_from=0,
+    KV_VEC: tl.constexpr = 0,
+    kd_page_stride=0,
+    vd_page_stride=0,
 ):
     """Key blocks [n_lo, n_hi) into the running softmax state. MASKED: every block is masked (rows' windows and
     the key bound); MASK_TAIL: one pipelined loop whose blocks from ``mask_from`` on are masked (a uniform branch),
@@ -146,8 +149,12 @@ def _attn_block(
         offs_n = n0 + offs_n0
         if IS_PAGED:
             page = tl.load(BLOCK_TABLE + bt_row + offs_n // page_size, mask=offs_n < sk, other=0).to(tl.int64)
-            k_rows = page * stride_kpage + (offs_n % page_size).to(tl.int64) * stride_kn
-            v_rows = page * stride_vpage + (offs_n % page_size).to(tl.int64) * stride_vn
+            local = (offs_n % page_size).to(tl.int64)
+            k_rows = page * stride_kpage + local * stride_kn
+            if KV_VEC > 0:  # vectorized V pool (pages, hk, page / vec, d, vec): key -> (key // vec, key % vec)
+                v_rows = page * stride_vpage + (local // KV_VEC) * stride_vn + local % KV_VEC
+            else:
+                v_rows = page * stride_vpage + local * stride_vn
         else:
             k_rows = offs_n.to(tl.int64) * stride_kn
             v_rows = offs_n.to(tl.int64) * stride_vn
@@ -170,6 +177,9 @@ def _attn_block(
         if QSCALE == 2:
             kd = tl.load(KDESC + kdesc_base + offs_n // 128, mask=offs_n < sk, other=0.0)
             qk = qk * qrow_scale[:, None] * kd[None, :]
+        elif QSCALE == 3:  # kv_blockscale (batch prefill): the K descale of each key's (page, kv-head)
+            kd = tl.load(KDESC + kdesc_base + page * kd_page_stride, mask=offs_n < sk, other=0.0)
+            qk = qk * kd[None, :]
         if HAS_SOFTCAP:
             sn = qk * qk_scale
             t = 2.0 / (tl.exp2(sn * (2.0 * LOG2E_C / softcap)) + 1.0)
@@ -217,6 +227,9 @@ def _attn_block(
             p = tl.where(rv <= p_undrop, p * rp_keep, 0.0)
         if QSCALE == 2:
             vd = tl.load(VDESC + vdesc_base + offs_n // 128, mask=offs_n < sk, other=0.0)
+            p = p * vd[None, :]
+        elif QSCALE == 3:
+            vd = tl.load(VDESC + vdesc_base + page * vd_page_stride, mask=offs_n < sk, other=0.0)
             p = p * vd[None, :]
         acc = tl.dot(p.to(ELEM), v, acc, input_precision=DOT_PREC)
         m_i = m_new
@@ -301,6 +314,10 @@ def attn_fwd_kernel(
     off_hi,
     p_undrop,
     rp_keep,
+    KV_INDPTR,
+    KV_LAST,
+    stride_kvec,
+    stride_vd,
     HDIM_Q: tl.constexpr,
     HDIM_V: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -333,6 +350,8 @@ def attn_fwd_kernel(
     HAS_CBI: tl.constexpr,
     SKIP_MIN_SEQLEN_Q: tl.constexpr,
     FUSE_TAIL: tl.constexpr,
+    KV_TABLE: tl.constexpr = 0,
+    KV_VEC: tl.constexpr = 0,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -362,7 +381,10 @@ def attn_fwd_kernel(
         q_start = tl.load(SEQSTART_Q + b)
         sq = tl.load(SEQSTART_Q + b + 1) - q_start
         k_start = tl.load(SEQSTART_K + b)
-        if HAS_SEQLENS_K:
+        if KV_TABLE == 1:  # SGLang: CK's (num_page_blocks - 1) * page_block_size + kv_last_page_lens[b], or 0
+            npg = tl.load(KV_INDPTR + b + 1) - tl.load(KV_INDPTR + b)
+            sk = tl.where(npg > 0, (npg - 1) * page_size + tl.load(KV_LAST + b), 0)
+        elif HAS_SEQLENS_K:
             sk = tl.load(SEQLENS_K + b)
         else:
             sk = tl.load(SEQSTART_K + b + 1) - k_start
@@ -397,6 +419,11 @@ def attn_fwd_kernel(
         return
     offs_dq = tl.arange(0, BLOCK_DQ)
     offs_dv = tl.arange(0, BLOCK_DV)
+    k_doff = offs_dq
+    v_doff = offs_dv
+    if KV_VEC > 0:  # vectorized pools: K (pages, hk, d / vec, page, vec), V (pages, hk, page / vec, d, vec)
+        k_doff = (offs_dq // KV_VEC) * stride_kvec + offs_dq % KV_VEC
+        v_doff = offs_dv * stride_vd
     q_dmask = offs_dq < HDIM_Q
     v_dmask = offs_dv < HDIM_V
     mrow = offs_m < nrows
@@ -452,6 +479,8 @@ def attn_fwd_kernel(
     qk_s = qk_scale
     if QSCALE == 1:
         qk_s = qk_scale * q_descale * k_descale
+    if QSCALE == 3:  # kv_blockscale: a scalar q descale, K/V descales per key (_attn_block)
+        qk_s = qk_scale * q_descale
     qrow_scale = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
     if QSCALE == 2:
         qrow_scale = tl.load(
@@ -475,7 +504,10 @@ def attn_fwd_kernel(
     if IS_PAGED:
         k_row_base = hk.to(tl.int64) * stride_kh
         v_row_base = hk.to(tl.int64) * stride_vh
-        bt_row = b.to(tl.int64) * stride_btb
+        if KV_TABLE == 1:  # SGLang: this sequence's pages start at kv_page_indices[kv_indptr[b]]
+            bt_row = tl.load(KV_INDPTR + b).to(tl.int64)
+        else:
+            bt_row = b.to(tl.int64) * stride_btb
     else:
         bk = bq
         if HAS_CBI:  # KV-cache rows of this batch entry come from cache row cache_batch_idx[b]
@@ -490,6 +522,9 @@ def attn_fwd_kernel(
     rv_base = bq.to(tl.int64) * stride_rb + h.to(tl.int64) * stride_rh + q_start.to(tl.int64) * stride_rm
     kdesc_base = b.to(tl.int64) * stride_kdb + hk * stride_kdh
     vdesc_base = b.to(tl.int64) * stride_vdb + hk * stride_vdh
+    if QSCALE == 3:  # kv_blockscale: descales (pages, hk); the page term (stride_kdb / stride_vdb) is per key
+        kdesc_base = hk.to(tl.int64) * stride_kdh
+        vdesc_base = hk.to(tl.int64) * stride_vdh
     bh = b * nhead_q + h
     tma_row0 = (bq * (nhead_q // group) + hk) * seqlen_k  # batch-mode bhsd: rows of K/V viewed as [B*Hk*S, D]
 
@@ -530,8 +565,8 @@ def attn_fwd_kernel(
         v_row_base,
         stride_kn,
         stride_vn,
-        offs_dq,
-        offs_dv,
+        k_doff,
+        v_doff,
         q_dmask,
         v_dmask,
         BLOCK_TABLE,
@@ -582,6 +617,9 @@ def attn_fwd_kernel(
         1,
         False,
         USE_TMA and TMA_EDGES,
+        KV_VEC=KV_VEC,
+        kd_page_stride=stride_kdb,
+        vd_page_stride=stride_vdb,
     )
     # with FUSE_TAIL the unmasked blocks and the trailing masked ones run in one pipelined loop
     mid_hi = full_hi
@@ -604,8 +642,8 @@ def attn_fwd_kernel(
         v_row_base,
         stride_kn,
         stride_vn,
-        offs_dq,
-        offs_dv,
+        k_doff,
+        v_doff,
         q_dmask,
         v_dmask,
         BLOCK_TABLE,
@@ -658,6 +696,9 @@ def attn_fwd_kernel(
         USE_TMA,
         FUSE_TAIL,
         full_hi,
+        KV_VEC=KV_VEC,
+        kd_page_stride=stride_kdb,
+        vd_page_stride=stride_vdb,
     )
     if not FUSE_TAIL:
         acc, m_i, l_i = _attn_block(
@@ -677,8 +718,8 @@ def attn_fwd_kernel(
             v_row_base,
             stride_kn,
             stride_vn,
-            offs_dq,
-            offs_dv,
+            k_doff,
+            v_doff,
             q_dmask,
             v_dmask,
             BLOCK_TABLE,
@@ -729,6 +770,9 @@ def attn_fwd_kernel(
             1,
             False,
             USE_TMA and TMA_EDGES,
+            KV_VEC=KV_VEC,
+            kd_page_stride=stride_kdb,
+            vd_page_stride=stride_vdb,
         )
 
     # ---- epilogue

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ckfmha.backends.triton import kernels
 from ckfmha.backends.triton.backend import interpreting
-from ckfmha.kernel import Bias, DType, KernelConfig, MaskImpl, Mode, Pipeline, QScale
+from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
@@ -238,6 +238,12 @@ def attention_launcher(
     else:
         skb, skh, skn = seq_strides(k, p.input_layout)
         svb, svh, svn = seq_strides(v, p.input_layout)
+    kv_pool = None
+    if p.family is Family.BATCH_PREFILL:  # CK's batch-prefill pools and page tables (launch_kvcache.py)
+        from ckfmha.backends.triton.launch_kvcache import prefill_pools
+
+        kv_pool = prefill_pools(c, p, t)
+        (skb, skh, skn), (svb, svh, svn) = kv_pool.k_strides, kv_pool.v_strides
     if split:
         o = t["o_acc"]
         lse = t["lse_acc"]
@@ -270,17 +276,21 @@ def attention_launcher(
     srb = srh = srm = srn = 0
     if randval is not None:
         srb, srh, srm, srn = randval.stride()
-    bt = t.get("block_table")
+    bt = t.get("block_table") if kv_pool is None else kv_pool.table
     sbtb = bt.stride(0) if bt is not None else 0
     seqlens_k = t.get("cache_seqlens") if not group else t.get("seqlen_k")
     qd, kd, vd = (t.get(n) for n in _DESCALE_KEYS)
-    qscale = {QScale.NONE: 0, QScale.PERTENSOR: 1, QScale.BLOCKSCALE: 2}[p.qscale]
+    qscale = {QScale.NONE: 0, QScale.PERTENSOR: 1, QScale.BLOCKSCALE: 2, QScale.KV_BLOCKSCALE: 3}[p.qscale]
     qdv = kdv = vdv = 1.0
     sqdb = sqdh = skdb = skdh = svdb = svdh = 0
     if qscale:
         qd, kd, vd = (_required(t, n, f"a kernel with qscale {p.qscale.value}") for n in _DESCALE_KEYS)
         if qscale == 1:
             qdv, kdv, vdv = (float(x.reshape(-1)[0].item()) for x in (qd, kd, vd))
+        elif qscale == 3:  # kv_blockscale (batch prefill): scalar q descale; K/V descales (pages, hk)
+            qdv = float(qd.reshape(-1)[0].item())
+            skdb, skdh = kd.stride(0), kd.stride(1)
+            svdb, svdh = vd.stride(0), vd.stride(1)
         else:
             sqdb, sqdh = qd.stride(0), qd.stride(1)
             skdb, skdh = kd.stride(0), kd.stride(1)
@@ -312,8 +322,8 @@ def attention_launcher(
         t.get("seqstart_k", dummy),
         seqlens_k if seqlens_k is not None else dummy,
         qd if qscale == 2 else dummy,
-        kd if qscale == 2 else dummy,
-        vd if qscale == 2 else dummy,
+        kd if qscale >= 2 else dummy,
+        vd if qscale >= 2 else dummy,
         sqb if not group else 0,
         sqh,
         sqm,
@@ -371,6 +381,7 @@ def attention_launcher(
         off >> 32,
         p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
         1.0 / p_keep,
+        *(kv_pool.args if kv_pool is not None else (dummy, dummy, 0, 1)),
     )
     meta = dict(
         HDIM_Q=p.hdim_q,
@@ -426,6 +437,8 @@ def attention_launcher(
     cbi = t.get("cache_batch_idx")
     args = args[:16] + (k_tma, v_tma, cbi if cbi is not None else dummy) + args[16:]
     meta["HAS_CBI"] = cbi is not None
+    meta["KV_TABLE"] = kv_pool.kv_table if kv_pool is not None else 0
+    meta["KV_VEC"] = kv_pool.kv_vec if kv_pool is not None else 0
     meta["SKIP_MIN_SEQLEN_Q"] = bool(s.skip_min_seqlen_q and group)
     meta["USE_TMA"] = use_tma
     meta["TMA_EDGES"] = tma_edges

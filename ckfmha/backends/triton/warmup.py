@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ckfmha.kernel import Bias, Family, KernelConfig, MaskImpl, Mode
+from ckfmha.kernel import Bias, Family, KernelConfig, MaskImpl, Mode, Rope
 
 
 def synthetic_problem(c: KernelConfig):
@@ -14,7 +14,11 @@ def synthetic_problem(c: KernelConfig):
     from ckfmha.problem import Problem
 
     s, a = c.signature, c.algorithm
-    fam = {Family.FWD_SPLITKV_COMBINE: Family.FWD_SPLITKV}.get(s.family, s.family)
+    fam = {
+        Family.FWD_SPLITKV_COMBINE: Family.FWD_SPLITKV,
+        Family.BWD_DOT_DO_O: Family.BWD_DQ_DK_DV,  # the backward's stages compile on a backward problem
+        Family.BWD_CONVERT_DQ: Family.BWD_DQ_DK_DV,
+    }.get(s.family, s.family)
     bm0 = a.tile[0] if len(a.tile) >= 2 else 64
     bn0 = a.tile[1] if len(a.tile) >= 2 else 64
     kw: dict[str, Any] = dict(
@@ -32,7 +36,7 @@ def synthetic_problem(c: KernelConfig):
         kw["mask"] = "t" if s.mask in (MaskImpl.ANY, MaskImpl.CAUSAL) else "t:4,4"
     if s.bias is not Bias.NONE:
         kw["bias"] = s.bias
-    kw["lse"] = s.lse and fam in (Family.FWD, Family.FWD_PAGEDKV)
+    kw["lse"] = s.lse and fam in (Family.FWD, Family.FWD_PAGEDKV, Family.BATCH_PREFILL)
     kw["sink"] = s.sink
     if s.skip_min_seqlen_q:
         kw["min_seqlen_q"] = 1  # a skip kernel serves only problems that skip (ckfmha.rules)
@@ -47,6 +51,15 @@ def synthetic_problem(c: KernelConfig):
     if s.paged_kv or fam is Family.FWD_PAGEDKV:
         kw["page_block_size"] = 128
         kw["seqlen_k"] = 128
+    if fam is Family.BWD_DQ_DK_DV:
+        kw["dbias"] = s.dbias
+        kw["deterministic"] = s.deterministic
+    if fam is Family.FWD_APPENDKV:  # bsk appended rows (RoPE over the whole head dim) after the cached keys
+        kw["seqlen_knew"] = bn0
+        if s.rope is not Rope.NONE:
+            kw["rope"], kw["rotary_dim"] = s.rope, s.hdim_q
+    if fam is Family.BATCH_PREFILL:  # the config's table, pool layout and page size
+        kw["kv_lookup"], kw["kv_layout"], kw["page_block_size"] = s.kv_lookup_table, s.kv_memory_layout, s.page_size
     if s.mode is Mode.GROUP:
         kw["seqlens_q"] = (bm0,)
         kw["seqlens_k"] = (kw["seqlen_k"],)
@@ -59,16 +72,15 @@ def compile_config(c: KernelConfig) -> dict[str, Any]:
     """Launch the config once on a synthetic problem (compiles through Triton's JIT and cache)."""
     from ckfmha.backends.triton.execute import run_stage
     from ckfmha.inputs import make_inputs
-    from ckfmha.plan import Stage, StageRole
+    from ckfmha.plan import FAMILY_ROLE, Stage, StageRole
 
     p = synthetic_problem(c)
     tensors: dict[str, Any] = dict(make_inputs(p, seed=0))
-    role = {
-        Family.FWD: StageRole.FWD,
-        Family.FWD_SPLITKV: StageRole.SPLITKV,
-        Family.FWD_SPLITKV_COMBINE: StageRole.COMBINE,
-        Family.FWD_PAGEDKV: StageRole.PAGEDKV,
-    }[c.signature.family]
+    role = FAMILY_ROLE[c.signature.family]
+    if role in (StageRole.DOT_DO_O, StageRole.DQ_DK_DV, StageRole.CONVERT_DQ):
+        from ckfmha.backends.triton.launch_bwd import warmup_inputs
+
+        warmup_inputs(c, p, tensors)  # what the earlier backward stages would have written
     t0 = time.perf_counter()
     if role is StageRole.COMBINE:
         # the combine reads the split stage's partials: fabricate them directly

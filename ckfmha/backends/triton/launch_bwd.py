@@ -1,0 +1,354 @@
+"""Host side of the Triton backward family: device buffers, kernel arguments and launches of ``bwd_dot_do_o``,
+``bwd_dq_dk_dv`` and ``bwd_convert_dq`` (kernels in :mod:`ckfmha.backends.triton.kernels_bwd`).
+
+=====================  ========================================================================================
+stage                  reads -> writes (the cpu stages' names and layouts: ckfmha/backends/cpu/stages.py)
+=====================  ========================================================================================
+dot_do_o               ``o``, ``do`` -> ``d`` (fp32, LSE shape); block = tile bm0
+dq_dk_dv               ``q``, ``k``, ``v``, ``do``, ``lse``, ``d`` (+ ``bias`` / ``alibi_slopes``) -> ``dq_acc``,
+                       ``dk_raw``, ``dv_raw`` (+ ``dbias_raw``; + ``dq`` for fp32 non-deterministic, where no
+                       convert_dq follows); blocks = tile bm0 (queries) x bn0 (keys), warps = the first GEMM's
+                       warps, ``num_stages`` (else 1) pipelines the query loop, fewer where shared memory is short
+convert_dq             ``dq_acc`` -> ``dq`` (input layout and dtype); block = tile bm0
+=====================  ========================================================================================
+
+Workspace without host syncs (upstream CK PR #7331): ``dq_acc`` is allocated on the device from the upper bounds
+:func:`ckfmha.workspace.bwd_workspace_upper_bound` uses (batch, nhead_q, max_seqlen_q, max_seqlen_k, hdim_q; in group
+mode ``batch * max_seqlen_q`` packed rows) and cleared by the launch, as CK's launcher clears it; the grids come
+from the same bounds and the kernels read seqstart_q / seqstart_k / seqlen_k on the device.  Nothing in
+:func:`launch_stage` reads a device tensor back to the host (no ``.item()``, ``.tolist()``, ``.cpu()``); only
+:func:`run_bwd_stage` copies the outputs to NumPy after the launch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import triton
+
+from ckfmha.backends.base import StageResult
+from ckfmha.backends.cpu.stages import needs_convert  # the dispatcher's rule: is a convert_dq stage next
+from ckfmha.backends.triton import kernels_bwd
+from ckfmha.backends.triton.backend import BWD_FAMILIES
+from ckfmha.backends.triton.launch import (
+    _ELEM,
+    SMEM_BYTES,
+    PreconditionError,
+    _dummy,
+    _mask_args,
+    _required,
+    check_preconditions,
+    launch_fitting_stages,
+    next_pow2,
+    out_torch_dtype,
+    seq_strides,
+    to_numpy,
+    to_torch,
+)
+from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, q_shape
+from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode
+from ckfmha.plan import FAMILY_ROLE
+from ckfmha.problem import Layout, Problem
+from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
+from ckfmha.workspace import dq_acc_shape, dq_acc_splits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.plan import Stage
+
+#: inputs of the backward stages that are not forward inputs: copied to the device once per tensors dict
+_BWD_INPUT_KEYS = ("do", "o", "lse")
+
+
+def _warps(c: KernelConfig) -> int:
+    return math.prod(c.algorithm.warps[0]) if c.algorithm.warps else 4
+
+
+def bwd_stages(c: KernelConfig, p: Problem) -> int:
+    """Pipelining depth of the query loop: the config's ``num_stages`` (CK configs: 1), fewer where the Q/dO tiles
+    of the stages and the K/V tiles exceed Hopper's 227 KiB of shared memory."""
+    bm0, bn0 = c.algorithm.tile[0], c.algorithm.tile[1]
+    bdq, bdv = next_pow2(max(p.hdim_q, 16)), next_pow2(max(p.hdim_v, 16))
+    eb = 4 if c.dtype is DType.FP32 else 2
+    stages = max(1, c.algorithm.num_stages or 1)
+    while stages > 1 and (stages * bm0 * (bdq + bdv) + bn0 * (bdq + bdv)) * eb > SMEM_BYTES:
+        stages -= 1
+    return stages
+
+
+def workspace_rows(p: Problem) -> tuple[int, int]:
+    """(batch axis, query rows) of ``dq_acc`` from the problem's upper bounds: (batch, seqlen_q), group mode
+    (1, batch * max seqlen_q) -- the rows :func:`ckfmha.workspace.bwd_workspace_upper_bound` counts."""
+    return (1, p.batch * p.seqlen_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+
+
+def _check_problem(p: Problem) -> None:
+    """Problems the kernels cannot address: group mode with padded query rows (``s_qpad`` beyond the logical
+    lengths; the kernels take a sequence's query length from seqstart_q)."""
+    if p.mode is Mode.GROUP and tuple(p.qpad_list) != tuple(p.seqlens_q_list):
+        raise PreconditionError(
+            f"s_qpad: {list(p.qpad_list)} differs from seqlens_q {list(p.seqlens_q_list)}; the triton backward "
+            "takes query lengths from seqstart_q (rule: no query padding in group mode)"
+        )
+
+
+# ------------------------------------------------------------------------------------------ launchers
+def dot_do_o_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """Writes ``t['d']`` (allocated here) from ``t['o']`` and ``t['do']``."""
+    o, do = _required(t, "o", "stage dot_do_o"), _required(t, "do", "stage dot_do_o")
+    d = t["d"] = torch.empty(lse_shape(p), dtype=torch.float32, device=o.device)
+    nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+    block_m = c.algorithm.tile[0]
+    grid = (triton.cdiv(rows, block_m), nb * p.nhead_q)
+    args = (o, do, d, *seq_strides(o, p.output_layout), *seq_strides(do, p.output_layout), *d.stride(), rows, p.nhead_q)
+    meta = dict(HDIM_V=p.hdim_v, BLOCK_M=block_m, BLOCK_DV=next_pow2(max(p.hdim_v, 16)))
+
+    def launch() -> None:
+        kernels_bwd.bwd_dot_do_o_kernel[grid](*args, **meta, num_warps=4)
+
+    return launch
+
+
+def convert_dq_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """Writes ``t['dq']`` (input layout and dtype, allocated here) from ``t['dq_acc']``."""
+    acc = _required(t, "dq_acc", "stage convert_dq")
+    dq = t["dq"] = torch.empty(q_shape(p), dtype=out_torch_dtype(p.dtype), device=acc.device)
+    nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+    block_m = c.algorithm.tile[0]
+    grid = (triton.cdiv(rows, block_m), nb * p.nhead_q)
+    args = (acc, dq, *acc.stride()[:4], *seq_strides(dq, p.input_layout), rows, p.nhead_q, acc.shape[0])
+    meta = dict(HDIM_Q=p.hdim_q, BLOCK_M=block_m, BLOCK_DQ=next_pow2(max(p.hdim_q, 16)))
+
+    def launch() -> None:
+        kernels_bwd.bwd_convert_dq_kernel[grid](*args, **meta, num_warps=4)
+
+    return launch
+
+
+def _bias_args(c: KernelConfig, t: dict[str, torch.Tensor], dummy: torch.Tensor) -> tuple[Any, ...]:
+    """(bias, alibi, bias strides b/h/m/n, alibi batch stride): CK's broadcast bias dims through zero strides."""
+    s = c.signature
+    if s.bias is Bias.ELEMENTWISE:
+        bias = _required(t, "bias", "a kernel with elementwise bias")
+        sb = bias.stride(0) if bias.shape[0] > 1 else 0
+        sh = bias.stride(1) if bias.shape[1] > 1 else 0
+        return bias, dummy, sb, sh, bias.stride(2), bias.stride(3), 0
+    if s.bias is Bias.ALIBI:
+        alibi = _required(t, "alibi_slopes", "a kernel with alibi bias")
+        return dummy, alibi, 0, 0, 0, 0, alibi.stride(0) if alibi.shape[0] > 1 else 0
+    return dummy, dummy, 0, 0, 0, 0, 0
+
+
+def _alloc_dq_dk_dv(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> None:
+    """The dq_dk_dv outputs on the device: ``dq_acc`` (upper-bound shape), ``dk_raw`` / ``dv_raw`` cleared (padded
+    key rows stay 0), ``dbias_raw`` cleared (CK's host: dbias_buf.SetZero()), fp32 non-deterministic ``dq``."""
+    dev = t["q"].device
+    sdt = out_torch_dtype(p.dtype)
+    nb, rows = workspace_rows(p)
+    nsplits = dq_acc_splits(p.seqlen_k, c.algorithm.tile[1], p.deterministic)
+    t["dq_acc"] = torch.zeros((nsplits, nb, p.nhead_q, rows, p.hdim_q), dtype=torch.float32, device=dev)
+    t["dk_raw"] = torch.zeros(dk_raw_shape(p), dtype=sdt, device=dev)
+    t["dv_raw"] = torch.zeros(dv_raw_shape(p), dtype=sdt, device=dev)
+    if c.dbias:
+        t["dbias_raw"] = torch.zeros(dbias_raw_shape(p), dtype=_required(t, "bias", "dbias").dtype, device=dev)
+    else:
+        t.pop("dbias_raw", None)
+    if not needs_convert(p):
+        t["dq"] = torch.empty(q_shape(p), dtype=sdt, device=dev)
+
+
+def dq_dk_dv_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """Allocates the outputs (:func:`_alloc_dq_dk_dv`); the callable clears ``dq_acc`` and runs the kernel (and,
+    for fp32 non-deterministic, copies ``dq_acc[0]`` into ``dq``).
+
+    Long because it maps one config and problem to the one argument list of
+    :func:`kernels_bwd.bwd_dq_dk_dv_kernel` (fifteen tensors, some fifty strides and scalars, sixteen constexpr
+    meta-parameters) in the kernel's positional order, so it can be read against the kernel's signature."""
+    s = c.signature
+    _check_problem(p)
+    q, k, v = t["q"], t["k"], t["v"]
+    do = _required(t, "do", "stage dq_dk_dv")
+    lse, d = _required(t, "lse", "stage dq_dk_dv"), _required(t, "d", "stage dq_dk_dv")
+    _alloc_dq_dk_dv(c, p, t)
+    acc, dk, dv = t["dq_acc"], t["dk_raw"], t["dv_raw"]
+    dummy = _dummy(q.device)
+    dbias = t.get("dbias_raw", dummy)
+    sdb = seq_strides(dbias, p.input_layout) if "dbias_raw" in t else (0, 0, 0)
+    bias, alibi, sbb, sbh, sbm, sbn, salb = _bias_args(c, t, dummy)
+    group = p.mode is Mode.GROUP
+    if group:
+        seqstart_q, seqstart_k = _required(t, "seqstart_q", "group mode"), _required(t, "seqstart_k", "group mode")
+        seqlens_k = _required(t, "seqlen_k", "group mode")
+    else:
+        seqstart_q = seqstart_k = seqlens_k = dummy
+    mask_kind, ml, mr, _, _, alibi_mode = _mask_args(p)
+    seed = p.drop_seed & ((1 << 64) - 1)
+    off = p.drop_offset & ((1 << 64) - 1)
+    block_m, block_n = c.algorithm.tile[0], c.algorithm.tile[1]
+    grid = (triton.cdiv(p.seqlen_k, block_n), p.batch * p.nhead_q)
+    lb, lh, lm = lse.stride()
+    args = (
+        q,
+        k,
+        v,
+        do,
+        lse,
+        d,
+        acc,
+        dk,
+        dv,
+        bias,
+        dbias,
+        alibi,
+        seqstart_q,
+        seqstart_k,
+        seqlens_k,
+        *seq_strides(q, p.input_layout),
+        *seq_strides(k, p.input_layout),
+        *seq_strides(v, p.input_layout),
+        *seq_strides(do, p.output_layout),
+        lb,
+        lh,
+        lm,
+        *acc.stride()[:4],
+        *seq_strides(dk, p.input_layout),
+        *seq_strides(dv, p.input_layout),
+        sbb,
+        sbh,
+        sbm,
+        sbn,
+        *sdb,
+        salb,
+        p.seqlen_q,
+        p.seqlen_k,
+        p.nhead_q,
+        p.nhead_q // p.nhead_k,
+        p.softmax_scale,
+        mask_kind,
+        ml,
+        mr,
+        alibi_mode,
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        off & 0xFFFFFFFF,
+        off >> 32,
+        p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
+        1.0 / (1.0 - p.p_drop),
+    )
+    meta = dict(
+        HDIM_Q=p.hdim_q,
+        HDIM_V=p.hdim_v,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_DQ=next_pow2(max(p.hdim_q, 16)),
+        BLOCK_DV=next_pow2(max(p.hdim_v, 16)),
+        HAS_MASK=s.mask is not MaskImpl.NONE,
+        BIAS_KIND={Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}[s.bias],
+        HAS_DBIAS=bool(c.dbias),
+        HAS_DROPOUT=p.p_drop > 0,
+        IS_GROUP=group,
+        DETERMINISTIC=bool(c.deterministic),
+        ELEM=_ELEM[s.dtype],
+        DOT_PREC="ieee" if s.dtype is DType.FP32 else "tf32",
+        DROPOUT_ROUNDS=DROPOUT_ROUNDS,
+        NUM_STAGES=bwd_stages(c, p),
+    )
+    kern, warps = kernels_bwd.bwd_dq_dk_dv_kernel, _warps(c)
+    dq = t.get("dq") if not needs_convert(p) else None
+    nrows = p.total_q if group else p.seqlen_q
+
+    def launch() -> None:
+        acc.zero_()
+        launch_fitting_stages(kern, grid, args, meta, warps)
+        if dq is not None:  # fp32, non-deterministic: the accumulator is dQ
+            src = acc[0, :, :, :nrows]
+            dq.copy_(src if p.input_layout is Layout.BHSD else src.transpose(1, 2))
+
+    return launch
+
+
+_LAUNCHERS = {
+    Family.BWD_DOT_DO_O: dot_do_o_launcher,
+    Family.BWD_DQ_DK_DV: dq_dk_dv_launcher,
+    Family.BWD_CONVERT_DQ: convert_dq_launcher,
+}
+_WRITES = {
+    Family.BWD_DOT_DO_O: ("d",),
+    Family.BWD_DQ_DK_DV: ("dq_acc", "dk_raw", "dv_raw", "dbias_raw"),
+    Family.BWD_CONVERT_DQ: ("dq",),
+}
+
+
+def backward_device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The device tensors of a stage (:func:`ckfmha.backends.triton.execute.device_tensors`) plus the backward's
+    own inputs ``do``, ``o``, ``lse`` (copied once per tensors dict; outputs of earlier stages stay on the device)."""
+    from ckfmha.backends.triton.execute import device_tensors
+
+    dev = device_tensors(tensors)
+    for name in _BWD_INPUT_KEYS:
+        if name not in dev and isinstance(tensors.get(name), np.ndarray):
+            dev[name] = to_torch(tensors[name])
+    return dev
+
+
+def stage_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """The launch of one backward stage on the device tensors ``t`` (outputs allocated into ``t`` here; no read
+    back to the host, here or in the callable)."""
+    check_preconditions(c, p, FAMILY_ROLE[c.family])
+    return _LAUNCHERS[c.family](c, p, t)
+
+
+def written(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> tuple[str, ...]:
+    """The names the stage of ``c`` wrote into ``t`` (dq_dk_dv: also ``dq`` where no convert_dq follows)."""
+    extra = ("dq",) if c.family is Family.BWD_DQ_DK_DV and not needs_convert(p) else ()
+    return tuple(n for n in _WRITES[c.family] + extra if n in t)
+
+
+def run_bwd_stage(
+    c: KernelConfig, stage: "Stage", p: Problem, tensors: dict[str, Any], *, timing: bool = False
+) -> StageResult:
+    """Run one backward stage: device inputs, launch, NumPy outputs (``dq_acc`` cut from its upper-bound shape
+    to :func:`ckfmha.workspace.dq_acc_shape`)."""
+    from ckfmha.backends.triton.execute import _sync, _timed
+
+    t = backward_device_tensors(tensors)
+    launch = stage_launcher(c, p, t)
+    ms = _timed(launch, timing)
+    _sync()
+    outputs: dict[str, Any] = {}
+    for name in written(c, p, t):
+        dev = t[name]
+        if name == "dq_acc":
+            n, _, _, rows, _ = dq_acc_shape(p, c.algorithm.tile[1])
+            dev = dev[:n, :, :, :rows]
+        outputs[name] = to_numpy(dev)
+    tensors.update(outputs)
+    return StageResult(outputs, ms)
+
+
+def warmup_inputs(c: KernelConfig, p: Problem, tensors: dict[str, Any]) -> None:
+    """Fabricate what a backward stage reads from the stages before it, so one stage compiles alone
+    (:func:`ckfmha.backends.triton.warmup.compile_config`): the forward's ``o`` / ``lse`` (NumPy, as the runner
+    gives them), ``d`` and ``dq_acc`` on the device."""
+    from ckfmha.inputs import o_shape, storage_dtype
+
+    tensors["o"] = np.zeros(o_shape(p), dtype=storage_dtype(p.dtype))
+    tensors["lse"] = np.zeros(lse_shape(p), dtype=np.float32)
+    dev = backward_device_tensors(tensors)
+    dev["d"] = torch.zeros(lse_shape(p), dtype=torch.float32, device=dev["q"].device)
+    if c.family is Family.BWD_CONVERT_DQ:
+        nb, rows = workspace_rows(p)
+        dev["dq_acc"] = torch.zeros((1, nb, p.nhead_q, rows, p.hdim_q), dtype=torch.float32, device=dev["q"].device)
+
+
+__all__ = [
+    "BWD_FAMILIES",
+    "backward_device_tensors",
+    "run_bwd_stage",
+    "stage_launcher",
+    "warmup_inputs",
+    "written",
+]
