@@ -21,7 +21,8 @@ Accepted aliases (:data:`FAMILY_ALIASES`): ``splitkv``, ``pagedkv``, ``appendkv`
   of a multi-stage family is selected with a filter instead (``c.family == 'bwd_dq_dk_dv'``).
 * :func:`plan_families` -- every kernel family a plan for the problem family may use: the generator's stages
   plus, for ``fwd_appendkv``, the attention over the updated cache that the dispatcher plans after the
-  append-KV stage (``fwd``, split-KV + combine, or paged-KV; see :mod:`ckfmha.dispatcher`).
+  append-KV stage (``fwd``, split-KV + combine, or paged-KV; see :mod:`ckfmha.dispatcher`), and for
+  ``fwd_pagedkv`` the split-KV + combine fallback where no paged-KV kernel serves the problem.
 
 A name that is none of these raises :class:`FamilyError` naming the value, the allowed names and the aliases.
 This module imports only :mod:`ckfmha.kernel` (no NumPy).
@@ -61,8 +62,11 @@ _GENERATED: dict[str, tuple[Family, ...]] = {f: API_FAMILIES[_api_of(f)] for f i
 
 # fwd_appendkv's plan: appendkv, then attention over the updated cache (ckfmha/dispatcher.py structures():
 # split-KV + combine, paged-KV or fwd; CK's tile_example_fmha_fwd runs fmha_fwd_appendkv then fmha_fwd_splitkv).
+# fwd_pagedkv's plan falls back to split-KV + combine where no paged-KV kernel serves the problem (CK's run_fwd in
+# fmha_fwd_runner.hpp: "fallback to fmha_fwd_splitkv"; ckfmha/dispatcher.py structures()).
 _PLAN_EXTRA: dict[str, tuple[Family, ...]] = {
     "fwd_appendkv": (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV),
+    "fwd_pagedkv": (Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE),
 }
 
 # kernel-stage tokens that name no problem family: selected alone
