@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckfmha.heuristics import DEFAULT_PRIORITY, Heuristics, HeuristicsError, load_heuristics  # noqa: F401
 from ckfmha.kernel import Dropout, DType, Family, KernelConfig, KVLoad
-from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole, main_role  # noqa: F401  (re-exported: older imports)
+from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole, main_role, needs_convert  # noqa: F401  (re-exported: older imports)
 from ckfmha.registry import Registry
 from ckfmha.rules import Requirement, RoleRules, sequence_lengths  # noqa: F401  (Requirement: re-exported)
 from ckfmha.workspace import bwd_workspace_upper_bound
@@ -323,7 +323,7 @@ class Dispatcher:
             return [[StageRole.APPENDKV] + a for a in self._decode_attention_roles(problem)]
         # backward
         roles = [StageRole.DOT_DO_O, StageRole.DQ_DK_DV]
-        if problem.dtype is not DType.FP32 or problem.deterministic:
+        if needs_convert(problem):
             roles.append(StageRole.CONVERT_DQ)
         return [roles]
 

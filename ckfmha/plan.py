@@ -10,6 +10,8 @@ of those modules has to import another for them (``ckfmha.dispatcher`` re-export
   family determines the one role it can play);
 * :func:`main_role` -- the role whose kernel a problem family is named after (a kernel item of the pytest plugin
   pins a kernel in this role; the other stages are chosen around it);
+* :func:`needs_convert` -- whether a backward plan ends with a convert_dq stage (the one place of that rule: the
+  dispatcher's plan structure and the backends' dq_dk_dv stages read it);
 * :class:`Stage`, :class:`Plan`.
 """
 
@@ -19,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ckfmha.kernel import Family, KernelConfig, TokenEnum
+from ckfmha.kernel import DType, Family, KernelConfig, TokenEnum
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.problem import Problem
@@ -66,6 +68,14 @@ MAIN_ROLE: dict[Family, StageRole] = {
 def main_role(problem: "Problem") -> StageRole:
     """The main stage's role of ``problem``'s plan (see :data:`MAIN_ROLE`)."""
     return MAIN_ROLE[problem.family]
+
+
+def needs_convert(problem: "Problem") -> bool:
+    """Whether a convert_dq stage follows dq_dk_dv: the fp32 dq accumulator is converted to the input dtype, and
+    a deterministic run's per-key-tile slices summed -- so for every dtype but fp32, and for fp32 when
+    deterministic.  fp32 non-deterministic: the dq_dk_dv kernel's accumulator is dQ, which the backends' dq_dk_dv
+    stages then write directly (cpu stages.run_dq_dk_dv, triton launch_bwd)."""
+    return problem.dtype is not DType.FP32 or problem.deterministic
 
 
 @dataclass(frozen=True)

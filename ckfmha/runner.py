@@ -227,20 +227,29 @@ def prepare_tensors(
 
 def written_elements(p: Problem, name: str) -> np.ndarray | None:
     """A broadcastable mask of the elements of output ``name`` the plan must write (None: every element).
-    A skip_min_seqlen_q kernel never writes the rows of the sequences it skips."""
-    if p.min_seqlen_q and name in ("o", "lse"):
+    A skip_min_seqlen_q kernel never writes the rows of the sequences it skips, and no forward kernel writes the
+    query rows past a sequence's logical length (group ``s_qpad`` padding, batch ``q_eff_lens``: CK's kernels
+    iterate over the logical length; the reference marks those rows NaN)."""
+    padded = tuple(p.qpad_list) != tuple(p.seqlens_q_list)
+    if name in ("o", "lse") and (p.min_seqlen_q or padded):
         return _written_rows(p, name)
     return None
 
 
 def _written_rows(p: Problem, name: str) -> np.ndarray:
-    """Broadcastable mask of the query rows a skip_min_seqlen_q kernel writes (group mode: packed tokens)."""
-    rows = np.concatenate([np.full(n, n > p.min_seqlen_q) for n in p.seqlens_q_list])
-    if name == "lse":  # (1, h, total_q)
-        return rows[None, None, :]
-    if p.output_layout is Layout.BHSD:  # (1, h, total_q, d)
-        return rows[None, None, :, None]
-    return rows[None, :, None, None]  # (1, total_q, h, d)
+    """Broadcastable mask of the query rows a forward plan writes: group mode over the packed physical tokens
+    (``(1, total_q)``), batch mode per batch (``(batch, seqlen_q)``)."""
+    if p.mode is Mode.GROUP:
+        rows = np.concatenate(
+            [(np.arange(pad) < n) & (n > p.min_seqlen_q) for n, pad in zip(p.seqlens_q_list, p.qpad_list)]
+        )[None, :]
+    else:
+        rows = np.arange(p.seqlen_q)[None, :] < np.asarray(p.seqlens_q_list)[:, None]
+    if name == "lse":  # (b, h, s) / (1, h, total_q)
+        return rows[:, None, :]
+    if p.output_layout is Layout.BHSD:  # (b, h, s, d)
+        return rows[:, None, :, None]
+    return rows[:, :, None, None]  # (b, s, h, d)
 
 
 # --------------------------------------------------------------------------------------------- the loop

@@ -61,12 +61,11 @@ def test_runner_only_args_ignored():
     [
         ("-foo=1", "-foo: no such argument"),
         ("-lse=1", "-lse: no such argument for tile_example_fmha_bwd"),
-        ("-h=8 -h_k=3", "nhead_k: 3 does not divide nhead_q=8"),
+        ("-h=8 -h_k=3", "-h_k: '3': tile_example_fmha_fwd refuses the line: nhead:8 must be multiple of nhead_k:3"),
         ("-d=512", "hdim_q: 512 exceeds 256"),
         ("-mask=q", "invalid mask value"),
         ("-bias=x", "-bias: invalid bias value"),
         ("-prec=int8", "-prec: 'int8' unsupported precision"),
-        ("-s=3,4", "-s: '3,4' lists several lengths"),
         ("-d", "should be a -key=value pair"),
         ("b=2", "illegal input"),
     ],
@@ -75,6 +74,13 @@ def test_cli_errors(args, msg):
     binary = "bwd" if "-lse" in args else "fwd"
     with pytest.raises(ProblemError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         Problem.from_ck_args(args, binary=binary)
+
+
+def test_batch_mode_uses_the_first_length_of_a_list_as_ck_does():
+    # utils.hpp generate_missing_seqlens, batch mode: every batch gets q_val[0]; the rest is ignored (unannounced)
+    run = Problem.ck_run_from_args("-s=3,4 -d=64")
+    assert (run.problem.seqlen_q, run.problem.seqlen_k) == (3, 3)
+    assert run.unannounced == ("-s: batch mode uses the first length 3 and ignores [4]",)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +158,12 @@ def test_batch_prefill_has_no_cli():
 
 
 def test_qscale_and_rope_parse():
+    # example_fmha_fwd.cpp: squant=auto is std::is_same_v<DataTypeConfig, FmhaFwdFp8> -- fp8 alone
+    p = Problem.from_ck_args("-prec=fp8 -squant=auto -d=64")
+    assert p.qscale is QScale.PERTENSOR
     p = Problem.from_ck_args("-prec=fp8bf16 -squant=auto -d=64")
+    assert p.qscale is QScale.NONE
+    p = Problem.from_ck_args("-prec=fp8bf16 -squant=1 -d=64")
     assert p.qscale is QScale.PERTENSOR
     p = Problem.from_ck_args("-prec=fp16 -s=64 -s_knew=4 -rotary_dim=32 -rotary_interleaved=0 -d=64")
     assert p.rope is Rope.HALF_ROTATED
@@ -239,9 +250,14 @@ def test_from_ck_args_bounds_and_mode(args, msg):
     assert msg in str(e.value)
 
 
-def test_from_ck_args_group_lengths_unchanged_by_late_broadcast():
+def test_from_ck_args_group_lengths_not_given_are_ck_random_draws():
+    # utils.hpp generate_seqlens: the sequences past the given ones keep the last query length; their key lengths
+    # start at the last given one and move by CK's seeded random walk (sum kept, each within [1, s_kpad]); the
+    # draws are those of the runner's std::mt19937 seeded with -seed (default 11939), ckfmha.ck_seqlens
     g = Problem.from_ck_args("-mode=1 -b=3 -s=7 -s_k=9 -s_kpad=12 -d=64")
-    assert g.seqlens_q == (7, 7, 7) and g.seqlens_k == (9, 9, 9) and g.s_kpad == (12, 12, 12)
+    assert g.seqlens_q == (7, 7, 7) and g.seqlens_k == (9, 12, 6) and g.s_kpad == (12, 12, 12)
+    assert sum(g.seqlens_k) == 3 * 9
+    assert Problem.from_ck_args("-mode=1 -b=3 -s=7 -s_k=9 -s_kpad=12 -d=64 -seed=5").seqlens_k != g.seqlens_k
     assert Problem.from_ck_args(g.to_ck_args()) == g
     g = Problem.from_ck_args("-mode=1 -b=2 -s=5,6 -d=64")
     assert g.seqlens_k == (5, 6)
@@ -281,11 +297,6 @@ def test_scalar_with_a_trailing_comma_is_the_number():
         ("-b=2,,", "-b: '2,,' is a list, but -b takes one number"),
         ("-d=,", "-d: ',' is not an integer"),
         ("-p_drop=0.1,0.2", "-p_drop: '0.1,0.2' is a list, but -p_drop takes one number"),
-        (
-            "-s=16,",
-            "-s: '16,' lists several lengths (16, 0) (an empty item is 0, as CK reads it); per-sequence lengths "
-            "need -mode=1",
-        ),
         ("-mode=1 -b=2 -s=4,x", "-s: '4,x' has 'x', which is not an integer"),
         (
             "-mask=t:2,0,4",
@@ -296,17 +307,31 @@ def test_scalar_with_a_trailing_comma_is_the_number():
         ("-mask=t:2,0,-1", "sink component -1: the number of sink tokens must be >= 0"),
         ("-mask=g:1,2,3", "invalid mask value 'g:1,2,3' ('2,3' is not an integer)"),
         (
-            "-q_eff_lens=1024,960",
-            "-q_eff_lens: '1024,960': tile_example_fmha_fwd takes -q_eff_lens (per-batch effective "
-            "query lengths (batch-mode padding)), which ckfmha's Problem does not model",
+            "-mode=1 -s_qpad=1152,896",
+            "-s_qpad: '1152,896': tile_example_fmha_fwd refuses the line: qpad must be greater than or equal to "
+            "seqlen for q",
         ),
-        ("-mode=1 -s_qpad=1152,896", "-s_qpad: '1152,896': tile_example_fmha_fwd takes -s_qpad"),
     ],
 )
 def test_ck_argument_forms_rejected_with_the_rule(args, msg):
     with pytest.raises(ProblemError) as e:
         Problem.from_ck_args(args + " -h=1 -b=2" if "-b=" not in args else args + " -h=1")
     assert msg in str(e.value)
+
+
+def test_batch_list_with_an_empty_item_runs_its_first_length_as_in_ck():
+    # get_int_vec reads '16,' as 16, 0; batch mode uses the first (utils.hpp generate_missing_seqlens)
+    run = Problem.ck_run_from_args("-s=16, -h=1 -b=2 -d=64")
+    assert (run.problem.seqlen_q, run.problem.seqlen_k) == (16, 16)
+    assert run.unannounced == ("-s: batch mode uses the first length 16 and ignores [0]",)
+
+
+def test_batch_effective_query_lengths_are_modelled():
+    # fmha_fwd_runner.hpp: -q_eff_lens is cu_seqlen_q (logical lengths inside the batch stride -s)
+    p = Problem.from_ck_args("-q_eff_lens=1024,960 -h=1 -b=2 -d=64")
+    assert (p.seqlen_q, p.q_eff_lens, p.seqlens_q_list) == (3328, (1024, 960), (1024, 960))
+    assert p.kv_eff_lens is None
+    assert Problem.from_ck_args(p.to_ck_args()) == p
 
 
 def test_group_list_with_an_empty_item_is_a_zero_length_as_in_ck():

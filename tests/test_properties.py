@@ -268,13 +268,24 @@ def _mk(fam, dt, mode, b, hk, g, sq, sk, d, dv, m, bias, lse, pd, lay, scale, ca
         logits_soft_cap=cap,
         drop_seed=extra + 1,
     )
+    if fam == "fwd_appendkv":  # the runner draws the cache lengths of batches 1.. (ckfmha.ck_seqlens)
+        kw["batch"] = b = 1
+    # fmha_fwd_runner.hpp refuses padding (s_qpad / s_kpad, q_eff_lens / kv_eff_lens) with the append-KV, split-KV
+    # and paged-KV pipelines; fmha_bwd_runner.hpp pads group mode (-s_qpad / -s_kpad) and has no effective lengths
+    pads = fam in ("fwd", "bwd")
     if mode == "group":
         kw["seqlens_q"] = tuple(max(1, sq - i) for i in range(b))
         kw["seqlens_k"] = tuple(max(0, sk - 2 * i) for i in range(b))
-        if extra == 1 and fam != "bwd":  # tile_example_fmha_bwd has no -s_kpad
+        if pads and extra == 1:
             kw["s_kpad"] = tuple(x + 3 for x in kw["seqlens_k"])
+        if pads and extra == 3:
+            kw["s_qpad"] = tuple(x + 1 + i for i, x in enumerate(kw["seqlens_q"]))
     else:
         kw["seqlen_q"], kw["seqlen_k"] = sq, sk
+        if fam == "fwd" and extra == 1:
+            kw["kv_eff_lens"] = tuple(max(0, sk - 5 * i) for i in range(b))
+        if fam == "fwd" and extra == 3:
+            kw["q_eff_lens"] = tuple(max(1, sq - 3 * i) for i in range(b))
     if fam == "fwd_splitkv":
         kw["num_splits"] = extra + 2
     if fam in ("fwd_pagedkv",) or (fam == "fwd_splitkv" and extra == 2):
@@ -294,7 +305,7 @@ def _mk(fam, dt, mode, b, hk, g, sq, sk, d, dv, m, bias, lse, pd, lay, scale, ca
         return None
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(problems)
 def test_ck_args_round_trip(p):
     assume(p is not None)

@@ -279,3 +279,21 @@ def test_masked_edge_blocks_inside_or_after_the_pipelined_loop(mask: str, fuse_t
     attention_launcher(k, p, t, tma=tma, fuse_tail=fuse_tail)()
     torch.cuda.synchronize()
     assert_valid(p, {"o": to_numpy(t["o"]), "lse": to_numpy(t["lse"])}, ref, ("o", "lse"))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(seqlen_q=33, seqlen_k=0),
+        dict(seqlen_q=33, seqlen_k=0, input_layout="bshd", output_layout="bshd", lse=True),
+        dict(mode="group", batch=2, seqlens_q=(33, 5), seqlens_k=(0, 7), lse=True),
+        dict(family="fwd_splitkv", seqlen_q=33, seqlen_k=0, num_splits=2, lse=True),
+    ],
+    ids=["batch", "bshd", "group", "splitkv"],
+)
+def test_no_keys(kw: dict) -> None:
+    """CK's smoke tests run ``-s_k=0``: no keys, O = 0 and LSE = -inf as CK's reference (found on an H100: the
+    contiguity check and the TMA descriptor refused the empty K/V tensors)."""
+    p = Problem(dtype="fp16", nhead_q=2, hdim_q=64, **{"batch": 1, **kw})
+    plan, out, ref, _ = run_plan(p)
+    assert_valid(p, out, ref, ("o", "lse") if p.lse else ("o",))

@@ -98,6 +98,9 @@ ROUND_TRIP = [
         seqlen_knew=64,
         rotary_dim=32,
         rope="half_rotated",
+        # utils.hpp generate_missing_seqlens: batches 1.. of an append-KV run get key lengths drawn in
+        # [s_knew, s_k] from the runner's generator (-seed default 11939); batch 0 keeps s_k
+        kv_eff_lens=(129, 82, 109),
     ),
     Problem(logits_soft_cap=30.0, sink=True, seqlen_q=16, hdim_q=64),
     Problem(

@@ -32,6 +32,22 @@ TILE_NAMES: dict[Family, tuple[str, ...]] = {
     Family.BWD_CONVERT_DQ: ("bm0",),
 }
 
+CONVERT_DQ_TILE_NAMES_CK_2025_11 = ("bm0", "bn0")
+"""The convert_dq tile of the older CK (amd-aiter 0.1.7.post2.dev18, naming scheme ``ck-2025-11``:
+``..._b{bm0}x{bn0}_...``): ``bn0`` is its ``kN0``, the dq_dk_dv tile's ``bn0`` when deterministic, else 0
+(codegen/ops/fmha_bwd.py ``convert_dq_bn0``); the deterministic kernel sums ``ceil(seqlen_k / kN0)`` dq_acc
+slices per sequence (fmha_bwd_kernel.hpp ``FmhaBwdConvertQGradKernel``), the non-deterministic one reads the one
+slice and never uses kN0.  Newer CK spells ``b{bm0}`` alone (:data:`TILE_NAMES`)."""
+
+
+def tile_names(c: KernelConfig) -> tuple[str, ...] | None:
+    """The names of ``c``'s tile entries (None: a family the emulation has no tile loop for): :data:`TILE_NAMES`,
+    or :data:`CONVERT_DQ_TILE_NAMES_CK_2025_11` for an older CK's two-entry convert_dq tile."""
+    if c.family is Family.BWD_CONVERT_DQ and len(c.tile) == len(CONVERT_DQ_TILE_NAMES_CK_2025_11):
+        return CONVERT_DQ_TILE_NAMES_CK_2025_11
+    return TILE_NAMES.get(c.family)
+
+
 STAGE_KIND: dict[Family, str] = {
     Family.FWD: "attention",
     Family.FWD_SPLITKV: "attention_split",
@@ -52,10 +68,14 @@ class PreconditionError(BackendError):
 
 def make_plan(c: KernelConfig) -> dict:
     """The build artifact: the tile loop the emulation runs for this kernel."""
-    names = TILE_NAMES[c.family]
+    names = tile_names(c) or ()
     tile = dict(zip(names, c.tile))
     loop: dict = {}
-    if "bm0" in tile and "bn0" in tile:
+    if c.family is Family.BWD_CONVERT_DQ:
+        loop = {"row_tile": tile["bm0"]}
+        if c.deterministic and "bn0" in tile:  # the older CK: ceil(seqlen_k / kN0) slices per sequence
+            loop["split_key_tile"] = tile["bn0"]
+    elif "bm0" in tile and "bn0" in tile:
         loop = {
             "query_tile": tile["bm0"],
             "key_tile": tile["bn0"],
@@ -120,16 +140,25 @@ class CpuBackend(Backend):
             return f"qscale {c.qscale.value}: quantized (fp8/mx) kernels are not emulated"
         if c.pipeline is Pipeline.TRITON:
             return "pipeline triton: not a CK pipeline (the triton backend runs it)"
-        names = TILE_NAMES.get(c.family)
+        names = tile_names(c)
         if names is None:
             return f"family {c.family.value} is not emulated"
         if len(c.tile) != len(names):
+            older = ""
+            if c.family is Family.BWD_CONVERT_DQ:
+                older = f" or {len(CONVERT_DQ_TILE_NAMES_CK_2025_11)} ({', '.join(CONVERT_DQ_TILE_NAMES_CK_2025_11)})"
             return (
                 f"tile {list(c.tile)} has {len(c.tile)} entries, {c.family.value} needs {len(names)} "
-                f"({', '.join(names)})"
+                f"({', '.join(names)}){older}"
             )
-        if any(x <= 0 for x in c.tile[:2]):
+        loop_tiles = c.tile[:1] if c.family is Family.BWD_CONVERT_DQ else c.tile[:2]
+        if any(x <= 0 for x in loop_tiles):
             return f"tile {list(c.tile)}: the loop tiles must be positive"
+        if names == CONVERT_DQ_TILE_NAMES_CK_2025_11 and c.deterministic and c.tile[1] <= 0:
+            return (
+                f"tile {list(c.tile)}: a deterministic convert_dq divides seqlen_k by its kN0 = {c.tile[1]} "
+                "(fmha_bwd_kernel.hpp), which must be positive"
+            )
         return None
 
     def build(self, config: KernelConfig) -> BuiltKernel:

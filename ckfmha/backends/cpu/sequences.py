@@ -1,10 +1,15 @@
 """Per-sequence operands of the cpu backend, read the way CK's kernels offset their pointers (not shared with
 :mod:`ckfmha.reference`).
 
-* query rows (:func:`query_rows`): batch mode rows ``[0, seqlen_q)`` of batch ``b``; group mode rows
-  ``[seqstart_q[b], seqstart_q[b] + seqlens_q[b])`` of batch 0 (``query_start * stride_q``);
-* key rows of the backward's dK / dV (:func:`key_rows`): ``[0, seqlen_k)`` of batch ``b``; group mode
-  ``[seqstart_k[b], seqstart_k[b] + seqlens_k[b])`` (``seqstart_k`` counts ``s_kpad``);
+* query rows (:func:`query_rows`): batch mode rows ``[0, q_eff_lens[b])`` of batch ``b`` (``seqlen_q`` without
+  effective lengths: :attr:`~ckfmha.problem.Problem.seqlens_q_list`; CK's batch-mode kernels read
+  ``cu_seqlen_q_ptr`` as the batch's logical length, fmha_fwd_kernel.hpp, and leave the rows past it unwritten:
+  the poison stays, the reference's NaN); group mode rows ``[seqstart_q[b], seqstart_q[b] + seqlens_q[b])`` of
+  batch 0 (``query_start * stride_q``);
+* key rows (:func:`key_rows`; the forward's K / V and the backward's dK / dV): ``[0, kv_eff_lens[b])`` of batch
+  ``b`` (``seqlen_k`` without effective lengths: :attr:`~ckfmha.problem.Problem.seqlens_k_list`,
+  ``cu_seqlen_k_ptr``); group mode ``[seqstart_k[b], seqstart_k[b] + seqlens_k[b])`` (``seqstart_k`` counts
+  ``s_kpad``);
 * K / V through :mod:`ckfmha.backends.cpu.kv` (contiguous rows, ``cache_batch_idx``, page tables);
 * extras (:func:`sequence_extras`): the elementwise bias window ``seqlen_q x seqlen_k`` at batch ``b`` when the
   bias has rank 2, else batch 0 (the host's ``batch_stride_bias = 0``), every q-head when its rank is >= 1, else
@@ -50,14 +55,14 @@ def query_rows(p: Problem, b: int) -> slice:
     """Sequence ``b``'s rows in a (B, h, S, ...) query-side tensor (module doc)."""
     if p.mode is Mode.GROUP:
         return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q_list[b])
-    return slice(0, p.seqlen_q)
+    return slice(0, p.seqlens_q_list[b])
 
 
 def key_rows(p: Problem, b: int) -> slice:
     """Sequence ``b``'s rows in a (B, h, S_k, ...) key-side tensor (module doc)."""
     if p.mode is Mode.GROUP:
         return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k_list[b])
-    return slice(0, p.seqlen_k)
+    return slice(0, p.seqlens_k_list[b])
 
 
 def batch_index(p: Problem, b: int) -> int:

@@ -6,7 +6,8 @@ Tensor keys (inputs as :func:`ckfmha.inputs.make_inputs`; outputs as the referen
 stage         writes
 ============  ===============================================================================================
 fwd           ``o`` (output layout, output dtype); ``lse`` (fp32, (b, hq, sq) / (1, hq, total_q)) when the
-              kernel has LSE
+              kernel has LSE; only the rows inside each sequence's logical length (batch ``q_eff_lens``, group
+              ``s_qpad`` padding excluded: :func:`sequence_rows`) -- the others keep the buffer's poison
 pagedkv       same as fwd; K/V gathered through ``block_table`` from ``k_cache``/``v_cache``
               (:mod:`ckfmha.backends.cpu.kv`: CK's page block navigator)
 batch_prefill same as fwd; K/V gathered from the vectorized/linear pools through a vLLM or SGLang table
@@ -14,7 +15,7 @@ splitkv       ``o_acc`` (fp32, (num_splits, B, hq, S, dv)) and ``lse_acc`` (fp32
               (B, S) = (batch, seqlen_q) or (1, total_q) in group mode; split i covers keys
               ``[i * n, min(sk, (i + 1) * n))``, ``n = max(1, ceil(sk / num_splits))``, as CK
               (:func:`ckfmha.backends.cpu.engine.split_key_ranges`); the sink counts in split 0 only
-combine       ``o`` and (kernel LSE) ``lse`` from ``o_acc``/``lse_acc``
+combine       ``o`` and (kernel LSE) ``lse`` from ``o_acc``/``lse_acc`` (the rows of :func:`sequence_rows`)
 appendkv      ``q`` (rotated, storage dtype, a new array) and, in place, the caches ``k``/``v`` or
               ``k_cache``/``v_cache`` (knew/vnew written at ``cache_seqlens``, knew rotated;
               :mod:`ckfmha.backends.cpu.rope`); every cache row / page is checked before anything is written
@@ -27,7 +28,9 @@ dq_dk_dv      ``dq_acc`` (fp32, (nsplits, B, hq, S, hdim_q); nsplits = ceil(max 
               seqlen_k columns written); and ``dq`` directly when no convert_dq stage follows (fp32,
               non-deterministic).  The GQA / bias-broadcast reduction to ``dk``/``dv``/``dbias`` is not a kernel's:
               it is the runner's host step (:func:`ckfmha.runner.reduce_gradients`)
-convert_dq    ``dq`` (input layout, storage dtype) = the dq_acc slices summed in order
+convert_dq    ``dq`` (input layout, storage dtype) = the dq_acc slices summed in order; with the older CK's tile
+              ``(bm0, kN0)`` (deterministic) each sequence's first ``ceil(seqlen_k / kN0)`` slices
+              (:func:`_sum_key_tile_slices`)
 ============  ===============================================================================================
 
 The backward stages read ``o`` (output layout, storage dtype) and ``lse`` (fp32) of the forward from ``tensors``.
@@ -48,10 +51,17 @@ from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_
 from ckfmha.backends.cpu.kv import KVAddressing, sequence_kv
 from ckfmha.backends.cpu.layout import as_bhsd, from_bhsd
 from ckfmha.backends.cpu.rope import rotary_tables, rotate, table_rows
-from ckfmha.backends.cpu.sequences import backward_sequences, forward_sequences, sequence_extras
+from ckfmha.backends.cpu.sequences import (
+    backward_sequences,
+    batch_index,
+    forward_sequences,
+    query_rows,
+    sequence_extras,
+)
 from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, KVLookupTable, KVMemoryLayout, Mode
 from ckfmha.masking import MaskKind
+from ckfmha.plan import needs_convert
 from ckfmha.poison import poisoned
 from ckfmha.problem import Problem
 from ckfmha.workspace import dq_acc_shape
@@ -88,6 +98,15 @@ def _rows_shape(p: Problem) -> tuple[int, int]:
     return (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
 
 
+def sequence_rows(p: Problem) -> np.ndarray:
+    """(batch index, row) -> whether the row lies inside its sequence's logical length
+    (:func:`~ckfmha.backends.cpu.sequences.query_rows`): the rows a forward or combine kernel stores."""
+    rows = np.zeros(_rows_shape(p), dtype=bool)
+    for b in range(p.batch):
+        rows[batch_index(p, b), query_rows(p, b)] = True
+    return rows
+
+
 # ----------------------------------------------------------------------------------------- forward family
 def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
     """fwd / pagedkv / batch_prefill / splitkv (when ``stage.args['num_splits']`` is given)."""
@@ -108,15 +127,12 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
     else:
         o_hsd = np.zeros((nb, hq, ns, dv), dtype=F32)
         lse = np.full((nb, hq, ns), -np.inf, dtype=F32)
-        if skip:  # skipped sequences keep whatever the output buffers hold: start from them
-            if "o" in tensors:
-                o_hsd = as_bhsd(np.asarray(tensors["o"]), p.output_layout).astype(F32)
-            if cfg.lse and "lse" in tensors:
-                lse = np.asarray(tensors["lse"]).astype(F32)
+    written = np.zeros((nb, ns), dtype=bool)  # rows the kernel stores; the others keep what the buffers hold
     for b, bi, rows, qb, kb, vb in forward_sequences(p, tensors, kv):
         sq, sk = qb.shape[1], kb.shape[1]
         if skip and sq <= p.min_seqlen_q:
             continue  # the kernel returns before this sequence
+        written[bi, rows] = True
         ex = sequence_extras(p, tensors, b, sq, sk)
         if num_splits:
             for i, (lo, hi) in enumerate(split_key_ranges(sk, num_splits)):
@@ -131,16 +147,20 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
             lse[bi, :, rows] = lb
     if num_splits:
         return ["o_acc", "lse_acc"]
-    return _write_o_lse(cfg, p, tensors, o_hsd, lse)
+    return _write_o_lse(cfg, p, tensors, o_hsd, lse, written)
 
 
-def _write_o_lse(cfg: KernelConfig, p: Problem, tensors: dict, o_hsd: np.ndarray, lse: np.ndarray) -> list[str]:
-    """Store O (output layout and dtype) and, for kernels with LSE, the LSE; return the names written."""
+def _write_o_lse(
+    cfg: KernelConfig, p: Problem, tensors: dict, o_hsd: np.ndarray, lse: np.ndarray, written: np.ndarray
+) -> list[str]:
+    """Store the ``written`` (batch, row) rows of O (output layout and dtype) and, for kernels with LSE, of the LSE;
+    return the names written.  The other rows -- past a batch's ``q_eff_lens``, group-mode ``s_qpad`` padding,
+    sequences a ``kSkipMinSeqlenQ`` kernel skips -- keep what the buffers hold (the poison of a new buffer)."""
     o = _out(tensors, "o", o_shape(p), output_dtype(cfg.dtype))
-    o[...] = from_bhsd(o_hsd, p.output_layout).astype(o.dtype)
+    np.copyto(as_bhsd(o, p.output_layout), o_hsd.astype(o.dtype), where=written[:, None, :, None])
     if not cfg.lse:
         return ["o"]
-    _out(tensors, "lse", lse_shape(p), F32)[...] = lse
+    np.copyto(_out(tensors, "lse", lse_shape(p), F32), lse, where=written[:, None, :])
     return ["o", "lse"]
 
 
@@ -159,7 +179,7 @@ def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict)
     lse_safe = np.where(empty, F32(np.inf), lse)  # empty rows: every weight exp(-inf - inf) = 0
     w = np.exp(lse_acc - lse_safe[None])
     o_hsd = np.einsum("n...,n...d->...d", w, o_acc, dtype=F32)
-    return _write_o_lse(cfg, p, tensors, o_hsd, lse)
+    return _write_o_lse(cfg, p, tensors, o_hsd, lse, sequence_rows(p))
 
 
 def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
@@ -207,11 +227,6 @@ def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
 
 
 # ----------------------------------------------------------------------------------------- backward family
-def needs_convert(p: Problem) -> bool:
-    """Whether a convert_dq stage follows dq_dk_dv (the dispatcher's rule)."""
-    return p.dtype is not DType.FP32 or p.deterministic
-
-
 def run_dot_do_o(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
     o = as_bhsd(_need(tensors, "o", "dot_do_o"), p.output_layout).astype(F32)
     do = as_bhsd(_need(tensors, "do", "dot_do_o"), p.output_layout).astype(F32)
@@ -277,12 +292,38 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
 
 def run_convert_dq(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
     dq_acc = _need(tensors, "dq_acc", "convert_dq")
-    acc = dq_acc[0].astype(F32, copy=True)
-    for i in range(1, dq_acc.shape[0]):  # deterministic: the per-key-tile slices, summed in order
-        acc += dq_acc[i]
+    kn0 = plan["loop"].get("split_key_tile")
+    if kn0 is None:
+        acc = dq_acc[0].astype(F32, copy=True)
+        for i in range(1, dq_acc.shape[0]):  # deterministic: the per-key-tile slices, summed in order
+            acc += dq_acc[i]
+    else:
+        acc = _sum_key_tile_slices(cfg, p, dq_acc, kn0)
     sdt = storage_dtype(cfg.dtype)
     _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_bhsd(acc, p.input_layout).astype(sdt)
     return ["dq"]
+
+
+def _sum_key_tile_slices(cfg: KernelConfig, p: Problem, dq_acc: np.ndarray, kn0: int) -> np.ndarray:
+    """The older CK's deterministic convert_dq (two-entry tile ``(bm0, kN0)``, fmha_bwd_kernel.hpp
+    ``FmhaBwdConvertQGradKernel``): each sequence sums, in order, its first ``ceil(seqlen_k / kN0)`` dq_acc
+    slices -- the slices a dq_dk_dv kernel with ``bn0 = kN0`` wrote.  A kN0 other than the dq_dk_dv kernel's sums
+    other slices (a wrong dQ the comparison shows) or, where it needs more slices than the accumulator holds,
+    would read past CK's workspace: an error naming the kernel."""
+    acc = np.zeros(dq_acc.shape[1:], dtype=F32)
+    for b in range(p.batch):
+        sk = p.seqlens_k_list[b]
+        n = -(-sk // kn0)
+        if n > dq_acc.shape[0]:
+            raise BackendError(
+                f"stage convert_dq: kernel {cfg.kernel_id} sums ceil(seqlen_k / kN0) = ceil({sk} / {kn0}) = {n} "
+                f"dq_acc slices for sequence {b}, the accumulator holds {dq_acc.shape[0]} (its dq_dk_dv kernel's "
+                "bn0 differs from this kN0): CK's kernel would read past the workspace"
+            )
+        bi, rows = batch_index(p, b), query_rows(p, b)
+        for i in range(n):
+            acc[bi, :, rows] += dq_acc[i, bi, :, rows]
+    return acc
 
 
 STAGE_FUNCTIONS = {

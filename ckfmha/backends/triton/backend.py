@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
 from ckfmha.backends.cache import BuildCache, cache_root
-from ckfmha.kernel import DType, Family, KernelConfig, QScale, VLayout
+from ckfmha.kernel import DType, Family, KernelConfig, Mode, QScale, VLayout
 from ckfmha.problem import BWD_DTYPES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +35,40 @@ def interpreting() -> bool:
     if knobs is not None:
         return bool(knobs.runtime.interpret)
     return os.environ.get("TRITON_INTERPRET", "0") == "1"  # pragma: no cover - Triton before the knobs module
+
+
+FORWARD_ATTENTION_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV)
+"""Kernel families that run kernels.attn_fwd_kernel on a problem's own lengths (batch prefill reads its page
+tables; the backward's padding check is launch_bwd's)."""
+
+
+def unhonoured_lengths(family: Family, p: "Problem") -> str | None:
+    """The lengths of ``p`` a kernel of ``family`` in the Triton forward (kernels.attn_fwd_kernel) would not honour,
+    as an error naming the field, its value and the rule; None when every length is honoured.  Batch mode: every
+    batch runs ``seqlen_q`` query rows (no per-batch query length: ``q_eff_lens`` refused) and ``seqlen_k`` keys
+    unless a ``cache_seqlens`` tensor gives per-batch key counts, which :func:`ckfmha.inputs.make_inputs` gives
+    for paged caches and append-KV only (``kv_eff_lens`` refused otherwise).  Group mode: a sequence's query
+    length is ``seqstart_q[b + 1] - seqstart_q[b]``, the padded length (``s_qpad`` other than ``seqlens_q``
+    refused; ``s_kpad`` is honoured: the keys come from ``seqlen_k``).  Torch-free: launch.check_preconditions
+    raises it as a PreconditionError."""
+    if family not in FORWARD_ATTENTION_FAMILIES:
+        return None
+    if p.q_eff_lens is not None:
+        return (
+            f"q_eff_lens: {p.q_eff_lens}: the triton forward runs seqlen_q={p.seqlen_q} query rows in every batch "
+            "(its batch mode reads no per-batch query length)"
+        )
+    if p.kv_eff_lens is not None and not (p.page_block_size > 0 or p.family is Family.FWD_APPENDKV):
+        return (
+            f"kv_eff_lens: {p.kv_eff_lens}: the triton forward attends to seqlen_k={p.seqlen_k} keys in every batch "
+            "(it reads per-batch key lengths only from cache_seqlens, which paged caches and append-KV give)"
+        )
+    if p.mode is Mode.GROUP and tuple(p.qpad_list) != tuple(p.seqlens_q_list):
+        return (
+            f"s_qpad: {p.s_qpad}: the triton forward takes a sequence's query length from seqstart_q (the padded "
+            f"lengths {p.s_qpad}, not seqlens_q {p.seqlens_q})"
+        )
+    return None
 
 
 def _pow2(n: int) -> bool:

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ckfmha.backends.triton import kernels
-from ckfmha.backends.triton.backend import interpreting
+from ckfmha.backends.triton.backend import interpreting, unhonoured_lengths
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
@@ -139,8 +139,9 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def seq_strides(t: torch.Tensor, layout: Layout) -> tuple[int, int, int]:
-    """(batch, head, seq) strides of a 4-D tensor stored in ``layout``; the last dim must be contiguous."""
-    if t.stride(-1) != 1:
+    """(batch, head, seq) strides of a 4-D tensor stored in ``layout``; the last dim must be contiguous (an empty
+    tensor -- no keys: CK's smoke tests run ``-s_k=0`` -- has no elements to address, whatever its strides)."""
+    if t.numel() and t.stride(-1) != 1:
         raise PreconditionError("the head dim of every tensor must be contiguous")
     if layout is Layout.BHSD:
         return t.stride(0), t.stride(1), t.stride(2)
@@ -167,10 +168,15 @@ def check_preconditions(c: KernelConfig, p: Problem, role: StageRole | None = No
     """The checks of a real kernel launch, by the dispatcher's rules (:func:`ckfmha.rules.misfit`: family, dtype,
     mode, head dims, features, sequence padding incl. group mode and pad 8): a :class:`PreconditionError` with the
     rule's words. ``role``: the stage the kernel runs in; a kernel's family plays exactly one role
-    (:data:`ckfmha.plan.FAMILY_ROLE`), which is the one checked when no role is given."""
+    (:data:`ckfmha.plan.FAMILY_ROLE`), which is the one checked when no role is given.  Then the lengths the
+    forward kernel would not honour (:func:`~ckfmha.backends.triton.backend.unhonoured_lengths`: ``q_eff_lens``,
+    ``kv_eff_lens`` without ``cache_seqlens``, group-mode ``s_qpad``)."""
     m = misfit(p, FAMILY_ROLE[c.family] if role is None else role, c)
     if m is not None:
         raise PreconditionError(m.message(c.kernel_id))
+    why = unhonoured_lengths(c.family, p)
+    if why is not None:
+        raise PreconditionError(f"{c.kernel_id}: {why}")
 
 
 # ------------------------------------------------------------------------------------------ forward
@@ -423,6 +429,7 @@ def attention_launcher(
         and not group
         and "cache_batch_idx" not in t
         and p.input_layout is Layout.BHSD
+        and k.numel() > 0  # no keys (-s_k=0): nothing to describe, and a descriptor needs a non-empty shape
         and k.is_contiguous()
         and v.is_contiguous()
         and p.hdim_q == ls.block_dq

@@ -31,7 +31,6 @@ import torch
 import triton
 
 from ckfmha.backends.base import StageResult
-from ckfmha.backends.cpu.stages import needs_convert  # the dispatcher's rule: is a convert_dq stage next
 from ckfmha.backends.triton import kernels_bwd
 from ckfmha.backends.triton.backend import BWD_FAMILIES
 from ckfmha.backends.triton.launch import (
@@ -51,7 +50,7 @@ from ckfmha.backends.triton.launch import (
 )
 from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, q_shape
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode
-from ckfmha.plan import FAMILY_ROLE
+from ckfmha.plan import FAMILY_ROLE, needs_convert  # the one rule: is a convert_dq stage next
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
 from ckfmha.workspace import dq_acc_shape, dq_acc_splits
