@@ -27,7 +27,12 @@ Rules 1-9 are :mod:`ckfmha.rules` (:func:`ckfmha.rules.fits`), which the backend
    (``causal`` under ``-m generic``, ``any`` under ``-m simplified``); sliding windows and generic masks -> the
    generic-mask kernel (``generic`` or ``any``);
 7. exact feature match: bias, lse, dropout, logits soft-cap, sink, skip_min_seqlen_q, qscale/static quant,
-   paged KV, RoPE, deterministic, dbias, KV memory layout / lookup table / page size;
+   paged KV, RoPE, deterministic, dbias, KV memory layout / lookup table / page size; then pairing with the kernel
+   chosen for the stage before it (:data:`~ckfmha.plan.PAIRED_ROLE`; the stages are chosen in plan order): a
+   combine kernel reuses its split kernel's ``pad_s`` and ``pad_dv``; with a deterministic problem a convert_dq
+   kernel with a two-entry tile ``(bm0, kN0)`` (the older CK's ``b64x128``) needs ``kN0`` == the chosen dq_dk_dv
+   kernel's ``bn0`` (rule ``convert_dq_bn0``: it sums ``ceil(seqlen_k / kN0)`` dq_acc slices, CK's api pairs them
+   per trait, codegen/ops/fmha_bwd.py);
 8. padding: a kernel without seqlen_q (seqlen_k) padding only where every sequence length divides bm0 (bn0);
    group mode needs both seqlen pads; the attention stage after append-KV needs the seqlen_k pad whatever the
    lengths: it reads the post-append seqlen_k per batch from a device array (CK's tile_example passes
@@ -70,7 +75,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckfmha.heuristics import DEFAULT_PRIORITY, Heuristics, HeuristicsError, load_heuristics  # noqa: F401
 from ckfmha.kernel import Dropout, DType, Family, KernelConfig, KVLoad
-from ckfmha.plan import ROLE_FAMILY, Plan, Stage, StageRole, main_role, needs_convert  # noqa: F401  (re-exported: older imports)
+from ckfmha.plan import (  # noqa: F401  (re-exported: older imports)
+    PAIRED_ROLE,
+    ROLE_FAMILY,
+    Plan,
+    Stage,
+    StageRole,
+    main_role,
+    needs_convert,
+)
 from ckfmha.registry import Registry
 from ckfmha.rules import Requirement, RoleRules, sequence_lengths  # noqa: F401  (Requirement: re-exported)
 from ckfmha.workspace import bwd_workspace_upper_bound
@@ -297,7 +310,9 @@ class Dispatcher:
     ) -> list[KernelConfig]:
         """The kernels that can serve ``role`` of ``problem``'s plan (every selection rule, the backend's
         included), best first -- the OK verdicts of :meth:`explain`'s stage, without judging the candidates
-        that cannot match. ``paired``: for ``combine``, the split kernel it runs after.
+        that cannot match. ``paired``: the kernel chosen for the role's :data:`~ckfmha.plan.PAIRED_ROLE` (for
+        ``combine`` the split kernel it runs after, for ``convert_dq`` the dq_dk_dv kernel), as :meth:`explain`
+        passes it.
 
         Fast for many problems on one registry: the registry's kernels of the stage's family, dtype and mode are
         bucketed once per set of exact-match requirement fields (a dict lookup per allowed combination replaces a
@@ -375,8 +390,9 @@ class Dispatcher:
     def _explain_stage(
         self, problem: "Problem", role: StageRole, chosen: Mapping[StageRole, KernelConfig | None]
     ) -> StageExplanation:
-        # The combine kernel must reuse the paired split kernel's seqlen_q and hdim_v pads.
-        paired = chosen.get(StageRole.SPLITKV) if role is StageRole.COMBINE else None
+        # combine reuses its split kernel's pads; convert_dq's kN0 is its dq_dk_dv kernel's bn0 (ckfmha.rules)
+        paired_role = PAIRED_ROLE.get(role)
+        paired = None if paired_role is None else chosen.get(paired_role)
         rules = RoleRules(problem, role, paired=paired)
         verdicts = []
         for c in self.registry.candidates(ROLE_FAMILY[role]):

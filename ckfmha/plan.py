@@ -10,6 +10,9 @@ of those modules has to import another for them (``ckfmha.dispatcher`` re-export
   family determines the one role it can play);
 * :func:`main_role` -- the role whose kernel a problem family is named after (a kernel item of the pytest plugin
   pins a kernel in this role; the other stages are chosen around it);
+* :data:`PAIRED_ROLE` -- the earlier role of the same plan whose chosen kernel a role's kernel is paired with
+  (combine after its split kernel, convert_dq after its dq_dk_dv kernel; :mod:`ckfmha.rules` says what pairing
+  requires, the dispatcher passes the chosen kernel);
 * :func:`needs_convert` -- whether a backward plan ends with a convert_dq stage (the one place of that rule: the
   dispatcher's plan structure and the backends' dq_dk_dv stages read it);
 * :class:`Stage`, :class:`Plan`.
@@ -53,6 +56,14 @@ ROLE_FAMILY: dict[StageRole, Family] = {
 
 #: the role a kernel of each family plays (ROLE_FAMILY is one-to-one)
 FAMILY_ROLE: dict[Family, StageRole] = {family: role for role, family in ROLE_FAMILY.items()}
+
+#: role -> the earlier role whose chosen kernel a kernel of this role must match (ckfmha.rules: a combine kernel
+#: reuses its split kernel's pads, fmha_fwd_splitkv.py; a deterministic two-entry convert_dq tile's kN0 is its
+#: dq_dk_dv kernel's bn0, codegen/ops/fmha_bwd.py ``convert_dq_bn0``)
+PAIRED_ROLE: dict[StageRole, StageRole] = {
+    StageRole.COMBINE: StageRole.SPLITKV,
+    StageRole.CONVERT_DQ: StageRole.DQ_DK_DV,
+}
 
 #: problem family -> the role of the kernel the family is named after
 MAIN_ROLE: dict[Family, StageRole] = {

@@ -16,6 +16,12 @@ The rules, in the order they are checked (numbers as in :mod:`ckfmha.dispatcher`
    ``any``), bias, lse, dropout, logits soft-cap, sink, skip_min_seqlen_q, qscale / fp8 static quant, paged KV,
    RoPE, deterministic, dbias, KV memory layout / lookup table / page size; a combine kernel paired with a split
    kernel (``paired``) must also reuse its ``pad_s`` and ``pad_dv`` (fmha_fwd_splitkv.py static_asserts that);
+   then the pairing of a convert_dq kernel with its dq_dk_dv kernel (``paired``, :meth:`RoleRules._pairing_misfit`):
+   for a deterministic problem, a two-entry convert tile ``(bm0, kN0)`` (the older CK, naming scheme ``ck-2025-11``)
+   needs ``kN0`` == the dq_dk_dv kernel's ``bn0`` -- the convert kernel sums ``ceil(seqlen_k / kN0)`` dq_acc
+   slices per sequence (fmha_bwd_kernel.hpp ``FmhaBwdConvertQGradKernel``), the dq_dk_dv kernel writes one per
+   ``bn0`` keys, and CK's api pairs them per trait (codegen/ops/fmha_bwd.py ``convert_dq_bn0``); one-entry tiles
+   (the current CK) and non-deterministic problems have no such rule, and without ``paired`` it is not checked;
 5. head dims (:func:`head_dims`): not above the kernel's; different only with the hdim pad; the bwd kernels' pad
    8 needs a multiple of 8 (CK's ``kPadHeadDimQ``/``kPadHeadDimV`` of 8: 8-element aligned loads);
 8. sequence padding (:func:`pad_rules`): group mode needs every seqlen pad of the role; the attention after
@@ -27,6 +33,9 @@ The rules, in the order they are checked (numbers as in :mod:`ckfmha.dispatcher`
 
 (Head dims are checked before the feature requirements, as the dispatcher always has; the numbering follows the
 dispatcher's table.) Whether a backend can realize a kernel at all (rule 10) is the backend's ``supports``.
+
+``paired`` (the kernel chosen for the role's :data:`ckfmha.plan.PAIRED_ROLE`) is given by the dispatcher; the
+pairing rules are feature rules (no launch argument is at fault: the kernels would compute something else).
 
 For many candidates of one stage, build :class:`RoleRules` once (it precomputes the requirements and the
 sequence lengths) and call its :meth:`~RoleRules.misfit` / :meth:`~RoleRules.reason` per kernel.
@@ -158,7 +167,8 @@ def _attention_requirements(p: "Problem", role: StageRole, need) -> None:
 
 def requirements(problem: "Problem", role: StageRole, *, paired: KernelConfig | None = None) -> list[Requirement]:
     """The exact-match feature requirements (rules 4-7) of ``role`` for ``problem``; ``paired``: the split
-    kernel a combine kernel is paired with (its ``pad_s`` and ``pad_dv`` must be reused)."""
+    kernel a combine kernel is paired with (its ``pad_s`` and ``pad_dv`` must be reused). The convert_dq pairing
+    is no exact match of a field (it compares one tile entry): :meth:`RoleRules.misfit` checks it."""
     p = problem
     req: list[Requirement] = []
 
@@ -231,7 +241,9 @@ def _describe(v: Any) -> str:
 
 # --------------------------------------------------------------------------------------------- the check
 class RoleRules:
-    """The rules of one (problem, role[, paired split kernel]), prepared once for many candidate kernels."""
+    """The rules of one (problem, role[, paired kernel]), prepared once for many candidate kernels; ``paired``:
+    the split kernel of a combine kernel, the dq_dk_dv kernel of a convert_dq kernel (:data:`ckfmha.plan.
+    PAIRED_ROLE`)."""
 
     def __init__(self, problem: "Problem", role: StageRole, *, paired: KernelConfig | None = None) -> None:
         self.problem = problem
@@ -239,6 +251,7 @@ class RoleRules:
         self.family = ROLE_FAMILY[role]
         self.mode = Mode.BATCH if role is StageRole.APPENDKV else problem.mode
         self.requirements = requirements(problem, role, paired=paired)
+        self.paired = paired
         self.head_dims = head_dims(role)
         qs, ks = sequence_lengths(problem)
         self.lengths = {"seqlen_q": qs, "seqlen_k": ks, "seqlen_knew": (problem.seqlen_knew,)}
@@ -265,6 +278,9 @@ class RoleRules:
             v = getattr(c, fname)
             if v not in allowed:
                 return Misfit(f"{fname}: problem needs {what}, kernel has {fname}={_describe(v)}")
+        m = self._pairing_misfit(c)
+        if m is not None:
+            return m
         m = self._padding_misfit(c)
         if m is not None:
             return m
@@ -305,6 +321,21 @@ class RoleRules:
                     f"is not a multiple of 8 ({pad_field}=8 pads with 8-element alignment)",
                 )
         return None
+
+    def _pairing_misfit(self, c: KernelConfig) -> Misfit | None:
+        """A deterministic convert_dq kernel with a two-entry tile ``(bm0, kN0)`` must have ``kN0`` == the paired
+        dq_dk_dv kernel's ``bn0`` (see the module doc; codegen/ops/fmha_bwd.py ``convert_dq_bn0``)."""
+        if self.role is not StageRole.CONVERT_DQ or self.paired is None or not self.problem.deterministic:
+            return None
+        tile = c.algorithm.tile
+        bn0 = self.paired.algorithm.tile[1]
+        if len(tile) < 2 or tile[1] == bn0:
+            return None
+        return Misfit(
+            f"convert_dq_bn0: a deterministic convert_dq kernel sums dq_acc slices of kN0={tile[1]} keys, the "
+            f"paired dq_dk_dv kernel writes one per bn0={bn0} keys (CK pairs them: kN0 == bn0, "
+            f"codegen/ops/fmha_bwd.py convert_dq_bn0)"
+        )
 
     def _padding_misfit(self, c: KernelConfig) -> Misfit | None:
         a, p = c.algorithm, self.problem
@@ -347,7 +378,8 @@ class RoleRules:
 def misfit(
     problem: "Problem", role: StageRole, config: KernelConfig, *, paired: KernelConfig | None = None
 ) -> Misfit | None:
-    """None when ``config`` serves ``problem`` in ``role``, else the first failed rule as a :class:`Misfit`."""
+    """None when ``config`` serves ``problem`` in ``role``, else the first failed rule as a :class:`Misfit`.
+    ``paired``: for a combine kernel the split kernel it runs after, for a convert_dq kernel its dq_dk_dv kernel."""
     return RoleRules(problem, role, paired=paired).misfit(config)
 
 
@@ -356,5 +388,6 @@ def fits(
 ) -> str | None:
     """None when ``config`` serves ``problem`` in ``role``, else the first failed rule in the dispatcher's words
     (e.g. ``"padding: seqlen_q=200 is not a multiple of the kernel's tile 128 and the kernel has no s padding"``).
-    ``paired``: for a combine kernel, the split kernel it runs after."""
+    ``paired``: for a combine kernel the split kernel it runs after, for a convert_dq kernel its dq_dk_dv kernel
+    (e.g. ``"convert_dq_bn0: a deterministic convert_dq kernel sums dq_acc slices of kN0=192 keys, ..."``)."""
     return RoleRules(problem, role, paired=paired).reason(config)

@@ -18,6 +18,7 @@ from ckfmha.naming import parse_ck_instance_name
 from ckfmha.problem import Problem
 from ckfmha.reference import reference
 from ckfmha.registry import Registry
+from ckfmha.rules import RoleRules
 from ckfmha.runner import run
 from ckfmha.validator import validate
 
@@ -89,7 +90,9 @@ def test_backward_with_the_older_convert_dq_matches_the_reference(shape, determi
     assert set(checks) == {"dq", "dk", "dv"} and all(checks.values()), [str(c) for c in checks.values()]
 
 
-def test_a_convert_dq_summing_too_few_slices_is_caught():
+def test_a_convert_dq_summing_too_few_slices_is_caught(monkeypatch):
+    # the dispatcher pairs kN0 with the dq_dk_dv kernel's bn0 (rules.py convert_dq_bn0): inject the fault past it
+    monkeypatch.setattr(RoleRules, "_pairing_misfit", lambda self, c: None)
     # injected fault: a kN0 twice the dq_dk_dv kernel's bn0 sums half the slices -- dQ is wrong and the
     # comparison must say so
     p = Problem(family="bwd", nhead_q=2, hdim_q=64, batch=1, seqlen_q=128, seqlen_k=512, deterministic=True)
@@ -105,7 +108,9 @@ def test_a_convert_dq_summing_too_few_slices_is_caught():
     )
 
 
-def test_a_convert_dq_needing_more_slices_than_the_accumulator_holds_is_an_error():
+def test_a_convert_dq_needing_more_slices_than_the_accumulator_holds_is_an_error(monkeypatch):
+    # the dispatcher pairs kN0 with the dq_dk_dv kernel's bn0 (rules.py convert_dq_bn0): inject the fault past it
+    monkeypatch.setattr(RoleRules, "_pairing_misfit", lambda self, c: None)
     p = Problem(family="bwd", nhead_q=2, hdim_q=64, batch=1, seqlen_q=128, seqlen_k=512, deterministic=True)
     narrow = CONVERT["batch", True].replace(tile=(64, 64))
     cs = [c for c in CONFIGS if c.family is not Family.BWD_CONVERT_DQ] + [narrow]

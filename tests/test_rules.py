@@ -13,7 +13,7 @@ from ckfmha.backends.cpu import PreconditionError, make_backend
 from ckfmha.dispatcher import Dispatcher
 from ckfmha.inputs import make_inputs
 from ckfmha.kernel import KernelConfig
-from ckfmha.plan import FAMILY_ROLE, ROLE_FAMILY, Stage, StageRole, main_role
+from ckfmha.plan import FAMILY_ROLE, PAIRED_ROLE, ROLE_FAMILY, Stage, StageRole, main_role
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
 from ckfmha.rules import Misfit, RoleRules, fits, misfit, pad_rules, requirements
@@ -234,7 +234,7 @@ def test_ranked_candidates_are_the_ok_verdicts_of_explain_in_rank_order(problem)
     explanation = d.explain(problem)
     chosen = {}
     for st in explanation.stages:
-        paired = chosen.get(StageRole.SPLITKV) if st.role is StageRole.COMBINE else None
+        paired = chosen.get(PAIRED_ROLE[st.role]) if st.role in PAIRED_ROLE else None
         ranked = d.ranked_candidates(problem, st.role, paired=paired)
         assert ranked == [v.config for v in st.verdicts if v.ok]
         assert ranked, st.summary()
