@@ -184,25 +184,28 @@ class _OffByOneRng:
 @contextlib.contextmanager
 def dropout_threshold_off_by_one():
     """Inside: every ckfmha backend keeps ``randval <= p_undrop_u8(p) - 1`` (cpu: its engine's binding of
-    ckfmha.rng; triton: the threshold its launcher passes to the kernel); the references are untouched."""
+    ckfmha.rng; triton: the threshold each of its launchers -- forward and backward -- passes to the kernels); the
+    references are untouched."""
     from ckfmha.backends.cpu import engine
 
     real_rng = engine._rng
     engine._rng = _OffByOneRng(real_rng)
-    launch = real_threshold = None
-    try:
-        from ckfmha.backends.triton import launch  # imports torch and triton: only where they are installed
+    launchers = []
+    try:  # imports torch and triton: only where they are installed
+        from ckfmha.backends.triton import launch, launch_bwd
+
+        launchers = [launch, launch_bwd]
     except ImportError:
-        launch = None
-    if launch is not None:
-        real_threshold = launch.p_undrop_u8
-        launch.p_undrop_u8 = lambda p_drop: real_threshold(p_drop) - 1
+        pass
+    real = {m: m.p_undrop_u8 for m in launchers}
+    for m in launchers:
+        m.p_undrop_u8 = lambda p_drop, _real=real[m]: _real(p_drop) - 1
     try:
         yield
     finally:
         engine._rng = real_rng
-        if launch is not None:
-            launch.p_undrop_u8 = real_threshold
+        for m in launchers:
+            m.p_undrop_u8 = real[m]
 
 
 # ------------------------------------------------------------------------------------------ rows

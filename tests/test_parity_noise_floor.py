@@ -370,3 +370,20 @@ def test_dropout_threshold_injection_is_caught_on_the_cpu_backend():
     assert s["caught_by_noise_floor"] == 1 and s["caught_elementwise"] == (
         0 if bad.checks["o"]["elementwise_passed"] else 1
     )
+
+
+def test_dropout_threshold_injection_reaches_every_triton_launcher():
+    """The injection must reach every kernel that draws dropout: on an H100 the backward's launcher kept its own
+    binding of p_undrop_u8, so the bug was never injected into the Triton backward (8 rows "missed" that ran
+    correct kernels). Needs torch and triton importable (no GPU)."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'ckfmha[gpu]')")
+    pytest.importorskip("triton", reason="triton is not installed (pip install 'ckfmha[gpu]')")
+    from ckfmha.backends.triton import launch, launch_bwd
+    from ckfmha.rng import p_undrop_u8
+
+    for module in (launch, launch_bwd):
+        assert module.p_undrop_u8 is p_undrop_u8
+    with parity_torch.dropout_threshold_off_by_one():
+        for module in (launch, launch_bwd):
+            assert module.p_undrop_u8(0.2) == p_undrop_u8(0.2) - 1, module.__name__
+    assert launch.p_undrop_u8 is p_undrop_u8 and launch_bwd.p_undrop_u8 is p_undrop_u8  # restored
