@@ -258,7 +258,12 @@ def test_supports_reasons() -> None:
     assert _backend.supports(bad) == "tile (48,): bm0 must be a power of two >= 16"
 
 
-@pytest.mark.skipif(not ON_GPU, reason="torch.cuda.set_sync_debug_mode needs a GPU (the interpreter runs on the CPU)")
+@pytest.mark.skipif(
+    not ON_GPU,
+    reason="torch.cuda.set_sync_debug_mode needs a GPU ("
+    + ("the interpreter runs on the CPU" if _avail else f"triton backend unavailable: {_avail.reason}")
+    + ")",
+)
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_group_mode_plan_makes_no_host_sync(deterministic: bool) -> None:
     # upstream CK PR #7331: the workspace comes from the upper bounds and no stage reads seqstart back
