@@ -229,9 +229,12 @@ def written_elements(p: Problem, name: str) -> np.ndarray | None:
     """A broadcastable mask of the elements of output ``name`` the plan must write (None: every element).
     A skip_min_seqlen_q kernel never writes the rows of the sequences it skips, and no forward kernel writes the
     query rows past a sequence's logical length (group ``s_qpad`` padding, batch ``q_eff_lens``: CK's kernels
-    iterate over the logical length; the reference marks those rows NaN)."""
+    iterate over the logical length; the reference marks those rows NaN) -- nor the backward's ``d`` / ``dq``
+    (fmha_bwd_kernel.hpp: the dot_do_o, dq_dk_dv and convert_dq kernels take ``seqlen_q`` from ``seqlen_q_ptr``)."""
     padded = tuple(p.qpad_list) != tuple(p.seqlens_q_list)
     if name in ("o", "lse") and (p.min_seqlen_q or padded):
+        return _written_rows(p, name)
+    if name in ("d", "dq") and padded:
         return _written_rows(p, name)
     return None
 
@@ -245,9 +248,10 @@ def _written_rows(p: Problem, name: str) -> np.ndarray:
         )[None, :]
     else:
         rows = np.arange(p.seqlen_q)[None, :] < np.asarray(p.seqlens_q_list)[:, None]
-    if name == "lse":  # (b, h, s) / (1, h, total_q)
+    if name in ("lse", "d"):  # (b, h, s) / (1, h, total_q)
         return rows[:, None, :]
-    if p.output_layout is Layout.BHSD:  # (b, h, s, d)
+    layout = p.input_layout if name == "dq" else p.output_layout
+    if layout is Layout.BHSD:  # (b, h, s, d)
         return rows[:, None, :, None]
     return rows[:, :, None, None]  # (b, s, h, d)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ckfmha.backends.cpu import make_backend
+from ckfmha.backends.cpu.layout import as_bhsd
 from ckfmha.backends.cpu.sequences import key_rows, query_rows
 from ckfmha.backends.triton.backend import unhonoured_lengths
 from ckfmha.dispatcher import Dispatcher
@@ -89,22 +90,64 @@ def test_rows_past_q_eff_lens_are_not_computed_with_the_full_length():
     np.testing.assert_allclose(out["lse"][1, :, :37], ref["lse"][1, :, :37], rtol=1e-3, atol=1e-3)
 
 
+BWD_QPAD = Problem(
+    family="bwd",
+    mode="group",
+    batch=2,
+    nhead_q=2,
+    seqlens_q=(17, 40),
+    seqlens_k=(30, 65),
+    s_qpad=(20, 45),
+    s_kpad=(31, 66),
+    hdim_q=64,
+    mask="b",
+)
+
+
+def _padding_rows(p: Problem) -> np.ndarray:
+    """(total physical q rows,) -> True where the row lies past its sequence's logical length."""
+    return np.concatenate([np.arange(pad) >= n for n, pad in zip(p.seqlens_q_list, p.qpad_list)])
+
+
 def test_backward_group_query_padding_matches_the_reference():
-    p = Problem(
-        family="bwd",
-        mode="group",
-        batch=2,
-        nhead_q=2,
-        seqlens_q=(17, 40),
-        seqlens_k=(30, 65),
-        s_qpad=(20, 45),
-        s_kpad=(31, 66),
-        hdim_q=64,
-        mask="b",
-    )
+    p = BWD_QPAD
     out, ref = run_cpu(p)
     checks = validate(p, out, ref)
     assert set(checks) == {"dq", "dk", "dv"} and all(checks.values()), [str(c) for c in checks.values()]
+    # the padding rows of dQ and D: never written (the poison) and NaN in the reference; every other row finite
+    pad = _padding_rows(p)
+    assert pad.sum() == 3 + 5
+    dq_out, dq_ref = (as_bhsd(a.astype(np.float32), p.input_layout)[0] for a in (out["dq"], ref["dq"]))
+    for name, o, r in (("dq", dq_out, dq_ref), ("d", out["d"][0], ref["d"][0])):  # (h, s[, d])
+        assert np.isnan(r[:, pad]).all() and np.isnan(o[:, pad]).all(), name
+        assert np.isfinite(o[:, ~pad]).all() and np.isfinite(r[:, ~pad]).all(), name
+
+
+def test_run_backward_exempts_only_the_query_padding_rows():
+    """ckfmha.run's unwritten-output check over a group-mode s_qpad backward: the padding rows of d / dq are
+    exempt; a logical dQ row left unwritten (the injected fault: a convert_dq that skipped it) is still caught."""
+    import ckfmha
+    from ckfmha.backends.cpu import stages
+    from ckfmha.runner import UnwrittenOutputError, written_elements
+
+    p = BWD_QPAD
+    inputs = make_inputs(p, 0)
+    res = ckfmha.run(p, inputs, backend="cpu", registry=cpu_registry())
+    bad = [str(r) for r in validate(p, res.outputs, reference(p, inputs)).values() if not r.passed]
+    assert not bad, bad
+    for name in ("d", "dq"):
+        mask = written_elements(p, name)
+        assert mask is not None and int((~mask).sum()) == 8, name  # exactly the 3 + 5 padding rows exempt
+    real = stages._store_dq_rows
+
+    def skip_first_row(p_, tensors, acc, sdt):
+        real(p_, tensors, acc, sdt)
+        as_bhsd(tensors["dq"], p_.input_layout)[0, :, 0] = np.nan  # logical row 0 of sequence 0 left unwritten
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "_store_dq_rows", skip_first_row)
+        with pytest.raises(UnwrittenOutputError, match="output 'dq'"):
+            ckfmha.run(p, inputs, backend="cpu", registry=cpu_registry())
 
 
 def test_a_stage_that_writes_every_row_is_caught():

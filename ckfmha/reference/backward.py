@@ -25,7 +25,8 @@ Two forms of dK, dV and dBias (all in the accumulation dtype):
   references and fp32 problems sum the unrounded slices.
 
 Kernel-level checks compare raw against raw, plan-level checks and torch parity reduced against reduced.
-Padded key rows (group mode ``s_kpad``) are 0 in both forms.
+Padded key rows (group mode ``s_kpad``) are 0 in both forms; padded query rows (group mode ``s_qpad`` past a
+sequence's logical length) are NaN in ``dq``, ``o``, ``lse`` and ``d``: no kernel writes them.
 
 Returns ``dq`` (q's shape), ``dk``/``dv`` (k/v's shapes), ``dk_raw``/``dv_raw``, ``dbias`` and ``dbias_raw``
 (when ``dbias``), and ``o``, ``lse``, ``d`` (``d``: (b, hq, sq) or (1, hq, total_q)).  An empty query sequence
@@ -110,12 +111,15 @@ def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
     k_hsd = to_hsd(inputs["k"], p.input_layout)
     v_hsd = to_hsd(inputs["v"], p.input_layout)
     do_hsd = to_hsd(inputs["do"], p.output_layout)
-    dq = np.zeros(q_hsd.shape, dtype=accum)
+    # query rows outside every sequence's logical length (group-mode s_qpad padding) are never written: NaN, as
+    # in the forward reference (the kernels iterate over the logical seqlen_q)
+    unwritten = tuple(p.qpad_list) != tuple(p.seqlens_q_list)
+    dq = np.full(q_hsd.shape, np.nan if unwritten else 0.0, dtype=accum)
     dk_raw = np.zeros(_hsd_shape(dk_raw_shape(p), p.input_layout), dtype=accum)
     dv_raw = np.zeros(_hsd_shape(dv_raw_shape(p), p.input_layout), dtype=accum)
-    o = np.zeros(do_hsd.shape, dtype=accum)
-    lse = np.full(lse_shape(p), -np.inf, dtype=accum)
-    d = np.zeros(lse_shape(p), dtype=accum)
+    o = np.full(do_hsd.shape, np.nan if unwritten else 0.0, dtype=accum)
+    lse = np.full(lse_shape(p), np.nan if unwritten else -np.inf, dtype=accum)
+    d = np.full(lse_shape(p), np.nan if unwritten else 0.0, dtype=accum)
     dbias_raw = None
     if p.dbias:
         dbias_raw = np.zeros(_hsd_shape(dbias_raw_shape(p), p.input_layout), dtype=accum)

@@ -231,7 +231,9 @@ def run_dot_do_o(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     o = as_bhsd(_need(tensors, "o", "dot_do_o"), p.output_layout).astype(F32)
     do = as_bhsd(_need(tensors, "do", "dot_do_o"), p.output_layout).astype(F32)
     d = _out(tensors, "d", lse_shape(p), F32)
-    d[...] = np.einsum("bhsd,bhsd->bhs", do, o, dtype=F32)
+    rows = sequence_rows(p)  # group-mode s_qpad padding rows keep the buffer's poison, as CK's kernel leaves them
+    dd = np.einsum("bhsd,bhsd->bhs", do, o, dtype=F32)
+    d[...] = np.where(rows[:, None, :], dd, d)
     return ["d"]
 
 
@@ -285,7 +287,7 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     if dbias is not None:
         written.append("dbias_raw")
     if not needs_convert(p):  # fp32, non-deterministic: the accumulator is dQ
-        _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_bhsd(dq_acc[0], p.input_layout).astype(sdt)
+        _store_dq_rows(p, tensors, dq_acc[0], sdt)
         written.append("dq")
     return written
 
@@ -299,9 +301,17 @@ def run_convert_dq(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: di
             acc += dq_acc[i]
     else:
         acc = _sum_key_tile_slices(cfg, p, dq_acc, kn0)
-    sdt = storage_dtype(cfg.dtype)
-    _out(tensors, "dq", tensors["q"].shape, sdt)[...] = from_bhsd(acc, p.input_layout).astype(sdt)
+    _store_dq_rows(p, tensors, acc, storage_dtype(cfg.dtype))
     return ["dq"]
+
+
+def _store_dq_rows(p: Problem, tensors: dict, acc_bhsd: np.ndarray, sdt) -> None:
+    """Store dQ's rows inside each sequence's logical length (:func:`sequence_rows`); group-mode ``s_qpad``
+    padding rows keep the buffer's poison: CK's kernels iterate over the logical ``seqlen_q``
+    (fmha_bwd_kernel.hpp, ``seqlen_q_ptr``)."""
+    dq = as_bhsd(_out(tensors, "dq", tensors["q"].shape, sdt), p.input_layout)
+    rows = sequence_rows(p)[:, None, :, None]
+    dq[...] = np.where(rows, acc_bhsd.astype(sdt), dq)
 
 
 def _sum_key_tile_slices(cfg: KernelConfig, p: Problem, dq_acc: np.ndarray, kn0: int) -> np.ndarray:
