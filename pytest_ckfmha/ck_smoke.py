@@ -4,7 +4,8 @@
 |---|---|
 | record | :func:`ckfmha.ck_smoke.record_smoke_lines`: the checkout's ``smoke_test_fwd.sh -s -a`` / ``smoke_test_bwd.sh`` run with ``GPU_arch=<--ckfmha-arch>`` and fake executables (cached by the scripts' hash) |
 | read | each line through :func:`ckfmha.ck_args.ck_run_from_args`: the effective problem CK runs (the normalizations CK announces stay on the spec: ``SmokeSpec.normalizations``) |
-| item | ``ckfmha::ck-smoke::<line id>::plan`` -- ``<line id>`` = ``<binary>-<first 12 hex of sha256(the line)>``, stable while the line is; the item is the matrix categories' plan item (:class:`pytest_ckfmha.items.CkfmhaItem`: same isolation, report rows, JUnit, ``-k``, ``-n``, ``--lf``) run on the chosen backend against the reference; the report row's ``entry`` is the line |
+| item | ``ckfmha::ck-smoke::<line id>::plan`` -- ``<line id>`` = ``<binary>-<first 12 hex of sha256(the line)>``, stable while the line is; the item is the matrix categories' plan item (:class:`pytest_ckfmha.items.CkfmhaItem`: same isolation, report rows, JUnit, ``-k``, ``-n``, ``--lf``) run on the chosen backend against the reference; the report row's ``entry`` is the line, ``ck_normalizations`` / ``ck_unannounced`` what CK's runner changes in it (announced, silently) |
+| parity mode | with ``--ckfmha-parity``: ``ckfmha::ck-smoke::<line id>::parity`` instead (:class:`SmokeParityItem`), the parity items' comparison (:mod:`pytest_ckfmha.parity_items`) of the upstream with ckfmha's plan on the effective problem; ``tile_example`` runs **the line itself** (:meth:`ckfmha.upstream.tile_runner.TileExampleSide.run_line`: the script's arguments + the runner options, no ``-seed``), whose echo must be the effective problem; upstream's 14 default parity problems are not added |
 | known fails | a line the checkout's ``fmha_<binary>_known_fails_<arch>.txt`` lists (whole-line match, as the scripts' ``grep -Fxq``) is ``xfail`` with that file as the reason |
 | refused | a line CK's runner itself refuses (it exits non-zero before running anything) is an item that skips with the runner's words |
 | skipped | the dispatcher finds no kernel (its reason), the cpu backend's ``--ckfmha-cpu-max-flops`` limit (the FLOPs), an unavailable backend -- as for the matrix items |
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from pytest_ckfmha.items import ShapeCollector
+from pytest_ckfmha.parity_items import ParityItem
 
 SMOKE_ROOT = "ckfmha::ck-smoke"
 """The collector's node id: under ``ckfmha::`` so report rows, sharding and scheduling treat the items as the
@@ -39,12 +42,14 @@ class SmokeSpec:
     """One runnable smoke line, shaped as :class:`pytest_ckfmha.collect.ShapeSpec` (no pinned kernels: the plan
     item only) plus what CK said about it."""
 
-    shape: object  # ckfmha.matrix.Shape
+    shape: Any  # ckfmha.matrix.Shape (imported lazily: this module loads at every pytest start)
     shape_id: str
     kernels: tuple = ()
     command: str = ""
     normalizations: tuple[str, ...] = ()
     known_fail: str | None = None  # the known-fails file listing the line
+    args: tuple[str, ...] = ()  # the line's arguments (without the program), as the script passed them
+    unannounced: tuple[str, ...] = ()  # what CK's runner changes without a word (ckfmha's words)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,9 @@ def smoke_specs(settings) -> list[SmokeSpec | RefusedLine]:
                 continue
             shape = Shape(problem=run.problem, file=script, entry=line.command, category=CATEGORY, index=i)
             known = fails_file if line.command in fails else None
-            out.append(SmokeSpec(shape, sid, (), line.command, run.normalizations, known))
+            out.append(
+                SmokeSpec(shape, sid, (), line.command, run.normalizations, known, tuple(line.args), run.unannounced)
+            )
     return out
 
 
@@ -86,9 +93,10 @@ class SmokeCollector(pytest.Collector):
     def collect(self):
         from pytest_ckfmha.state import get_state
 
-        settings = get_state(self.config).settings
+        st = get_state(self.config)
+        settings = st.settings
         try:
-            specs = smoke_specs(settings)
+            specs = st.smoke_specs()
         except ValueError as e:  # a script that cannot be recorded, a line ckfmha cannot read: named
             raise pytest.UsageError(f"ckfmha: --ckfmha-ck-smoke {settings.ck_smoke}: {e}") from None
         for spec in specs:
@@ -102,13 +110,63 @@ class SmokeCollector(pytest.Collector):
 
 
 class SmokeLineCollector(ShapeCollector):
-    """One line: the plan item, ``xfail`` when the checkout's known-fails file lists the line."""
+    """One line: the plan item (with ``--ckfmha-parity`` the parity item), ``xfail`` when the checkout's
+    known-fails file lists the line."""
 
     def collect(self):
-        for item in super().collect():
+        from pytest_ckfmha.state import get_state
+
+        if get_state(self.config).settings.parity is not None:
+            items = [SmokeParityItem.from_parent(self, name=PARITY_NAME, spec=self.spec)]
+        else:
+            items = list(super().collect())
+        for item in items:
             if self.spec.known_fail is not None:
                 item.add_marker(pytest.mark.xfail(reason=f"listed in {self.spec.known_fail}", strict=False))
             yield item
+
+
+PARITY_NAME = "parity"
+
+
+class LineSide:
+    """A ``tile_example`` side that runs the smoke line itself (``run_line``) instead of the problem's own command
+    line; the effective problem it is given is what the binary's echo must match."""
+
+    def __init__(self, upstream, args: tuple[str, ...]) -> None:
+        self.upstream = upstream
+        self.args = args
+        self.name = upstream.name
+
+    def run(self, problem, seed: int = 0):
+        return self.upstream.run_line(problem, self.args)
+
+
+class SmokeParityItem(ParityItem):
+    """A smoke line in parity mode (module doc): the upstream on the line (``tile_example``: the line as the
+    script ran it; ``torch``: the effective problem) against ckfmha's plan on the effective problem."""
+
+    def __init__(self, *, spec: SmokeSpec, **kw) -> None:
+        super().__init__(problem=spec.shape.problem, label=spec.shape_id, **kw)
+        self.spec = spec
+
+    @property
+    def item_id(self) -> str:
+        return f"{self.spec.shape_id}::{self.name}"
+
+    def describe(self) -> str:
+        return f"CK smoke line {self.spec.shape_id} ({self.spec.command})"
+
+    def sides(self):
+        from ckfmha.upstream.tile_runner import TileExampleSide
+
+        upstream, ours = super().sides()
+        if isinstance(upstream, TileExampleSide):
+            upstream = LineSide(upstream, self.spec.args)
+        return upstream, ours
+
+    def reportinfo(self):
+        return self.path, None, f"{SMOKE_ROOT}::{self.item_id}"
 
 
 class RefusedLineItem(pytest.Item):

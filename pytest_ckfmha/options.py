@@ -199,7 +199,8 @@ _OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
             metavar="UPSTREAM",
             help="parity against an upstream: tile_example or "
             f"torch[:{'|'.join(PARITY_TORCH_BACKENDS)}]; items: upstream's 14 parity configurations plus "
-            "the category's shapes",
+            "the category's shapes; with --ckfmha-ck-smoke the smoke lines instead (tile_example runs each line "
+            "as the script did)",
         ),
         None,
     ),

@@ -52,6 +52,12 @@ class ParityItem(pytest.Item):
     def describe(self) -> str:
         return f"parity problem {self.label} ({self.problem})"
 
+    def sides(self):
+        """(upstream side, ckfmha side) this item compares: the session's pair."""
+        from pytest_ckfmha.state import get_state
+
+        return get_state(self.config).parity_sides()
+
     def work(self):
         """Both sides on the problem (in the kernel child process, see isolation.py)."""
         from ckfmha.parity import compare_one
@@ -60,7 +66,7 @@ class ParityItem(pytest.Item):
         from pytest_ckfmha.state import get_state
 
         st = get_state(self.config)
-        upstream, ours = st.parity_sides()
+        upstream, ours = self.sides()
         row = compare_one(self.problem, upstream, ours, seed=st.settings.seed, name=self.label)
         props = parity_props(self, st.settings, row)
         outcome, message = row.pytest_outcome()

@@ -188,7 +188,9 @@ def pytest_make_collect_report(collector):
                         collector, name="ck-smoke", nodeid=SMOKE_ROOT, path=collector.config.rootpath
                     )
                 )
-            if settings.parity is not None:
+            # with --ckfmha-ck-smoke the smoke lines are the parity items (pytest_ckfmha/ck_smoke.py); the parity
+            # collector adds a category's shapes only
+            if settings.parity is not None and (settings.ck_smoke is None or settings.category is not None):
                 from pytest_ckfmha.parity_items import PARITY_ROOT, ParityCollector
 
                 rep.result.append(

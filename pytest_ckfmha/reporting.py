@@ -34,7 +34,7 @@ REPORT_VERSION = 2
 #: row verdicts, in summary order
 #: seconds between checkpoint writes of a running session's report
 CHECKPOINT_SECONDS = 30.0
-_ROW_HEAD = ("id", "nodeid", "kind", "matrix", "entry", "category")
+_ROW_HEAD = ("id", "nodeid", "kind", "matrix", "entry", "category", "ck_normalizations", "ck_unannounced")
 _ROW_TAIL = (
     "kernel_id",
     "plan_kernels",
@@ -141,6 +141,16 @@ def problem_props(problem) -> dict[str, Any]:
     }
 
 
+def ck_line_props(spec) -> dict[str, str]:
+    """The columns of a CK command line (``--ckfmha-ck-smoke`` items, :class:`pytest_ckfmha.ck_smoke.SmokeSpec`):
+    what CK's runner announces it changed (its words, ``; ``-joined, in its order) and what it changes without a
+    word (ckfmha's words); empty for other items."""
+    return {
+        "ck_normalizations": "; ".join(getattr(spec, "normalizations", ())),
+        "ck_unannounced": "; ".join(getattr(spec, "unannounced", ())),
+    }
+
+
 def base_props(item, settings) -> dict[str, Any]:
     shape = item.spec.shape
     props: dict[str, Any] = {
@@ -149,6 +159,7 @@ def base_props(item, settings) -> dict[str, Any]:
         "matrix": shape.file,
         "entry": shape.entry,
         "category": shape.category,
+        **ck_line_props(item.spec),
     }
     props.update(problem_props(shape.problem))
     props.update(
@@ -165,13 +176,16 @@ def base_props(item, settings) -> dict[str, Any]:
 
 
 def parity_base_props(item, settings) -> dict[str, Any]:
-    """A parity item's report values before (or without) a comparison."""
+    """A parity item's report values before (or without) a comparison; a CK smoke line's item (one with a
+    ``spec``) names its script, line and CK's normalizations."""
+    spec = getattr(item, "spec", None)
     props: dict[str, Any] = {
         "id": item.item_id,
         "kind": "parity",
-        "matrix": "",
-        "entry": "",
-        "category": settings.category or "",
+        "matrix": spec.shape.file if spec is not None else "",
+        "entry": spec.shape.entry if spec is not None else "",
+        "category": spec.shape.category if spec is not None else settings.category or "",
+        **ck_line_props(spec),
     }
     props.update(problem_props(item.problem))
     props.update(

@@ -18,6 +18,7 @@ class State:
         self.settings = settings
         self._registry = None
         self._specs = None
+        self._smoke_specs: list | None = None
         self._runtime = None
         self._executor: ChildExecutor | InlineExecutor | None = None
         self._by_nodeid: dict | None = None
@@ -93,11 +94,22 @@ class State:
             self._executor.close()
             self._executor = None
 
+    def smoke_specs(self) -> list:
+        """The ``--ckfmha-ck-smoke`` lines (:func:`pytest_ckfmha.ck_smoke.smoke_specs`), read once."""
+        if self._smoke_specs is None:
+            from pytest_ckfmha.ck_smoke import smoke_specs
+
+            self._smoke_specs = smoke_specs(self.settings)
+        return self._smoke_specs
+
     def parity_problems(self) -> list:
-        """``[(label, Problem)]`` of the parity items (upstream's default set, then the category's shapes)."""
+        """``[(label, Problem)]`` of the parity collector's items: upstream's default set (not with
+        ``--ckfmha-ck-smoke``, whose lines are the parity problems), then the category's shapes."""
         from ckfmha.parity import default_parity_set
 
-        problems = [(f"default-{i:02d}-{name}", p) for i, (name, p) in enumerate(default_parity_set(), 1)]
+        problems = []
+        if self.settings.ck_smoke is None:
+            problems = [(f"default-{i:02d}-{name}", p) for i, (name, p) in enumerate(default_parity_set(), 1)]
         if self.settings.category is not None:
             problems += [(spec.shape_id, spec.shape.problem) for spec in self.specs()]
         return problems
@@ -107,6 +119,7 @@ class State:
         xdist worker's item, an item that never ran)."""
         from types import SimpleNamespace
 
+        from pytest_ckfmha.ck_smoke import PARITY_NAME
         from pytest_ckfmha.ids import PLAN
         from pytest_ckfmha.reporting import base_props, parity_base_props
 
@@ -123,6 +136,8 @@ class State:
             if self.settings.parity is not None:
                 for label, problem in self.parity_problems():
                     self._by_nodeid[f"{PARITY_ROOT}::{self.settings.parity}::{label}"] = (label, problem)
+            if self.settings.ck_smoke is not None:
+                self._describe_smoke_lines()
         found = self._by_nodeid.get(nodeid.split("@", 1)[0])
         s = self.settings
         if found is None:
@@ -130,8 +145,21 @@ class State:
         a, b = found
         if isinstance(a, str):  # a parity item: (label, problem)
             return parity_base_props(SimpleNamespace(item_id=f"{s.parity}::{a}", problem=b), s)
+        if b == PARITY_NAME:  # a smoke line's parity item
+            return parity_base_props(SimpleNamespace(item_id=f"{a.shape_id}::{b}", problem=a.shape.problem, spec=a), s)
         item = SimpleNamespace(spec=a, kernel=b, item_id=f"{a.shape_id}::{PLAN if b is None else b.kernel_id}")
         return base_props(item, s)
+
+    def _describe_smoke_lines(self) -> None:
+        """The smoke lines' node ids for :meth:`describe` (a line CK refuses has no report values to add)."""
+        from pytest_ckfmha.ck_smoke import PARITY_NAME, SMOKE_ROOT, SmokeSpec
+        from pytest_ckfmha.ids import PLAN
+
+        assert self._by_nodeid is not None
+        name = PLAN if self.settings.parity is None else PARITY_NAME
+        for spec in self.smoke_specs():
+            if isinstance(spec, SmokeSpec):
+                self._by_nodeid[f"{SMOKE_ROOT}::{spec.shape_id}::{name}"] = (spec, None if name == PLAN else name)
 
     def runtime(self):
         if self._runtime is None:

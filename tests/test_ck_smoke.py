@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import sys
 
 import pytest
 
@@ -145,6 +146,95 @@ def test_the_suite_over_a_fake_checkout(pytester, monkeypatch, tmp_path):
     fwd_only = pytester.runpytest(*base, "--ckfmha-ck-smoke", "fwd", "--ckfmha-ck-root", str(root), "--co", "-q")
     assert sum(" ckfmha::ck-smoke::fwd-" in f" {s}" for s in fwd_only.outlines) == 7
     assert not any("bwd-" in s for s in fwd_only.outlines)
+
+
+def test_rows_carry_what_ck_changed_in_the_line(pytester, monkeypatch, tmp_path):
+    base = _smoke_project(pytester, monkeypatch, tmp_path)
+    root = make_fake_checkout(tmp_path / "ck")
+    report = tmp_path / "r.json"
+    split = "-p_drop=0.2 -num_splits=2"
+    res = pytester.runpytest(
+        *base, "--ckfmha-ck-smoke", "fwd", "--ckfmha-ck-root", str(root), "--ckfmha-report", str(report)
+    )
+    assert res.ret == 0
+    rows = json.loads(report.read_text())["rows"]
+    by_split = collections.defaultdict(set)
+    for r in rows:
+        by_split[split in r["entry"]].add(r["ck_normalizations"])
+    # the split-KV lines with dropout: CK's words, verbatim; the other lines: nothing announced
+    assert by_split[True] == {"dropout is not supported by split-kv kernels. ignoring the 'p_drop' option"}
+    assert by_split[False] == {""}
+
+
+# a fake tile_example_fmha_bwd that echoes the fake checkout's bwd lines (b=1 h=2 s=16 s_k=24): valid for d=32,
+# CK's failed validation (valid:n, exit 254) for the other hdims unless FAKE_ALL_VALID is set -- NOT CK
+FAKE_BWD = """import math, os, sys
+d = int(next(a.split("=")[1] for a in sys.argv if a.startswith("-d=")))
+ok = d == 32 or os.environ.get("FAKE_ALL_VALID") == "1"
+if os.environ.get("FAKE_ARGV_DIR"):
+    with open(os.path.join(os.environ["FAKE_ARGV_DIR"], f"d{d}.txt"), "w") as fh:
+        fh.write(" ".join(sys.argv[1:]))
+print(f"[fp16|batch|bhsd] b:1, h:2/2, s:16/24, d:{d}/{d}, scale:{1 / math.sqrt(d):.6f}, bias:n, dbias:0, p_drop:0, "
+      f"s_randval:0, deterministic:0, mask:n, fmha_bwd_dot_do_o_d{d}_fp16_batch_b64_o2_psddv, 0.085 ms, "
+      f"2.56 TFlops, 31.21 GB/s, valid:{'y' if ok else 'n'}")
+sys.exit(0 if ok else 254)
+"""
+
+
+def _fake_bwd_binary(tmp_path) -> str:
+    d = tmp_path / "bin"
+    d.mkdir()
+    exe = d / "tile_example_fmha_bwd"  # no fwd binary: the fwd lines skip ("not found")
+    exe.write_text(f"#!{sys.executable}\n" + FAKE_BWD)
+    exe.chmod(0o755)
+    return str(d)
+
+
+def test_parity_mode_runs_each_line_as_the_script_did(pytester, monkeypatch, tmp_path):
+    base = _smoke_project(pytester, monkeypatch, tmp_path)
+    root = make_fake_checkout(tmp_path / "ck")
+    argv_dir = tmp_path / "argv"
+    argv_dir.mkdir()
+    monkeypatch.setenv("FAKE_ARGV_DIR", str(argv_dir))
+    report = tmp_path / "r.json"
+    args = [*base, "--ckfmha-ck-smoke", "all", "--ckfmha-ck-root", str(root), "--ckfmha-parity", "tile_example"]
+    args += ["--ckfmha-upstream-bin", _fake_bwd_binary(tmp_path), "--ckfmha-report", str(report), "-rs"]
+    res = pytester.runpytest(*args)
+    # bwd: d32 agrees, d64 disagrees (CK: valid:n; ckfmha: valid); fwd: 6 lines without a binary, 1 CK refuses;
+    # upstream's 14 default parity problems are not added
+    res.assert_outcomes(passed=1, failed=1, skipped=7)
+    res.stdout.fnmatch_lines(["*tile_example_fmha_fwd: not found in*"])
+    rows = {r["nodeid"]: r for r in json.loads(report.read_text())["rows"]}
+    assert len(rows) == 9 and not any("default-" in n for n in rows)
+    line32 = "tile_example_fmha_bwd -prec=fp16 -b=1 -h=2 -d=32 -s=16 -s_k=24 -v=1 -kname=1"
+    line64 = line32.replace("-d=32", "-d=64")
+    ok, bad = (rows[f"ckfmha::ck-smoke::{line_id('bwd', x)}::parity"] for x in (line32, line64))
+    assert (ok["verdict"], ok["parity_status"], ok["upstream_verdict"], ok["ckfmha_verdict"]) == (
+        "passed",
+        "agree",
+        "ran_valid",
+        "ran_valid",
+    )
+    assert ok["kind"] == "parity" and ok["entry"] == line32 and ok["matrix"] == "smoke_test_bwd.sh"
+    assert (bad["verdict"], bad["parity_status"], bad["upstream_verdict"]) == ("failed", "disagree", "ran_invalid")
+    # the binary got the script's line itself, then the runner's options; no -seed (the line's own decides)
+    got = (argv_dir / "d32.txt").read_text().split()
+    n = len(line32.split()) - 1
+    assert got[:n] == line32.split()[1:] and got[n : n + 4] == ["-v=1", "-kname=1", "-warmup=0", "-repeat=1"]
+    assert not any(a.startswith("-seed") for a in got)
+
+
+def test_last_failed_reruns_the_failed_smoke_line(pytester, monkeypatch, tmp_path):
+    base = [a for a in _smoke_project(pytester, monkeypatch, tmp_path) if a not in ("-p", "no:cacheprovider")]
+    root = make_fake_checkout(tmp_path / "ck")
+    args = [*base, "--ckfmha-ck-smoke", "all", "--ckfmha-ck-root", str(root), "--ckfmha-parity", "tile_example"]
+    args += ["--ckfmha-upstream-bin", _fake_bwd_binary(tmp_path)]
+    pytester.runpytest(*args).assert_outcomes(passed=1, failed=1, skipped=7)
+    again = pytester.runpytest(*args, "--lf")
+    again.assert_outcomes(failed=1, deselected=8)  # only the d64 line ran
+    monkeypatch.setenv("FAKE_ALL_VALID", "1")  # CK's binary fixed: the line passes, then --lf runs everything
+    pytester.runpytest(*args, "--lf").assert_outcomes(passed=1, deselected=8)
+    pytester.runpytest(*args, "--lf").assert_outcomes(passed=2, skipped=7)
 
 
 @pytest.mark.parametrize(

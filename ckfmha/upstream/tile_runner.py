@@ -1,7 +1,8 @@
 """Run CK's ``tile_example_fmha_fwd`` / ``tile_example_fmha_bwd`` on a Problem and judge the run.
 
 * Arguments: :func:`tile_example_args` = ``Problem.to_ck_args()`` plus the runner options ``-v=1 -kname=1
-  -warmup=0 -repeat=1`` and, with a JSON path, ``-json=1 -jsonfile=PATH``.
+  -warmup=0 -repeat=1`` and, with a JSON path, ``-json=1 -jsonfile=PATH``; or, for a CK command line given as it is
+  (a smoke script's line: :meth:`TileExampleSide.run_line`), the line's arguments followed by those options.
 * Binaries: ``find_binary('fwd'|'bwd', bin_dir)`` looks in ``bin_dir`` (or ``$CK_TILE_EXAMPLE_DIR``) and its
   ``bin/``.  A missing binary is a ``skipped`` result with the reason -- never a pass.
 * Running (:func:`run_process`, POSIX): a subprocess in its own session (so its own process group); stdout and
@@ -454,6 +455,22 @@ class TileExampleSide:
         self.name = name
 
     def run(self, problem: Problem, seed: int = 0) -> SideResult:
+        """The problem's own command line (:func:`tile_example_args`), ``seed`` as ``-seed``."""
+        extra = list(self.extra_args) + ([f"-seed={seed}"] if seed else [])
+        return self._run(problem, lambda jf: tile_example_args(problem, jf, extra))
+
+    def run_line(self, problem: Problem, line_args: Sequence[str]) -> SideResult:
+        """Run a CK command line as it was given (a smoke script's line, without the program): its arguments, then
+        :data:`RUNNER_OPTIONS` and the JSON file (CK's ArgParser keeps the last value of a repeated argument), then
+        this side's ``extra_args``.  ``problem`` is what CK's runner effectively runs for the line
+        (:func:`ckfmha.ck_args.ck_run_from_args`): the binary's echo must match it.  No ``-seed`` is added: the
+        line's own (or CK's default) draws CK's random lengths, as the problem was read."""
+        return self._run(
+            problem, lambda jf: [*line_args, *RUNNER_OPTIONS, "-json=1", f"-jsonfile={jf}", *self.extra_args]
+        )
+
+    def _run(self, problem: Problem, make_args) -> SideResult:
+        """Find the problem's binary, run it with ``make_args(json_file)`` and judge the run (:func:`interpret`)."""
         if problem.family is Family.BATCH_PREFILL:
             return SideResult(self.name, Verdict.SKIPPED, "batch_prefill has no tile_example binary")
         path, why = find_binary(problem.ck_binary, self.bin_dir)
@@ -462,10 +479,9 @@ class TileExampleSide:
         if not os.access(path, os.X_OK):
             return SideResult(self.name, Verdict.ERROR, f"{path} is not executable")
         try:
-            extra = list(self.extra_args) + ([f"-seed={seed}"] if seed else [])
             with tempfile.TemporaryDirectory(prefix="ckfmha_tile_") as td:
                 jf = Path(td) / f"fmha_{problem.ck_binary}.json"
-                argv = [str(path)] + tile_example_args(problem, jf, extra)
+                argv = [str(path)] + list(make_args(jf))
                 raw = run_process(argv, self.timeout_s, cwd=td)
                 # capped output is an error whatever it says; do not spend seconds parsing megabytes of it
                 out = TileOutput() if raw.capped else parse_stdout(raw.stdout, jf)
