@@ -8,15 +8,20 @@ hdim, causal area counted exactly). Our time: the plan's three stages (the dq_ac
 in one process and run; inputs are random normal (never zeros); dQ/dK/dV are checked against SDPA's.
 Targets: >= 1.2x SDPA-flash on every row with seqlen >= 4k; >= 0.8x cuDNN at hdim 128, seqlen >= 4k.
 
-Usage (on the GPU machine): python benchmarks/bench_bwd.py [--quick] [--candidates] [--json PATH]
-``--candidates`` also times every dq_dk_dv kernel the dispatcher accepts for each row (tile tuning for sm90.yaml).
+Usage (on the GPU machine): python benchmarks/bench_bwd.py [--quick] [--candidates] [--variants]
+[--dtypes bf16,fp16] [--hdims 64,128] [--seqlens 1024,4096,16384] [--json PATH]
+``--candidates`` also times every dq_dk_dv kernel the dispatcher accepts for each row (tile tuning for sm90.yaml);
+``--variants`` the plan's kernel with each descriptor path (plain loads / TMA loads of Q and dO / dQ by the
+descriptor reduce-add / both: launch_bwd._bwd_descriptors).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import re
 import sys
 import time
 
@@ -90,7 +95,78 @@ def sdpa_backward(name, backend, q, k, v, do, causal: bool):
         return math.nan, None
 
 
-def row(disp: Dispatcher, dt: str, d: int, s: int, causal: bool, candidates: bool = False) -> dict:
+#: the dq_dk_dv launcher's descriptor paths (launch_bwd._bwd_descriptors): name -> (tma, dq_tma_add)
+VARIANTS = {"plain": (False, False), "tma": (True, False), "dq-add": (False, True), "tma+dq-add": (True, True)}
+
+
+def variant_tflops(disp: Dispatcher, p: Problem, t: dict[str, torch.Tensor], fl: float) -> dict[str, float]:
+    """variant name -> backward TFLOPS of the plan's dq_dk_dv kernel with that descriptor path forced."""
+    plan = disp.select(p)
+    out = {}
+    for name, (tma, add) in VARIANTS.items():
+        launches = [
+            stage_launcher(st.kernel, p, t, tma=tma, dq_tma_add=add)
+            if st.role.value == "dq_dk_dv"
+            else stage_launcher(st.kernel, p, t)
+            for st in plan.stages
+        ]
+
+        def run(launches=launches) -> None:
+            for launch in launches:
+                launch()
+
+        run()
+        out[name] = fl / bench(run) / 1e9
+        print(f"    {out[name]:6.1f} TFLOPS  variant {name}", flush=True)
+    return out
+
+
+def parse_tile(text: str) -> tuple[int, int, int, int]:
+    """``BMxBNwWsS`` (e.g. ``64x128w8s2``) -> (bm0, bn0, warps, stages)."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text)
+    if m is None:
+        raise ValueError(f"--tiles: {text!r} is not BMxBNwWsS (e.g. 64x128w8s2)")
+    bm, bn, w, st = (int(g) for g in m.groups())
+    return bm, bn, w, st
+
+
+def retiled(c, bm: int, bn: int, warps: int, stages: int):
+    """The dq_dk_dv config ``c`` with another query/key block, warp count and pipelining depth (what the launcher
+    reads: tile[0], tile[1], warps[0], num_stages): tiles to try before they go into sm90.yaml."""
+    a = c.algorithm
+    w0 = (1, warps, 1)
+    alg = dataclasses.replace(a, tile=(bm, bn, *a.tile[2:]), warps=(w0, *a.warps[1:]), num_stages=stages)
+    return dataclasses.replace(c, algorithm=alg)
+
+
+def tile_tflops(disp: Dispatcher, p: Problem, t: dict[str, torch.Tensor], fl: float, tiles: list) -> dict[str, float]:
+    """``BMxBNwWsS`` -> backward TFLOPS of the plan's dq_dk_dv kernel re-tiled so (errors: nan, named)."""
+    from ckfmha.plan import StageRole
+
+    base = disp.ranked_candidates(p, StageRole.DQ_DK_DV)[0]
+    out = {}
+    for text in tiles:
+        try:
+            _, run = our_backward(disp, p, t, main=retiled(base, *parse_tile(text)))
+            run()
+            out[text] = fl / bench(run) / 1e9
+        except Exception as e:  # noqa: BLE001 - a tile that does not compile or fit: reported, the row goes on
+            print(f"    tile {text}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+            out[text] = math.nan
+        print(f"    {out[text]:6.1f} TFLOPS  tile {text}", flush=True)
+    return out
+
+
+def row(
+    disp: Dispatcher,
+    dt: str,
+    d: int,
+    s: int,
+    causal: bool,
+    candidates: bool = False,
+    variants: bool = False,
+    tiles: list | None = None,
+) -> dict:
     b, h = TOKENS // s, HEAD_SIZE // d
     p = Problem(
         family="bwd", dtype=dt, batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b" if causal else "0"
@@ -108,6 +184,10 @@ def row(disp: Dispatcher, dt: str, d: int, s: int, causal: bool, candidates: boo
     out = dict(dtype=dt, hdim=d, seqlen=s, batch=b, heads=h, causal=causal, kernel=kernel, ms=ms, tflops=fl / ms / 1e9)
     if candidates:
         out["candidates"] = candidate_tflops(disp, p, dict(t), fl)
+    if variants:
+        out["variants"] = variant_tflops(disp, p, dict(t), fl)
+    if tiles:
+        out["tiles"] = tile_tflops(disp, p, dict(t), fl, tiles)
     for name, backend in SDPA_BACKENDS:
         ms_ref, grads = sdpa_backward(name, backend, q, k, v, do, causal)
         out[f"{name}_ms"] = ms_ref
@@ -147,6 +227,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fp16, hdim 128, seqlen 4k only")
     ap.add_argument("--candidates", action="store_true", help="also time every dq_dk_dv kernel that fits a row")
+    ap.add_argument(
+        "--variants", action="store_true", help="also time the plan's dq_dk_dv kernel with each descriptor path"
+    )
+    ap.add_argument("--dtypes", default="bf16,fp16", help="comma-separated dtypes of the grid (default bf16,fp16)")
+    ap.add_argument("--hdims", default="64,128", help="comma-separated head dims of the grid (default 64,128)")
+    ap.add_argument("--seqlens", default="1024,4096,16384", help="comma-separated sequence lengths of the grid")
+    ap.add_argument("--tiles", default="", help="comma-separated BMxBNwWsS tiles to time each row's kernel with")
     ap.add_argument("--json", default=None, help="write the run's rows here")
     args = ap.parse_args()
     t0 = time.time()
@@ -156,10 +243,19 @@ def main() -> int:
     disp = Dispatcher(reg, get_backend("triton"), num_cus=torch.cuda.get_device_properties(0).multi_processor_count)
     print(f"device {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
     dtypes, hdims, seqs = (
-        (["fp16"], [128], [4096]) if args.quick else (["bf16", "fp16"], [64, 128], [1024, 4096, 16384])
+        (["fp16"], [128], [4096])
+        if args.quick
+        else (
+            args.dtypes.split(","),
+            [int(x) for x in args.hdims.split(",")],
+            [int(x) for x in args.seqlens.split(",")],
+        )
     )
     grid = [(dt, d, s, c) for dt in dtypes for d in hdims for s in seqs for c in (False, True)]
-    rows = [row(disp, dt, d, s, c, args.candidates) for dt, d, s, c in grid]
+    tiles = [x for x in args.tiles.split(",") if x]
+    for x in tiles:
+        parse_tile(x)  # a bad tile is an error before anything runs
+    rows = [row(disp, dt, d, s, c, args.candidates, args.variants, tiles) for dt, d, s, c in grid]
     print("\n" + table(rows) + f"\n({time.time() - t0:.0f} s)")
     if args.json:
         doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}

@@ -13,6 +13,9 @@
 #   parity     the torch parity sweep (benchmarks/parity_torch.py)
 #   bench      the forward benchmark (benchmarks/bench_fwd.py)
 #   causal     the causal tile / fused-tail sweep (benchmarks/tune_fwd.py --only causal)
+#   profile    Nsight Compute over one launch (benchmarks/profile_attn.py) of our forward and backward and of
+#              cuDNN's, fp16 d128 s4k non-causal (PROFILE_ARGS overrides the shape): $OUT/ncu_<dir>_<target>.txt
+#   bwdtune    the backward's descriptor variants and tiles (bench_bwd.py --variants --tiles BWD_TILES, fp16)
 # Usage on the GPU machine, from the repository root: bash benchmarks/gpu_run.sh [STEP ...]   (default: all but causal)
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -58,7 +61,18 @@ for step in "${steps[@]}"; do
              | tee "$OUT/bench_fwd.txt" ;;
     causal) timeout 240 python3 benchmarks/tune_fwd.py --only causal --json "$OUT/tune_causal.json" 2>&1 \
               | tee "$OUT/tune_causal.txt" | tail -40 ;;
-    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|bwd|kvcache)"; exit 2 ;;
+    profile) for target in "fwd ours" "fwd cudnn" "bwd ours" "bwd cudnn"; do
+               set -- $target
+               timeout 240 ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
+                 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+                 --section MemoryWorkloadAnalysis python3 benchmarks/profile_attn.py "$1" "$2" ${PROFILE_ARGS:-} \
+                 > "$OUT/ncu_$1_$2.txt" 2>&1
+               echo "ncu $1 $2: rc $? $(grep -c 'Section: GPU Speed Of Light' "$OUT/ncu_$1_$2.txt") kernels" | tee -a "$OUT/env.txt"
+             done ;;
+    bwdtune) timeout 420 python3 benchmarks/bench_bwd.py --dtypes fp16 --seqlens 4096,16384 --variants \
+               --tiles "${BWD_TILES:-64x128w8s2,64x128w8s3,32x128w8s2,128x64w8s2,64x64w4s3}" --json "$OUT/bwd_tune.json" 2>&1 \
+               | tee "$OUT/bwd_tune.txt" | tail -40 ;;
+    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|bwd|kvcache|profile|bwdtune)"; exit 2 ;;
   esac
   echo "== step $step: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 done

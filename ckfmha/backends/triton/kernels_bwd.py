@@ -139,6 +139,178 @@ def bwd_convert_dq_kernel(
 
 
 @triton.jit
+def _bwd_query_blocks(
+    dk_acc,
+    dv_acc,
+    k,
+    v,
+    m_lo,
+    m_hi,
+    q_base,
+    do_base,
+    LSE,
+    D,
+    l_base,
+    acc_base,
+    bias_base,
+    dbias_base,
+    Q_DESC,
+    DO_DESC,
+    DQ_DESC,
+    desc_bh,
+    stride_qm,
+    stride_dom,
+    stride_lm,
+    stride_am,
+    stride_bm,
+    stride_bn,
+    stride_dbm,
+    q_start,
+    sq,
+    sk,
+    y,
+    x,
+    offs_n,
+    nmask,
+    offs_dq,
+    offs_dv,
+    qk_scale2,
+    scale,
+    alibi_slope,
+    alibi_mode,
+    bh,
+    seed_lo,
+    seed_hi,
+    off_lo,
+    off_hi,
+    p_undrop,
+    rp_keep,
+    HDIM_Q: tl.constexpr,
+    HDIM_V: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    BIAS_KIND: tl.constexpr,
+    HAS_DBIAS: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    DETERMINISTIC: tl.constexpr,
+    ELEM: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    DROPOUT_ROUNDS: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    DQ_TMA_ADD: tl.constexpr,
+):
+    """Query blocks ``[m_lo, m_hi)`` into the key block's dK/dV accumulators (the module table's dq_dk_dv terms).
+    ``MASKED``: the blocks may hold rows or keys outside the sequence or outside a row's window -- every load and
+    P are masked; otherwise every (row, key) pair of every block is inside (no masks: the loop the kernel spends
+    its time in).  ``USE_TMA``: Q and dO tiles through tensor descriptors (rows past the sequence read as 0);
+    ``DQ_TMA_ADD``: dQ added into ``dq_acc[0]`` by the descriptor's reduce-add (non-deterministic only).
+
+    Long because it is the backward's inner loop: one device function whose body (loads, scores, bias, mask, P,
+    dropout, dV, dP, dS, dBias, dK, dQ) shares the program's registers; splitting it would only move the
+    argument list."""
+    LOG2E: tl.constexpr = 1.4426950408889634
+    for m0 in tl.range(m_lo, m_hi, BLOCK_M, num_stages=NUM_STAGES):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        mrow = offs_m < sq
+        rows64 = (q_start + offs_m).to(tl.int64)
+        if USE_TMA:
+            q = Q_DESC.load([desc_bh, m0, 0]).reshape(BLOCK_M, HDIM_Q).to(ELEM)
+            do = DO_DESC.load([desc_bh, m0, 0]).reshape(BLOCK_M, HDIM_V).to(ELEM)
+        elif MASKED:
+            q = tl.load(
+                q_base + rows64[:, None] * stride_qm + offs_dq[None, :],
+                mrow[:, None] & (offs_dq < HDIM_Q)[None, :],
+                other=0.0,
+            ).to(ELEM)
+            do = tl.load(
+                do_base + rows64[:, None] * stride_dom + offs_dv[None, :],
+                mrow[:, None] & (offs_dv < HDIM_V)[None, :],
+                other=0.0,
+            ).to(ELEM)
+        else:
+            q = tl.load(
+                q_base + rows64[:, None] * stride_qm + offs_dq[None, :], (offs_dq < HDIM_Q)[None, :], other=0.0
+            ).to(ELEM)
+            do = tl.load(
+                do_base + rows64[:, None] * stride_dom + offs_dv[None, :], (offs_dv < HDIM_V)[None, :], other=0.0
+            ).to(ELEM)
+        if MASKED:
+            lse = tl.load(LSE + l_base + rows64 * stride_lm, mrow, other=float("inf"))
+            dd = tl.load(D + l_base + rows64 * stride_lm, mrow, other=0.0)
+        else:
+            lse = tl.load(LSE + l_base + rows64 * stride_lm)
+            dd = tl.load(D + l_base + rows64 * stride_lm)
+        lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row without keys: P = 0
+        # transposed tiles [BLOCK_N keys, BLOCK_M queries] (the Triton tutorial's dK/dV loop): P^T and dS^T are
+        # the register operands of the dV and dK GEMMs, so only dQ's GEMM transposes a register tile
+        qkt = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)
+        if BIAS_KIND == 0:
+            pt = tl.exp2(qkt * qk_scale2 - (lse * LOG2E)[None, :])  # scale * log2(e) folded into one multiply
+        else:
+            st = qkt * scale
+            if BIAS_KIND == 1:
+                if MASKED:
+                    bias = tl.load(
+                        bias_base + rows64[None, :] * stride_bm + offs_n.to(tl.int64)[:, None] * stride_bn,
+                        nmask[:, None] & mrow[None, :],
+                        other=0.0,
+                    )
+                else:
+                    bias = tl.load(bias_base + rows64[None, :] * stride_bm + offs_n.to(tl.int64)[:, None] * stride_bn)
+                st += bias.to(tl.float32)
+            else:
+                # vertical (causal masks): +slope*j; top-left: -slope*|i-j|; bottom-right: -slope*|i+sk-sq-j|
+                vert = offs_n[:, None] + tl.zeros_like(offs_m)[None, :]
+                tlp = tl.abs(offs_m[None, :] - offs_n[:, None])
+                brp = tl.abs(offs_m[None, :] + (sk - sq) - offs_n[:, None])
+                term = tl.where(alibi_mode == 0, vert, -tl.where(alibi_mode == 1, tlp, brp))
+                st += alibi_slope * term.to(tl.float32)
+            pt = tl.exp2(st * LOG2E - (lse * LOG2E)[None, :])
+        if MASKED:
+            allowed = nmask[:, None] & mrow[None, :]
+            if HAS_MASK:
+                row_lo = tl.minimum(tl.maximum(offs_m + 1 - y, 0), sk)
+                row_hi = tl.minimum(tl.maximum(offs_m + x, 0), sk)
+                allowed = allowed & (offs_n[:, None] >= row_lo[None, :]) & (offs_n[:, None] < row_hi[None, :])
+            pt = tl.where(allowed, pt, 0.0)
+        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+        if HAS_DROPOUT:
+            rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[None, :], offs_n[:, None], DROPOUT_ROUNDS)
+            keep = rv <= p_undrop
+            pdt = tl.where(keep, pt * rp_keep, 0.0)
+            dpt = tl.where(keep, dpt * rp_keep, 0.0)
+        else:
+            pdt = pt
+        dv_acc = tl.dot(pdt.to(ELEM), do, dv_acc, input_precision=DOT_PREC)
+        dst = pt * (dpt - dd[None, :])
+        if HAS_DBIAS:
+            tl.store(
+                dbias_base + rows64[None, :] * stride_dbm + offs_n[:, None],
+                dst.to(dbias_base.dtype.element_ty),
+                nmask[:, None] & mrow[None, :],
+            )
+        dst_r = dst.to(ELEM)
+        dk_acc = tl.dot(dst_r, q, dk_acc, input_precision=DOT_PREC)
+        dq = tl.dot(tl.trans(dst_r), k, input_precision=DOT_PREC) * scale
+        if DQ_TMA_ADD:
+            DQ_DESC.atomic_add([desc_bh, m0, 0], dq.reshape(1, BLOCK_M, HDIM_Q))
+        else:
+            dq_ptrs = acc_base + rows64[:, None] * stride_am + offs_dq[None, :]
+            if MASKED:
+                dq_mask = mrow[:, None] & (offs_dq < HDIM_Q)[None, :]
+            else:
+                dq_mask = (offs_dq < HDIM_Q)[None, :]
+            if DETERMINISTIC:
+                tl.store(dq_ptrs, dq, dq_mask)  # this key block's own slice: one writer per element
+            else:
+                tl.atomic_add(dq_ptrs, dq, dq_mask, sem="relaxed")
+    return dk_acc, dv_acc
+
+
+@triton.jit
 def bwd_dq_dk_dv_kernel(
     Q,
     K,
@@ -152,6 +324,9 @@ def bwd_dq_dk_dv_kernel(
     BIAS,
     DBIAS,
     ALIBI,
+    Q_DESC,
+    DO_DESC,
+    DQ_DESC,
     SEQSTART_Q,
     SEQSTART_K,
     SEQLENS_K,
@@ -219,6 +394,8 @@ def bwd_dq_dk_dv_kernel(
     DOT_PREC: tl.constexpr,
     DROPOUT_ROUNDS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr = False,
+    DQ_TMA_ADD: tl.constexpr = False,
 ):
     """One program = BLOCK_N keys of one (batch or sequence, q-head); see the module table.
 
@@ -227,6 +404,7 @@ def bwd_dq_dk_dv_kernel(
     loop (scores, bias, mask, P, dropout, dV, dP, dS, dBias, dK, dQ) and the epilogue storing dK/dV -- shares the
     program's registers (the K/V tiles and the dK/dV accumulators)."""
     LOG2E: tl.constexpr = 1.4426950408889634
+    tl.static_assert(not (DQ_TMA_ADD and DETERMINISTIC), "deterministic kernels add no dQ atomically")
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // nhead_q
@@ -276,6 +454,17 @@ def bwd_dq_dk_dv_kernel(
         m_lo = b * 0
         m_hi = sq
     m_lo = (m_lo // BLOCK_M) * BLOCK_M
+    # rows that see every key of a full key block: i + 1 - y <= n0 and last < i + x, i.e. i in
+    # [last + 1 - x, n0 + y - 1]; the whole query blocks inside it (and inside the sequence) need no mask
+    if n0 + BLOCK_N <= sk:
+        mid_lo = tl.minimum(tl.maximum(((last + 1 - x + BLOCK_M - 1) // BLOCK_M) * BLOCK_M, m_lo), m_hi)
+        mid_hi = tl.maximum(((tl.minimum(n0 + y, sq) - m_lo) // BLOCK_M) * BLOCK_M + m_lo, mid_lo)
+        if not HAS_MASK:
+            mid_lo = m_lo
+            mid_hi = (sq // BLOCK_M) * BLOCK_M
+    else:  # the sequence's last, partial key block: every query block is masked
+        mid_lo = m_hi
+        mid_hi = m_hi
 
     q_base = Q + bq.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     do_base = DO + bq.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
@@ -289,73 +478,80 @@ def bwd_dq_dk_dv_kernel(
     if BIAS_KIND == 2:
         alibi_slope = tl.load(ALIBI + b * stride_alb + h).to(tl.float32)
     bh = b * nhead_q + h
-    for m0 in tl.range(m_lo, m_hi, BLOCK_M, num_stages=NUM_STAGES):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        mrow = offs_m < sq
-        rows64 = (q_start + offs_m).to(tl.int64)
-        q = tl.load(
-            q_base + rows64[:, None] * stride_qm + offs_dq[None, :],
-            mrow[:, None] & (offs_dq < HDIM_Q)[None, :],
-            other=0.0,
+    qk_scale2 = scale * LOG2E
+    for part in tl.static_range(3):  # masked blocks before the window's full rows, the full rows, masked after
+        if part == 0:
+            lo = m_lo
+            hi = mid_lo
+        elif part == 1:
+            lo = mid_lo
+            hi = mid_hi
+        else:
+            lo = tl.maximum(mid_hi, mid_lo)
+            hi = m_hi
+        dk_acc, dv_acc = _bwd_query_blocks(
+            dk_acc,
+            dv_acc,
+            k,
+            v,
+            lo,
+            hi,
+            q_base,
+            do_base,
+            LSE,
+            D,
+            l_base,
+            acc_base,
+            bias_base,
+            dbias_base,
+            Q_DESC,
+            DO_DESC,
+            DQ_DESC,
+            bh,
+            stride_qm,
+            stride_dom,
+            stride_lm,
+            stride_am,
+            stride_bm,
+            stride_bn,
+            stride_dbm,
+            q_start,
+            sq,
+            sk,
+            y,
+            x,
+            offs_n,
+            nmask,
+            offs_dq,
+            offs_dv,
+            qk_scale2,
+            scale,
+            alibi_slope,
+            alibi_mode,
+            bh,
+            seed_lo,
+            seed_hi,
+            off_lo,
+            off_hi,
+            p_undrop,
+            rp_keep,
+            HDIM_Q,
+            HDIM_V,
+            BLOCK_M,
+            BLOCK_N,
+            part != 1,
+            HAS_MASK,
+            BIAS_KIND,
+            HAS_DBIAS,
+            HAS_DROPOUT,
+            DETERMINISTIC,
+            ELEM,
+            DOT_PREC,
+            DROPOUT_ROUNDS,
+            NUM_STAGES,
+            USE_TMA,
+            DQ_TMA_ADD,
         )
-        q = q.to(ELEM)
-        do = tl.load(
-            do_base + rows64[:, None] * stride_dom + offs_dv[None, :],
-            mrow[:, None] & (offs_dv < HDIM_V)[None, :],
-            other=0.0,
-        ).to(ELEM)
-        lse = tl.load(LSE + l_base + rows64 * stride_lm, mrow, other=float("inf"))
-        lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row without keys: P = 0
-        dd = tl.load(D + l_base + rows64 * stride_lm, mrow, other=0.0)
-        # transposed tiles [BLOCK_N keys, BLOCK_M queries] (the Triton tutorial's dK/dV loop): P^T and dS^T are
-        # the register operands of the dV and dK GEMMs, so only dQ's GEMM transposes a register tile
-        st = tl.dot(k, tl.trans(q), input_precision=DOT_PREC) * scale
-        if BIAS_KIND == 1:
-            bias = tl.load(
-                bias_base + rows64[None, :] * stride_bm + offs_n.to(tl.int64)[:, None] * stride_bn,
-                nmask[:, None] & mrow[None, :],
-                other=0.0,
-            )
-            st += bias.to(tl.float32)
-        elif BIAS_KIND == 2:
-            # vertical (causal masks): +slope*j; top-left: -slope*|i-j|; bottom-right: -slope*|i+sk-sq-j|
-            vert = offs_n[:, None] + tl.zeros_like(offs_m)[None, :]
-            tlp = tl.abs(offs_m[None, :] - offs_n[:, None])
-            brp = tl.abs(offs_m[None, :] + (sk - sq) - offs_n[:, None])
-            term = tl.where(alibi_mode == 0, vert, -tl.where(alibi_mode == 1, tlp, brp))
-            st += alibi_slope * term.to(tl.float32)
-        allowed = nmask[:, None] & mrow[None, :]
-        if HAS_MASK:
-            row_lo = tl.minimum(tl.maximum(offs_m + 1 - y, 0), sk)
-            row_hi = tl.minimum(tl.maximum(offs_m + x, 0), sk)
-            allowed = allowed & (offs_n[:, None] >= row_lo[None, :]) & (offs_n[:, None] < row_hi[None, :])
-        pt = tl.exp2(st * LOG2E - (lse * LOG2E)[None, :])
-        pt = tl.where(allowed, pt, 0.0)
-        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
-        if HAS_DROPOUT:
-            rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[None, :], offs_n[:, None], DROPOUT_ROUNDS)
-            keep = rv <= p_undrop
-            pdt = tl.where(keep, pt * rp_keep, 0.0)
-            dpt = tl.where(keep, dpt * rp_keep, 0.0)
-        else:
-            pdt = pt
-        dv_acc = tl.dot(pdt.to(ELEM), do, dv_acc, input_precision=DOT_PREC)
-        dst = pt * (dpt - dd[None, :])
-        if HAS_DBIAS:
-            tl.store(
-                dbias_base + rows64[None, :] * stride_dbm + offs_n[:, None],
-                dst.to(DBIAS.dtype.element_ty),
-                nmask[:, None] & mrow[None, :],
-            )
-        dst_r = dst.to(ELEM)
-        dk_acc = tl.dot(dst_r, q, dk_acc, input_precision=DOT_PREC)
-        dq = tl.dot(tl.trans(dst_r), k, input_precision=DOT_PREC) * scale
-        dq_ptrs = acc_base + rows64[:, None] * stride_am + offs_dq[None, :]
-        dq_mask = mrow[:, None] & (offs_dq < HDIM_Q)[None, :]
-        if DETERMINISTIC:
-            tl.store(dq_ptrs, dq, dq_mask)  # this key block's own slice: one writer per element
-        else:
-            tl.atomic_add(dq_ptrs, dq, dq_mask, sem="relaxed")
     dk_ptrs = DK + bq.to(tl.int64) * stride_dkb + h.to(tl.int64) * stride_dkh + keys64 * stride_dkn + offs_dq[None, :]
     tl.store(dk_ptrs, (dk_acc * scale).to(DK.dtype.element_ty), kmask)
     dv_ptrs = DV + bq.to(tl.int64) * stride_dvb + h.to(tl.int64) * stride_dvh + keys64 * stride_dvn + offs_dv[None, :]
