@@ -9,6 +9,7 @@ Sizes follow the device: small problems in the interpreter, realistic ragged one
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -217,13 +218,12 @@ def test_deterministic_kernel_has_no_atomics() -> None:
     from ckfmha.backends.triton import kernels_bwd
 
     src = inspect.getsource(kernels_bwd)
-    det = src.index("if DETERMINISTIC:\n                tl.store(dq_ptrs")
-    det_branch = src[det:].split("else:")[0]
+    det = re.search(r"if DETERMINISTIC:\n\s+tl\.store\(dq_ptrs", src)
+    assert det is not None, "the deterministic dQ store is gone"
+    det_branch = src[det.start() :].split("else:")[0]
     assert "atomic" not in det_branch and "tl.store(dq_ptrs" in det_branch
     convert = src[src.index("def bwd_convert_dq_kernel") : src.index("def _bwd_query_blocks")]
-    assert "tl.atomic" not in convert and src.count("tl.atomic_add(") == 1 and src.count(".atomic_add(") == 2
-    # the descriptor reduce-add (the other atomic) is refused with deterministic kernels, in the kernel itself
-    assert "tl.static_assert(not (DQ_TMA_ADD and DETERMINISTIC)" in src
+    assert "tl.atomic" not in convert and src.count("atomic_add(") == 1
 
 
 @pytest.mark.parametrize("fault", ["scale", "dropout_offset", "d_term"])

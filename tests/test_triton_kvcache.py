@@ -356,48 +356,6 @@ def test_sm90_kvcache_sections() -> None:
     assert all(_backend.supports(c) is None for c in app + pre)
 
 
-# ------------------------------------------------------------------------------------------ AMD ahead of time
-def _aot_module():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if "aot_amd" not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "benchmarks" / "aot_amd.py"
-        spec = importlib.util.spec_from_file_location("aot_amd", path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["aot_amd"] = mod  # its dataclasses resolve their module while it executes
-        spec.loader.exec_module(mod)
-    return sys.modules["aot_amd"]
-
-
-def _aot_skip_reason() -> str | None:
-    missing = _aot_module().amd_backend_missing()
-    if missing:
-        return missing
-    if _interpreting():
-        return "TRITON_INTERPRET=1 replaces Triton's JIT: no ahead-of-time compile"
-    return None
-
-
-@pytest.mark.skipif(_aot_skip_reason() is not None, reason=f"{_aot_skip_reason()}")
-def test_kvcache_kernels_compile_for_gfx942_without_a_gpu() -> None:
-    from ckfmha.backends.triton import kernels, kernels_kvcache
-
-    aot = _aot_module()
-    caches = (kernels.attn_fwd_kernel.device_caches, kernels_kvcache.append_rows_kernel.device_caches)
-    configs = [c for c in aot.representative_configs() if c.family.value in ("fwd_appendkv", "batch_prefill")]
-    assert len(configs) == 5
-    results = [aot.compile_config_for(c, "gfx942") for c in configs]
-    assert [(r.ok, r.error) for r in results] == [(True, "")] * 5
-    assert {k for r in results for k in r.kernels} == {"append_rows_kernel", "attn_fwd_kernel"}
-    assert all(r.hsaco_bytes > 1000 for r in results)
-    # the AMD binders and binaries do not stay where a GPU run of the same process looks up its kernels
-    assert (kernels.attn_fwd_kernel.device_caches, kernels_kvcache.append_rows_kernel.device_caches) == caches
-    assert kernels.attn_fwd_kernel.device_caches is caches[0]
-
-
 def test_kv_blockscale_is_realized_for_batch_prefill_only() -> None:
     from dataclasses import replace
 

@@ -11,6 +11,8 @@ Section schema (one per api)::
     lse / dropout / logits_soft_cap / sink / skip_min_seqlen_q / paged_kv: [false, true]   # axes (absent = [false])
     dbias / deterministic: [false, true]       # backward axes (absent = [false])
     rope: [none, interleaved, half_rotated]    # fwd_appendkv axis (absent = [none])
+    vlayouts: [row, col]                       # V layout axis (absent = [row]); col = CK's column-major V
+                                               #   (-vlayout=c), which a problem gives for the fwd family only
     kv_memory_layout: [linear, vectorized]     # batch_prefill axes (absent = [none]): CK's KV pool layouts,
     kv_lookup_table: [vllm, sglang]            #   page-table formats
     page_sizes: [1, 16, 128]                   #   and page sizes (absent = [0]), as the gfx942 batch_prefill section
@@ -59,6 +61,7 @@ from ckfmha.kernel import (
     Pipeline,
     QScale,
     Rope,
+    VLayout,
 )
 
 _KEYS = {
@@ -87,6 +90,7 @@ _KEYS = {
     "kv_memory_layout",
     "kv_lookup_table",
     "page_sizes",
+    "vlayouts",
 }
 _BWD_ONE_D = (Family.BWD_DOT_DO_O, Family.BWD_CONVERT_DQ)
 # CK's backward kernels name their dropout variant; wg16 is the one an sm90 kernel with dropout carries
@@ -264,8 +268,8 @@ def enumerate_api(ctx) -> list[KernelConfig]:
 
 
 def _kv_axes(sec: dict, ctx) -> list[dict[str, Any]]:
-    """The (rope, kv_memory_layout, kv_lookup_table, page_size) combinations of a section as signature keywords
-    (module doc; each axis absent = its one default value)."""
+    """The (rope, kv_memory_layout, kv_lookup_table, page_size, vlayout) combinations of a section as signature
+    keywords (module doc; each axis absent = its one default value)."""
     ropes = _enum_list(sec, "rope", Rope, ctx, ["none"])
     layouts = _enum_list(sec, "kv_memory_layout", KVMemoryLayout, ctx, ["none"])
     lookups = _enum_list(sec, "kv_lookup_table", KVLookupTable, ctx, ["none"])
@@ -273,8 +277,9 @@ def _kv_axes(sec: dict, ctx) -> list[dict[str, Any]]:
     for i, n in enumerate(pages):
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise NvidiaSpecError(f"{ctx.where(f'page_sizes[{i}]')}: expected a page size (int >= 0), found {n!r}")
-    names = ("rope", "kv_memory_layout", "kv_lookup_table", "page_size")
-    return [dict(zip(names, combo)) for combo in itertools.product(ropes, layouts, lookups, pages)]
+    vlayouts = _enum_list(sec, "vlayouts", VLayout, ctx, ["row"])
+    names = ("rope", "kv_memory_layout", "kv_lookup_table", "page_size", "vlayout")
+    return [dict(zip(names, combo)) for combo in itertools.product(ropes, layouts, lookups, pages, vlayouts)]
 
 
 def _kept(c: KernelConfig, excludes: list[Callable[[KernelConfig], bool]], keep) -> bool:

@@ -26,7 +26,17 @@ pipeline (load strategy)   triton and qr_async_trload(_v3): K/V tiles through bu
 GQA decode                 q-heads of a group packed into one query block when seqlen_q * 2 <= bm0 (K/V read once per
                            kv-head); not with bias, ALiBi or dropout
 dtype                      fp16/bf16 dots in that type; fp32 dots in IEEE fp32; fp8bf16/fp8fp32: e4m3 inputs widened to
-                           bf16 in registers (exact), P in bf16, output bf16/fp32
+                           bf16 in registers (exact), P in bf16, output bf16/fp32; fp8 (fp8 O; fwd, split-KV +
+                           combine, paged-KV): e4m3 widened to fp16 (exact), P in fp16, O descaled in float32 then
+                           stored as ``float8_e4m3fn`` by the kernel (Triton's cast: round to nearest even, as NumPy
+                           rounds the reference); AMD's fnuz e4m3 (no NVIDIA type): inputs widened to bf16 by the
+                           host, O stored float32 and rounded to ``float8_e4m3fnuz`` on the host with ml_dtypes
+                           after the timed launch
+                           (launch.out_torch_dtype / stored_output, given the inputs' encoding; until
+                           execute.run_stage passes it, an fnuz fp8 O buffer is refused: launch.check_fp8_output)
+vlayout col                fwd: V stored column-major on the device ((b, h, d, s) / (b, d, h, s), CK's -vlayout=c),
+                           then a row-major device copy the kernel reads, both made when the launcher is built --
+                           outside the timed launch (launch.column_major_v / row_major_v); other families: refused
 mask                       none: no mask code; any/causal/generic: CK's (y, x) window per row, masked blocks only at
                            the diagonal edges (full blocks run unmasked); up to 32 key blocks the trailing masked
                            blocks run inside the pipelined loop behind a uniform branch (launch.FUSE_TAIL_MAX_KEY_BLOCKS)
@@ -63,8 +73,9 @@ bwd_convert_dq (tile bm0)  ``dQ = sum_i dq_acc[i]`` cast to the input type, BLOC
 =========================  ============================================================================================
 
 ``skip_min_seqlen_q`` kernels return before a group-mode sequence with seqlen_q <= min_seqlen_q (its rows keep the
-poison). ``supports(config)`` returns the reason for anything else (col-major V, mx qscale, kv_blockscale
-outside batch prefill, non-power-of-two tiles, other families).
+poison). ``supports(config)`` returns the reason for anything else (col-major V outside fwd, fp8 O outside the
+forward-attention families, mx qscale, kv_blockscale outside batch prefill, non-power-of-two tiles, other
+families).
 """
 
 from __future__ import annotations

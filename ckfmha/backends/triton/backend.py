@@ -21,7 +21,12 @@ BWD_FAMILIES = (Family.BWD_DOT_DO_O, Family.BWD_DQ_DK_DV, Family.BWD_CONVERT_DQ)
 BWD_ONE_D_FAMILIES = (Family.BWD_DOT_DO_O, Family.BWD_CONVERT_DQ)
 # the KV-cache families (kernels_kvcache.py / launch_kvcache.py; batch prefill runs the forward kernel)
 KVCACHE_FAMILIES = (Family.FWD_APPENDKV, Family.BATCH_PREFILL)
-DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8BF16, DType.FP8FP32)
+DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8, DType.FP8BF16, DType.FP8FP32)
+# plain fp8 (fp8 in, fp8 O): the forward-attention families and the combine; not the KV-cache families
+FP8_OUT_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)
+FP8_DTYPES = (DType.FP8, DType.FP8BF16, DType.FP8FP32)
+# column-major V (CK's -vlayout=c): the forward family, the only one a problem may give it (ckfmha/problem.py)
+VCOL_FAMILIES = (Family.FWD,)
 RANDVAL_MAX_ELEMENTS = 1 << 26  # store dropout random values for checking up to 64 Mi elements
 BACKEND_VERSION = "1"
 
@@ -146,14 +151,16 @@ class TritonBackend(Backend):
         if s.family not in FAMILIES + BWD_FAMILIES + KVCACHE_FAMILIES:
             return f"family {s.family.value} is not realized (the triton backend covers the forward, KV-cache and backward families)"
         if s.dtype not in DTYPES:
-            return f"dtype {s.dtype.value} is not realized (fp16, bf16, fp32, fp8bf16, fp8fp32)"
-        if s.vlayout is not VLayout.ROW:
-            return "column-major V is not realized"
+            return f"dtype {s.dtype.value} is not realized ({', '.join(d.value for d in DTYPES)})"
+        if s.dtype is DType.FP8 and s.family not in FP8_OUT_FAMILIES:
+            return f"dtype fp8 (fp8 output) is realized for {', '.join(f.value for f in FP8_OUT_FAMILIES)} only"
+        if s.vlayout is not VLayout.ROW and s.family not in VCOL_FAMILIES:
+            return f"column-major V is realized for {', '.join(f.value for f in VCOL_FAMILIES)} only"
         if s.qscale is QScale.KV_BLOCKSCALE and s.family is not Family.BATCH_PREFILL:
             return "qscale kv_blockscale (per-page K/V descales) is realized for batch prefill only"
         if s.qscale not in (QScale.NONE, QScale.PERTENSOR, QScale.BLOCKSCALE, QScale.KV_BLOCKSCALE):
             return f"qscale {s.qscale.value} is not realized"
-        if s.fp8_static_quant and s.dtype not in (DType.FP8BF16, DType.FP8FP32):
+        if s.fp8_static_quant and s.dtype not in FP8_DTYPES:
             return "fp8 static quant needs an fp8 dtype"
         if max(s.hdim_q, s.hdim_v) > 256:
             return "head dims above 256 are not realized"

@@ -15,7 +15,9 @@ from ckfmha.backends.triton.launch import (
     attention_launcher,
     check_preconditions,
     combine_launcher,
+    input_fp8_format,
     out_torch_dtype,
+    stored_output,
     to_numpy,
     to_torch,
 )
@@ -118,14 +120,15 @@ def run_stage(
         return run_appendkv_stage(c, stage, p, tensors, timing=timing)
     t = device_tensors(tensors)
     outputs: dict[str, Any] = {}
+    fp8_format = input_fp8_format(tensors)  # plain fp8 O in the fnuz encoding: float32, rounded on the host
     if fam is Family.FWD_SPLITKV_COMBINE:
         n = int(stage.args["num_splits"])
-        t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype))
+        t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype, fp8_format))
         if p.lse:
             t["lse"] = _poisoned(lse_shape(p), torch.float32)
         ms = _timed(combine_launcher(c, p, t, n), timing)
         _sync()
-        outputs["o"] = to_numpy(t["o"])
+        outputs["o"] = stored_output(t["o"], p.dtype, fp8_format)
         if p.lse:
             outputs["lse"] = to_numpy(t["lse"])
         tensors.update(outputs)
@@ -144,7 +147,7 @@ def run_stage(
         tensors.update(outputs)
         return StageResult(outputs, ms)
     # fwd / pagedkv
-    t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype))
+    t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype, fp8_format))
     if c.signature.lse:
         t["lse"] = _poisoned(lse_shape(p), torch.float32)
     else:
@@ -158,7 +161,7 @@ def run_stage(
             t["randval"] = torch.zeros(shape, dtype=torch.uint8, device=_launch.DEVICE)
     ms = _timed(attention_launcher(c, p, t), timing)
     _sync()
-    outputs["o"] = to_numpy(t["o"])
+    outputs["o"] = stored_output(t["o"], p.dtype, fp8_format)
     if c.signature.lse:
         outputs["lse"] = to_numpy(t["lse"])
     if "randval" in t:

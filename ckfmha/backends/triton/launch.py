@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ckfmha.backends.triton import kernels
 from ckfmha.backends.triton.backend import interpreting, unhonoured_lengths
-from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
+from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale, VLayout
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
@@ -64,6 +64,7 @@ _ELEM = {
     DType.FP16: tl.float16,
     DType.BF16: tl.bfloat16,
     DType.FP32: tl.float32,
+    DType.FP8: tl.float16,  # fp8 in, fp8 out: e4m3 (OCP or fnuz) exact in fp16, P in fp16; O rounded by the store
     DType.FP8BF16: tl.bfloat16,
     DType.FP8FP32: tl.bfloat16,
 }
@@ -71,6 +72,7 @@ _TORCH_OUT = {
     DType.FP16: torch.float16,
     DType.BF16: torch.bfloat16,
     DType.FP32: torch.float32,
+    DType.FP8: torch.float8_e4m3fn,  # OCP; fnuz: a float32 buffer rounded on the host (out_torch_dtype)
     DType.FP8BF16: torch.bfloat16,
     DType.FP8FP32: torch.float32,
 }
@@ -135,6 +137,8 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach().cpu()
     if t.dtype is torch.bfloat16:
         return t.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype is torch.float8_e4m3fn:  # torch has no NumPy bridge for fp8: the same bits as ml_dtypes' type
+        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
     return t.numpy()
 
 
@@ -153,6 +157,34 @@ _DESCALE_KEYS = ("q_descale", "k_descale", "v_descale")
 
 def _dummy(device: str) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
+
+
+def column_major_v(v: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """V stored column-major (CK's ``-vlayout=c``, ``is_v_rowmajor = false``): a contiguous copy with the head dim
+    before the sequence, (b, h, d, s) for bhsd and (b, d, h, s) for bshd (CK's example/ck_tile/01_fmha/fmha_fwd.cpp,
+    fmha_fwd_runner.hpp in newer trees: ``v_host`` is ``get_lengths(i_perm, b, nhead_k, hdim_v, seqlen_k)`` when
+    ``!is_v_rowmajor``).  ``v`` is the
+    row-major (b, h, s, d) / (b, s, h, d) tensor the inputs give (ckfmha/inputs.py: V is always given row-major)."""
+    return (v.permute(0, 1, 3, 2) if layout is Layout.BHSD else v.permute(0, 3, 2, 1)).contiguous()
+
+
+def row_major_v(v_col: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """The row-major copy of a column-major V (:func:`column_major_v`) the forward kernel reads (its loads take
+    the head dim as the contiguous axis), made on the device when the launcher is built: outside the timed
+    launch (the kernel time excludes this copy)."""
+    return (v_col.permute(0, 1, 3, 2) if layout is Layout.BHSD else v_col.permute(0, 3, 2, 1)).contiguous()
+
+
+def check_fp8_output(dtype: DType, q: torch.Tensor, o: torch.Tensor) -> None:
+    """A plain-fp8 kernel's O buffer must match the input encoding: OCP inputs (device ``float8_e4m3fn``) store
+    ``float8_e4m3fn``; fnuz inputs (widened to bf16 by :func:`to_torch`) store float32 that :func:`stored_output`
+    rounds to fnuz on the host.  An fp8 buffer for fnuz inputs would store the wrong encoding: a
+    PreconditionError."""
+    if dtype is DType.FP8 and o.dtype is torch.float8_e4m3fn and q.dtype is not torch.float8_e4m3fn:
+        raise PreconditionError(
+            f"o: dtype {o.dtype} for fp8 inputs widened from fnuz ({q.dtype}): an fnuz output needs a float32 "
+            "buffer (out_torch_dtype(dtype, 'fnuz')) rounded on the host (stored_output)"
+        )
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -235,6 +267,8 @@ def attention_launcher(
     q = t["q"]
     k = t["k_cache"] if paged else t["k"]
     v = t["v_cache"] if paged else t["v"]
+    if s.vlayout is VLayout.COL:  # outside the timed launch: see column_major_v
+        v = row_major_v(column_major_v(v, p.input_layout), p.input_layout)
     sqb, sqh, sqm = seq_strides(q, p.input_layout)
     if paged:
         # (blocks, hk, page, d) for bhsd or (blocks, page, hk, d) for bshd; the "batch" stride is per block
@@ -257,6 +291,7 @@ def attention_launcher(
         sls, slb, slh, slm = lse.stride(0), lse.stride(1), lse.stride(2), lse.stride(3)
     else:
         o = t["o"]
+        check_fp8_output(s.dtype, q, o)
         sob, soh, som = seq_strides(o, p.output_layout)
         sos = 0
         lse = t.get("lse")
@@ -464,6 +499,8 @@ def attention_launcher(
 def combine_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], num_splits: int) -> Callable[[], None]:
     group = p.mode is Mode.GROUP
     oacc, lacc, o = t["o_acc"], t["lse_acc"], t["o"]
+    if "q" in t:
+        check_fp8_output(c.signature.dtype, t["q"], o)
     lse = t.get("lse")
     sob, soh, som = seq_strides(o, p.output_layout)
     dummy = _dummy(o.device)
@@ -505,5 +542,37 @@ def combine_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], nu
     return launch
 
 
-def out_torch_dtype(dtype: DType) -> torch.dtype:
+def out_torch_dtype(dtype: DType, fp8_format: str = "ocp") -> torch.dtype:
+    """The torch dtype of the O buffer a kernel of ``dtype`` stores into.  Plain fp8 in AMD's fnuz encoding has
+    no NVIDIA type: the kernel stores float32 and :func:`stored_output` rounds it on the host."""
+    if dtype is DType.FP8 and _fp8_format_checked(fp8_format) == "fnuz":
+        return torch.float32
     return _TORCH_OUT[dtype]
+
+
+def _fp8_format_checked(fp8_format: str) -> str:
+    if fp8_format not in ("ocp", "fnuz"):
+        raise ValueError(f"fp8_format: {fp8_format!r} must be 'ocp' or 'fnuz'")
+    return fp8_format
+
+
+def input_fp8_format(tensors: dict) -> str:
+    """The fp8 encoding of a stage's NumPy inputs: ``fnuz`` when ``q`` (or ``k_cache``) is
+    ``ml_dtypes.float8_e4m3fnuz`` (make_inputs' ``fp8_format="fnuz"``), else ``ocp``."""
+    for name in ("q", "k_cache", "k"):
+        a = tensors.get(name)
+        if isinstance(a, np.ndarray):
+            return "fnuz" if a.dtype.name == "float8_e4m3fnuz" else "ocp"
+    return "ocp"
+
+
+def stored_output(o: torch.Tensor, dtype: DType, fp8_format: str = "ocp") -> np.ndarray:
+    """O as the problem stores it: :func:`to_numpy` of the buffer, and for plain fp8 in the fnuz encoding the
+    float32 buffer rounded to ``ml_dtypes.float8_e4m3fnuz`` (NumPy's ``astype``: round to nearest even, exactly as
+    the validator rounds the reference, validator.same_precision_reference)."""
+    out = to_numpy(o)
+    if dtype is DType.FP8 and _fp8_format_checked(fp8_format) == "fnuz":
+        import ml_dtypes
+
+        return out.astype(ml_dtypes.float8_e4m3fnuz)
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ckfmha.kernel import Bias, Family, KernelConfig, MaskImpl, Mode, Rope
+from ckfmha.kernel import Bias, Family, KernelConfig, MaskImpl, Mode, QScale, Rope, VLayout
 
 
 def synthetic_problem(c: KernelConfig):
@@ -44,8 +44,10 @@ def synthetic_problem(c: KernelConfig):
         kw["logits_soft_cap"] = 30.0
     if s.dropout.value != "none":
         kw["p_drop"] = 0.2
-    if s.dtype.is_fp8_family:
-        kw["qscale"] = s.qscale
+    if s.dtype.is_fp8_family:  # CK's squant kernels without a qscale field serve per-tensor descales
+        kw["qscale"] = QScale.PERTENSOR if s.fp8_static_quant and s.qscale is QScale.NONE else s.qscale
+    if s.vlayout is not VLayout.ROW:  # column-major V (fwd only)
+        kw["vlayout"] = s.vlayout
     if fam is Family.FWD_SPLITKV:
         kw["num_splits"] = 2
     if s.paged_kv or fam is Family.FWD_PAGEDKV:
