@@ -8,10 +8,11 @@ hdim, causal area counted exactly). Our time: the plan's three stages (the dq_ac
 in one process and run; inputs are random normal (never zeros); dQ/dK/dV are checked against SDPA's.
 Targets: >= 1.2x SDPA-flash on every row with seqlen >= 4k; >= 0.8x cuDNN at hdim 128, seqlen >= 4k.
 
-Usage (on the GPU machine): python benchmarks/bench_bwd.py [--quick] [--candidates] [--tiles BMxBNwWsS,...]
+Usage (on the GPU machine): python benchmarks/bench_bwd.py [--quick] [--candidates] [--variants]
 [--dtypes bf16,fp16] [--hdims 64,128] [--seqlens 1024,4096,16384] [--json PATH]
-``--candidates`` also times every dq_dk_dv kernel the dispatcher accepts for each row, ``--tiles`` the plan's
-kernel re-tiled (tile tuning for sm90.yaml).
+``--candidates`` also times every dq_dk_dv kernel the dispatcher accepts for each row (tile tuning for sm90.yaml);
+``--variants`` the plan's kernel with each descriptor path (plain loads / TMA loads of Q and dO / dQ by the
+descriptor reduce-add / both: launch_bwd._bwd_descriptors).
 """
 
 from __future__ import annotations
@@ -94,6 +95,32 @@ def sdpa_backward(name, backend, q, k, v, do, causal: bool):
         return math.nan, None
 
 
+#: the dq_dk_dv launcher's descriptor paths (launch_bwd._bwd_descriptors): name -> (tma, dq_tma_add)
+VARIANTS = {"plain": (False, False), "tma": (True, False), "dq-add": (False, True), "tma+dq-add": (True, True)}
+
+
+def variant_tflops(disp: Dispatcher, p: Problem, t: dict[str, torch.Tensor], fl: float) -> dict[str, float]:
+    """variant name -> backward TFLOPS of the plan's dq_dk_dv kernel with that descriptor path forced."""
+    plan = disp.select(p)
+    out = {}
+    for name, (tma, add) in VARIANTS.items():
+        launches = [
+            stage_launcher(st.kernel, p, t, tma=tma, dq_tma_add=add)
+            if st.role.value == "dq_dk_dv"
+            else stage_launcher(st.kernel, p, t)
+            for st in plan.stages
+        ]
+
+        def run(launches=launches) -> None:
+            for launch in launches:
+                launch()
+
+        run()
+        out[name] = fl / bench(run) / 1e9
+        print(f"    {out[name]:6.1f} TFLOPS  variant {name}", flush=True)
+    return out
+
+
 def parse_tile(text: str) -> tuple[int, int, int, int]:
     """``BMxBNwWsS`` (e.g. ``64x128w8s2``) -> (bm0, bn0, warps, stages)."""
     m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text)
@@ -137,6 +164,7 @@ def row(
     s: int,
     causal: bool,
     candidates: bool = False,
+    variants: bool = False,
     tiles: list | None = None,
 ) -> dict:
     b, h = TOKENS // s, HEAD_SIZE // d
@@ -156,6 +184,8 @@ def row(
     out = dict(dtype=dt, hdim=d, seqlen=s, batch=b, heads=h, causal=causal, kernel=kernel, ms=ms, tflops=fl / ms / 1e9)
     if candidates:
         out["candidates"] = candidate_tflops(disp, p, dict(t), fl)
+    if variants:
+        out["variants"] = variant_tflops(disp, p, dict(t), fl)
     if tiles:
         out["tiles"] = tile_tflops(disp, p, dict(t), fl, tiles)
     for name, backend in SDPA_BACKENDS:
@@ -197,6 +227,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fp16, hdim 128, seqlen 4k only")
     ap.add_argument("--candidates", action="store_true", help="also time every dq_dk_dv kernel that fits a row")
+    ap.add_argument(
+        "--variants", action="store_true", help="also time the plan's dq_dk_dv kernel with each descriptor path"
+    )
     ap.add_argument("--dtypes", default="bf16,fp16", help="comma-separated dtypes of the grid (default bf16,fp16)")
     ap.add_argument("--hdims", default="64,128", help="comma-separated head dims of the grid (default 64,128)")
     ap.add_argument("--seqlens", default="1024,4096,16384", help="comma-separated sequence lengths of the grid")
@@ -222,7 +255,7 @@ def main() -> int:
     tiles = [x for x in args.tiles.split(",") if x]
     for x in tiles:
         parse_tile(x)  # a bad tile is an error before anything runs
-    rows = [row(disp, dt, d, s, c, args.candidates, tiles) for dt, d, s, c in grid]
+    rows = [row(disp, dt, d, s, c, args.candidates, args.variants, tiles) for dt, d, s, c in grid]
     print("\n" + table(rows) + f"\n({time.time() - t0:.0f} s)")
     if args.json:
         doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}

@@ -15,7 +15,7 @@
 #   causal     the causal tile / fused-tail sweep (benchmarks/tune_fwd.py --only causal)
 #   profile    Nsight Compute over one launch (benchmarks/profile_attn.py) of our forward and backward and of
 #              cuDNN's, fp16 d128 s4k non-causal (PROFILE_ARGS overrides the shape): $OUT/ncu_<dir>_<target>.txt
-#   bwdtune    the backward's tiles (bench_bwd.py --tiles BWD_TILES, fp16, seqlen 4k/16k)
+#   bwdtune    the backward's descriptor variants and tiles (bench_bwd.py --variants --tiles BWD_TILES, fp16, 4k/16k)
 # Usage on the GPU machine, from the repository root: bash benchmarks/gpu_run.sh [STEP ...]   (default: all but causal)
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -70,7 +70,7 @@ for step in "${steps[@]}"; do
                  > "$OUT/ncu_$1_$2.txt" 2>&1
                echo "ncu $1 $2: rc $? $(grep -c 'Section: GPU Speed Of Light' "$OUT/ncu_$1_$2.txt") kernels" | tee -a "$OUT/env.txt"
              done ;;
-    bwdtune) timeout 420 python3 benchmarks/bench_bwd.py --dtypes fp16 --seqlens 4096,16384 \
+    bwdtune) timeout 420 python3 benchmarks/bench_bwd.py --dtypes fp16 --seqlens 4096,16384 --variants \
                --tiles "${BWD_TILES:-64x128w8s2,64x128w8s3,32x128w8s2,128x64w8s2,64x64w4s3}" --json "$OUT/bwd_tune.json" 2>&1 \
                | tee "$OUT/bwd_tune.txt" | tail -40 ;;
     *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|bwd|kvcache|profile|bwdtune)"; exit 2 ;;

@@ -94,12 +94,14 @@ def test_masks_and_dtypes(dtype: str, mask: str) -> None:
     check(Problem(family="bwd", dtype=dtype, mask=mask, **BASE))
 
 
-@pytest.mark.parametrize("sq, sk", [(128, 256), (256, 128)])
+@pytest.mark.parametrize("sq, sk", [(128, 256), (256, 128), (100, 256)])
 @pytest.mark.parametrize("mask", ["0", "t", "b", "g:9,12", "t:-1,4", "b:20,0"])
 def test_block_aligned_lengths(sq: int, sk: int, mask: str) -> None:
     """Lengths that are whole query and key blocks: the dq_dk_dv kernel runs its unmasked loop over the query blocks
     whose rows see every key of the key block, masked loops before and after (kernels_bwd._bwd_query_blocks); a
-    row range that is off by one block shows as wrong dK/dV (rows missed) or wrong masking (rows let in)."""
+    row range that is off by one block shows as wrong dK/dV (rows missed) or wrong masking (rows let in).  100 x 256
+    top-left: full key blocks that no row sees (an empty range the kernel must not turn into an unmasked one: an
+    H100 run found fp32 kernels reading rows past the sequence there)."""
     check(Problem(family="bwd", dtype="fp16", mask=mask, batch=1, nhead_q=2, seqlen_q=sq, seqlen_k=sk, hdim_q=64))
 
 
@@ -223,7 +225,9 @@ def test_deterministic_kernel_has_no_atomics() -> None:
     det_branch = src[det.start() :].split("else:")[0]
     assert "atomic" not in det_branch and "tl.store(dq_ptrs" in det_branch
     convert = src[src.index("def bwd_convert_dq_kernel") : src.index("def _bwd_query_blocks")]
-    assert "tl.atomic" not in convert and src.count("atomic_add(") == 1
+    assert "tl.atomic" not in convert and src.count("tl.atomic_add(") == 1 and src.count(".atomic_add(") == 2
+    # the descriptor reduce-add (the other atomic) is refused with deterministic kernels, in the kernel itself
+    assert "tl.static_assert(not (DQ_TMA_ADD and DETERMINISTIC)" in src
 
 
 @pytest.mark.parametrize("fault", ["scale", "dropout_offset", "d_term"])

@@ -154,6 +154,10 @@ def _bwd_query_blocks(
     acc_base,
     bias_base,
     dbias_base,
+    Q_DESC,
+    DO_DESC,
+    DQ_DESC,
+    desc_bh,
     stride_qm,
     stride_dom,
     stride_lm,
@@ -195,11 +199,14 @@ def _bwd_query_blocks(
     DOT_PREC: tl.constexpr,
     DROPOUT_ROUNDS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    DQ_TMA_ADD: tl.constexpr,
 ):
     """Query blocks ``[m_lo, m_hi)`` into the key block's dK/dV accumulators (the module table's dq_dk_dv terms).
     ``MASKED``: the blocks may hold rows or keys outside the sequence or outside a row's window -- every load and
     P are masked; otherwise every (row, key) pair of every block is inside (no masks: the loop the kernel spends
-    its time in).
+    its time in).  ``USE_TMA``: Q and dO tiles through tensor descriptors (rows past the sequence read as 0);
+    ``DQ_TMA_ADD``: dQ added into ``dq_acc[0]`` by the descriptor's reduce-add (non-deterministic only).
 
     Long because it is the backward's inner loop: one device function whose body (loads, scores, bias, mask, P,
     dropout, dV, dP, dS, dBias, dK, dQ) shares the program's registers; splitting it would only move the
@@ -209,7 +216,10 @@ def _bwd_query_blocks(
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mrow = offs_m < sq
         rows64 = (q_start + offs_m).to(tl.int64)
-        if MASKED:
+        if USE_TMA:
+            q = Q_DESC.load([desc_bh, m0, 0]).reshape(BLOCK_M, HDIM_Q).to(ELEM)
+            do = DO_DESC.load([desc_bh, m0, 0]).reshape(BLOCK_M, HDIM_V).to(ELEM)
+        elif MASKED:
             q = tl.load(
                 q_base + rows64[:, None] * stride_qm + offs_dq[None, :],
                 mrow[:, None] & (offs_dq < HDIM_Q)[None, :],
@@ -285,15 +295,18 @@ def _bwd_query_blocks(
         dst_r = dst.to(ELEM)
         dk_acc = tl.dot(dst_r, q, dk_acc, input_precision=DOT_PREC)
         dq = tl.dot(tl.trans(dst_r), k, input_precision=DOT_PREC) * scale
-        dq_ptrs = acc_base + rows64[:, None] * stride_am + offs_dq[None, :]
-        if MASKED:
-            dq_mask = mrow[:, None] & (offs_dq < HDIM_Q)[None, :]
+        if DQ_TMA_ADD:
+            DQ_DESC.atomic_add([desc_bh, m0, 0], dq.reshape(1, BLOCK_M, HDIM_Q))
         else:
-            dq_mask = (offs_dq < HDIM_Q)[None, :]
-        if DETERMINISTIC:
-            tl.store(dq_ptrs, dq, dq_mask)  # this key block's own slice: one writer per element
-        else:
-            tl.atomic_add(dq_ptrs, dq, dq_mask, sem="relaxed")
+            dq_ptrs = acc_base + rows64[:, None] * stride_am + offs_dq[None, :]
+            if MASKED:
+                dq_mask = mrow[:, None] & (offs_dq < HDIM_Q)[None, :]
+            else:
+                dq_mask = (offs_dq < HDIM_Q)[None, :]
+            if DETERMINISTIC:
+                tl.store(dq_ptrs, dq, dq_mask)  # this key block's own slice: one writer per element
+            else:
+                tl.atomic_add(dq_ptrs, dq, dq_mask, sem="relaxed")
     return dk_acc, dv_acc
 
 
@@ -311,6 +324,9 @@ def bwd_dq_dk_dv_kernel(
     BIAS,
     DBIAS,
     ALIBI,
+    Q_DESC,
+    DO_DESC,
+    DQ_DESC,
     SEQSTART_Q,
     SEQSTART_K,
     SEQLENS_K,
@@ -378,6 +394,8 @@ def bwd_dq_dk_dv_kernel(
     DOT_PREC: tl.constexpr,
     DROPOUT_ROUNDS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr = False,
+    DQ_TMA_ADD: tl.constexpr = False,
 ):
     """One program = BLOCK_N keys of one (batch or sequence, q-head); see the module table.
 
@@ -386,6 +404,7 @@ def bwd_dq_dk_dv_kernel(
     loop (scores, bias, mask, P, dropout, dV, dP, dS, dBias, dK, dQ) and the epilogue storing dK/dV -- shares the
     program's registers (the K/V tiles and the dK/dV accumulators)."""
     LOG2E: tl.constexpr = 1.4426950408889634
+    tl.static_assert(not (DQ_TMA_ADD and DETERMINISTIC), "deterministic kernels add no dQ atomically")
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // nhead_q
@@ -435,11 +454,16 @@ def bwd_dq_dk_dv_kernel(
         m_lo = b * 0
         m_hi = sq
     m_lo = (m_lo // BLOCK_M) * BLOCK_M
+    m_hi = tl.maximum(m_hi, m_lo)  # no row sees the block (e.g. keys past a top-left window's last row): empty
     # rows that see every key of a full key block: i + 1 - y <= n0 and last < i + x, i.e. i in
-    # [last + 1 - x, n0 + y - 1]; the whole query blocks inside it (and inside the sequence) need no mask
+    # [last + 1 - x, n0 + y - 1]; the whole query blocks inside it (and inside the sequence) need no mask.
+    # Every division below has a non-negative numerator: a GPU's integer division truncates, the interpreter's
+    # (NumPy's) floors, and the two differ below zero.
     if n0 + BLOCK_N <= sk:
-        mid_lo = tl.minimum(tl.maximum(((last + 1 - x + BLOCK_M - 1) // BLOCK_M) * BLOCK_M, m_lo), m_hi)
-        mid_hi = tl.maximum(((tl.minimum(n0 + y, sq) - m_lo) // BLOCK_M) * BLOCK_M + m_lo, mid_lo)
+        first_full = tl.maximum(last + 1 - x, m_lo)
+        mid_lo = tl.minimum(((first_full + BLOCK_M - 1) // BLOCK_M) * BLOCK_M, m_hi)
+        end_full = tl.minimum(tl.maximum(tl.minimum(n0 + y, sq), m_lo), m_hi)
+        mid_hi = tl.maximum(((end_full - m_lo) // BLOCK_M) * BLOCK_M + m_lo, mid_lo)
         if not HAS_MASK:
             mid_lo = m_lo
             mid_hi = (sq // BLOCK_M) * BLOCK_M
@@ -468,7 +492,7 @@ def bwd_dq_dk_dv_kernel(
             lo = mid_lo
             hi = mid_hi
         else:
-            lo = tl.maximum(mid_hi, mid_lo)
+            lo = mid_hi
             hi = m_hi
         dk_acc, dv_acc = _bwd_query_blocks(
             dk_acc,
@@ -485,6 +509,10 @@ def bwd_dq_dk_dv_kernel(
             acc_base,
             bias_base,
             dbias_base,
+            Q_DESC,
+            DO_DESC,
+            DQ_DESC,
+            bh,
             stride_qm,
             stride_dom,
             stride_lm,
@@ -526,6 +554,8 @@ def bwd_dq_dk_dv_kernel(
             DOT_PREC,
             DROPOUT_ROUNDS,
             NUM_STAGES,
+            USE_TMA,
+            DQ_TMA_ADD,
         )
     dk_ptrs = DK + bq.to(tl.int64) * stride_dkb + h.to(tl.int64) * stride_dkh + keys64 * stride_dkn + offs_dq[None, :]
     tl.store(dk_ptrs, (dk_acc * scale).to(DK.dtype.element_ty), kmask)

@@ -23,6 +23,7 @@ from the same bounds and the kernels read seqstart_q / seqstart_k / seqlen_k on 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -159,9 +160,76 @@ def _alloc_dq_dk_dv(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> 
         t["dq"] = torch.empty(q_shape(p), dtype=sdt, device=dev)
 
 
-def dq_dk_dv_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
+DESCRIPTOR_MAX_HDIM = 64
+"""Head dims up to which the dq_dk_dv kernel reads Q/dO through TMA descriptors and adds dQ by the descriptor
+reduce-add (by default).  Measured on an H100 (benchmarks/results/bwd_tune_h100.txt, fp16, 32k tokens): hdim 64,
+64x64 tile: 309-369 TFLOPS with both vs 265-312 with plain loads and atomics; hdim 128, 64x128 tile: 278-314 with
+both vs 334-384 plain (TMA loads alone 276-307: the 64x128 tile already holds 255 registers a thread and
+spills)."""
+
+
+def _bwd_descriptors(
+    c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], tma: bool | None, dq_tma_add: bool | None
+) -> tuple[Any, Any, Any]:
+    """(Q, dO, dq_acc[0]) tensor descriptors of the kernel's ``USE_TMA`` / ``DQ_TMA_ADD`` paths, None where unused.
+    Defaults (None): TMA loads of Q/dO and the descriptor reduce-add of dQ up to :data:`DESCRIPTOR_MAX_HDIM`, where
+    the kernel can address the tensors through descriptors -- batch mode, BHSD layouts, contiguous, head dims equal
+    to their blocks, fp16/bf16 -- and,
+    for dQ, non-deterministic kernels (the deterministic ones store each key block's own slice).  Where Triton's
+    descriptors are missing (no TensorDescriptor, no descriptor reduce), plain loads and atomics."""
+    q, do, acc = t["q"], t["do"], t["dq_acc"]
+    bdq, bdv = next_pow2(max(p.hdim_q, 16)), next_pow2(max(p.hdim_v, 16))
+    fits = (
+        max(p.hdim_q, p.hdim_v) <= DESCRIPTOR_MAX_HDIM
+        and p.mode is Mode.BATCH
+        and p.input_layout is Layout.BHSD
+        and p.output_layout is Layout.BHSD
+        and c.signature.dtype in (DType.FP16, DType.BF16)
+        and p.hdim_q == bdq
+        and p.hdim_v == bdv
+        and p.seqlen_q > 0
+        and q.is_contiguous()
+        and do.is_contiguous()
+    )
+    loads, reduce = _descriptor_support()
+    tma = fits and loads and (tma is None or tma)
+    add = fits and reduce and not c.deterministic and (dq_tma_add is None or dq_tma_add)
+    if not (tma or add):
+        return None, None, None
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm0 = c.algorithm.tile[0]
+    rows = p.seqlen_q
+    q_desc = do_desc = dq_desc = None
+    if tma:
+        q_desc = TensorDescriptor.from_tensor(q.view(-1, rows, p.hdim_q), [1, bm0, bdq])
+        do_desc = TensorDescriptor.from_tensor(do.view(-1, rows, p.hdim_v), [1, bm0, bdv])
+    if add:
+        dq_desc = TensorDescriptor.from_tensor(acc[0].view(-1, rows, p.hdim_q), [1, bm0, bdq])
+    return q_desc, do_desc, dq_desc
+
+
+def _descriptor_support() -> tuple[bool, bool]:
+    """(descriptor loads, descriptor reduce-add) this Triton has: host tensor descriptors (Triton >= 3.3) and
+    ``tensor_descriptor.atomic_add`` -- which Triton's interpreter (``TRITON_INTERPRET=1``) does not implement."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:  # pragma: no cover - Triton older than 3.3
+        return False, False
+    interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return True, hasattr(triton.language.tensor_descriptor, "atomic_add") and not interpreted
+
+
+def dq_dk_dv_launcher(
+    c: KernelConfig,
+    p: Problem,
+    t: dict[str, torch.Tensor],
+    tma: bool | None = None,
+    dq_tma_add: bool | None = None,
+) -> Callable[[], None]:
     """Allocates the outputs (:func:`_alloc_dq_dk_dv`); the callable clears ``dq_acc`` and runs the kernel (and,
-    for fp32 non-deterministic, copies ``dq_acc[0]`` into ``dq``).
+    for fp32 non-deterministic, copies ``dq_acc[0]`` into ``dq``).  ``tma`` / ``dq_tma_add`` override the
+    descriptor paths' defaults (:func:`_bwd_descriptors`; benchmarks/bench_bwd.py --variants compares them).
 
     Long because it maps one config and problem to the one argument list of
     :func:`kernels_bwd.bwd_dq_dk_dv_kernel` (fifteen tensors, some fifty strides and scalars, sixteen constexpr
@@ -173,6 +241,7 @@ def dq_dk_dv_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -
     lse, d = _required(t, "lse", "stage dq_dk_dv"), _required(t, "d", "stage dq_dk_dv")
     _alloc_dq_dk_dv(c, p, t)
     acc, dk, dv = t["dq_acc"], t["dk_raw"], t["dv_raw"]
+    q_desc, do_desc, dq_desc = _bwd_descriptors(c, p, t, tma, dq_tma_add)
     dummy = _dummy(q.device)
     dbias = t.get("dbias_raw", dummy)
     sdb = seq_strides(dbias, p.input_layout) if "dbias_raw" in t else (0, 0, 0)
@@ -202,6 +271,9 @@ def dq_dk_dv_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -
         bias,
         dbias,
         alibi,
+        q_desc,
+        do_desc,
+        dq_desc,
         seqstart_q,
         seqstart_k,
         seqlens_k,
@@ -254,6 +326,8 @@ def dq_dk_dv_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -
         DOT_PREC="ieee" if s.dtype is DType.FP32 else "tf32",
         DROPOUT_ROUNDS=DROPOUT_ROUNDS,
         NUM_STAGES=bwd_stages(c, p),
+        USE_TMA=q_desc is not None,
+        DQ_TMA_ADD=dq_desc is not None,
     )
     kern, warps = kernels_bwd.bwd_dq_dk_dv_kernel, _warps(c)
     dq = t.get("dq") if not needs_convert(p) else None
@@ -293,11 +367,13 @@ def backward_device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
     return dev
 
 
-def stage_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
+def stage_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], **variant: Any) -> Callable[[], None]:
     """The launch of one backward stage on the device tensors ``t`` (outputs allocated into ``t`` here; no read
-    back to the host, here or in the callable)."""
+    back to the host, here or in the callable).  ``variant``: the dq_dk_dv launcher's ``tma`` / ``dq_tma_add``
+    overrides (benchmarks only)."""
     check_preconditions(c, p, FAMILY_ROLE[c.family])
-    return _LAUNCHERS[c.family](c, p, t)
+    launcher = _LAUNCHERS[c.family]
+    return launcher(c, p, t, **variant) if variant and c.family is Family.BWD_DQ_DK_DV else launcher(c, p, t)
 
 
 def written(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> tuple[str, ...]:
