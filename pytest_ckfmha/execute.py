@@ -135,14 +135,18 @@ def make_plan(rt: Runtime, problem, kernel, backend):
         except NoKernelError:
             raise ItemSkip(
                 f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "
-                f"{_short_explanation(e)}"
+                f"{_short_explanation(e, problem)}"
             ) from None
         raise ItemSkip(
-            f"backend {backend.name} cannot realize the kernels that serve this shape: {_short_explanation(e)}"
+            f"backend {backend.name} cannot realize the kernels that serve this shape: {_short_explanation(e, problem)}"
         ) from None
 
 
-def _short_explanation(e) -> str:
+def _short_explanation(e, problem) -> str:
+    """The two commonest reasons per unserved stage; a stage without a single kernel of the problem's dtype (the
+    items' registry views are per dtype) says so, naming the family and the dtype."""
+    from ckfmha.dispatcher import ROLE_FAMILY
+
     parts = []
     for st in e.explanation.stages:
         if st.chosen is None:
@@ -151,7 +155,9 @@ def _short_explanation(e) -> str:
             for v in bad:
                 reasons[v.reason] = reasons.get(v.reason, 0) + 1
             top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:2]
-            why = "; ".join(f"{n} x {r}" for r, n in top) or "no candidates"
+            why = "; ".join(f"{n} x {r}" for r, n in top) or (
+                f"the kernel space has no {ROLE_FAMILY[st.role].value} kernel of dtype {problem.dtype.value}"
+            )
             parts.append(f"stage {st.role.value}: {why}")
     return " | ".join(parts)
 

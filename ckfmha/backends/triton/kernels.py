@@ -150,10 +150,15 @@ def _attn_block(
         if IS_PAGED:
             page = tl.load(BLOCK_TABLE + bt_row + offs_n // page_size, mask=offs_n < sk, other=0).to(tl.int64)
             local = (offs_n % page_size).to(tl.int64)
-            k_rows = page * stride_kpage + local * stride_kn
-            if KV_VEC > 0:  # vectorized V pool (pages, hk, page / vec, d, vec): key -> (key // vec, key % vec)
+            if KV_VEC > 0:
+                # vectorized K pool: a key's vec elements at local * vec (stride_kn = vec); V pool (pages, hk,
+                # page / vec, d, vec): key -> (key // vec, key % vec), runs of vec keys contiguous from multiples
+                # of vec (page % vec == 0 by the pool's shape, blocks start at multiples of BLOCK_N >= vec)
+                k_rows = page * stride_kpage + local * KV_VEC
                 v_rows = page * stride_vpage + (local // KV_VEC) * stride_vn + local % KV_VEC
+                v_rows = tl.max_contiguous(tl.multiple_of(v_rows, KV_VEC), KV_VEC)
             else:
+                k_rows = page * stride_kpage + local * stride_kn
                 v_rows = page * stride_vpage + local * stride_vn
         else:
             k_rows = offs_n.to(tl.int64) * stride_kn
@@ -422,8 +427,10 @@ def attn_fwd_kernel(
     k_doff = offs_dq
     v_doff = offs_dv
     if KV_VEC > 0:  # vectorized pools: K (pages, hk, d / vec, page, vec), V (pages, hk, page / vec, d, vec)
-        k_doff = (offs_dq // KV_VEC) * stride_kvec + offs_dq % KV_VEC
-        v_doff = offs_dv * stride_vd
+        # runs of vec head-dim elements are contiguous and start at multiples of vec (the pool's shape makes
+        # stride_kvec = page * vec and stride_vd = vec): said so, the loads move vec elements at a time
+        k_doff = tl.max_contiguous(tl.multiple_of((offs_dq // KV_VEC) * stride_kvec + offs_dq % KV_VEC, KV_VEC), KV_VEC)
+        v_doff = offs_dv * KV_VEC
     q_dmask = offs_dq < HDIM_Q
     v_dmask = offs_dv < HDIM_V
     mrow = offs_m < nrows

@@ -86,6 +86,12 @@ def prefill_pools(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Pr
         vec = k.shape[4]
         if v.shape[4] != vec:
             raise PreconditionError(f"v_cache: shape {tuple(v.shape)}: vector length {v.shape[4]} != k_cache's {vec}")
+        if k.stride(3) != vec or v.stride(3) != vec or k.stride(2) != k.shape[3] * vec:
+            # the kernel addresses keys and head-dim runs by the vector length (kernels.py, KV_VEC)
+            raise PreconditionError(
+                f"k_cache/v_cache: strides {k.stride()} / {v.stride()}: a vectorized pool's (page, vec) and "
+                f"(d, vec) axes are packed (strides {vec} and {k.shape[3] * vec})"
+            )
         k_strides = (k.stride(0), k.stride(1), k.stride(3))
         v_strides = (v.stride(0), v.stride(1), v.stride(2))
         stride_kvec, stride_vd = k.stride(2), v.stride(3)
