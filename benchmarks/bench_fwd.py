@@ -408,6 +408,7 @@ def appendkv_decode_row(disp: Dispatcher, copy_gbps: float, b: int, hq: int, hk:
             f()
 
     ms = bench(whole)
+    stage_ms = [bench(f) for f in launches]  # each stage alone (all three are idempotent): where the time goes
     nbytes = cache_bytes + 4 * b * hk * d * 2 + 2 * b * hq * d * 2
     gbps = nbytes / (ms * 1e-3) / 1e9
     row = dict(
@@ -419,14 +420,16 @@ def appendkv_decode_row(disp: Dispatcher, copy_gbps: float, b: int, hq: int, hk:
         num_splits=n,
         stages=" -> ".join(st.role.value for st in plan.stages),
         kernel=append.kernel.kernel_id,
+        kernels=[st.kernel.kernel_id for st in plan.stages],
         ms=ms,
+        stage_ms=stage_ms,
         gbps=gbps,
         copy_gbps=copy_gbps,
         fraction=gbps / copy_gbps,
     )
     print(
         f"append-KV decode b{b} hq{hq} hk{hk} sk{sk} page {page} ({row['stages']}): {gbps:7.0f} GB/s = "
-        f"{row['fraction']:.0%} of copy ({ms:.3f} ms)",
+        f"{row['fraction']:.0%} of copy ({ms:.3f} ms; stages alone {', '.join(f'{x:.3f}' for x in stage_ms)} ms)",
         flush=True,
     )
     return row
