@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -29,7 +30,7 @@ import triton
 from fwd_report import render
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ckfmha.backends.triton.launch import attention_launcher, combine_launcher
+from ckfmha.backends.triton.launch import LaunchShape, attention_launcher, combine_launcher
 from ckfmha.dispatcher import Dispatcher
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
@@ -231,7 +232,7 @@ def _gathered(kv_layout: str, kc: torch.Tensor, vc: torch.Tensor, bt: torch.Tens
     return k, v
 
 
-def batch_prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
+def batch_prefill_rows(disp: Dispatcher, quick: bool, shapes: tuple[str, ...] = ()) -> list[dict]:
     """Batch prefill (ragged queries over a paged cache; equal lengths so SDPA can run batched): TFLOPS of the
     dispatcher's kernel against SDPA-flash on the K/V gathered from the pages (same problem); target >= 1.0x."""
     cases = [
@@ -252,13 +253,34 @@ def batch_prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
     ]
     if quick:
         cases = [c for c in cases if c[1] == 128 and c[2] == 4096 and c[0] == "bf16"]
-    return [batch_prefill_row(disp, *case) for case in cases]
+    if shapes:  # a tile sweep: the fp16 vectorized rows of seqlen 4096 and the linear page-16 row
+        cases = [c for c in cases if (c[0] == "fp16" and c[2] == 4096) or c[5:] == ("linear", 16)]
+    return [batch_prefill_row(disp, *case, shapes=shapes) for case in cases]
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """``BMxBNwWsS`` (e.g. ``128x128w8s3``) -> (block_m, block_n, warps, stages)."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text)
+    if m is None:
+        raise ValueError(f"--prefill-shapes: {text!r} is not BMxBNwWsS (e.g. 128x128w8s3)")
+    bm, bn, w, st = (int(g) for g in m.groups())
+    return bm, bn, w, st
 
 
 def batch_prefill_row(
-    disp: Dispatcher, dt: str, d: int, s: int, causal: bool, lookup: str, layout: str, page: int, tokens: int = TOKENS
+    disp: Dispatcher,
+    dt: str,
+    d: int,
+    s: int,
+    causal: bool,
+    lookup: str,
+    layout: str,
+    page: int,
+    tokens: int = TOKENS,
+    shapes: tuple[str, ...] = (),
 ) -> dict:
-    """One batch-prefill row (see batch_prefill_rows): ``tokens`` query tokens in sequences of ``s``."""
+    """One batch-prefill row (see batch_prefill_rows): ``tokens`` query tokens in sequences of ``s``; ``shapes``:
+    launch shapes to time the row's kernel with as well."""
 
     b, hq = tokens // s, HEAD_SIZE // d
     hk = max(1, hq // 4)
@@ -300,6 +322,17 @@ def batch_prefill_row(
         t["kv_page_indices"] = bt.reshape(-1).contiguous()
         t["kv_last_page_lens"] = torch.full((b,), page, device="cuda", dtype=torch.int32)
     ours = attention_launcher(kernel, p, t)
+    shape_tflops = {}
+    for text in shapes:  # the same kernel with other launch shapes (tile tuning for sm90.yaml's batch_prefill)
+        bm, bn, w, st = parse_shape(text)
+        try:
+            alt = attention_launcher(kernel, p, t, shape=LaunchShape(bm, bn, d, d, w, st))
+            alt()
+            shape_tflops[text] = flops(b, hq, s, d, causal) / bench(alt) * 1e-9
+        except Exception as e:  # noqa: BLE001 - a shape that does not compile or fit: reported, the row goes on
+            print(f"    shape {text}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+            shape_tflops[text] = float("nan")
+        print(f"    {shape_tflops[text]:6.1f} TFLOPS  shape {text}", flush=True)
     kg, vg = (x.repeat_interleave(hq // hk, dim=1) for x in _gathered(layout, kc, vc, bt))
     qb = q.reshape(hq, b, s, d).transpose(0, 1)
 
@@ -326,6 +359,8 @@ def batch_prefill_row(
         flash_tflops=fl / ms_flash * 1e-9,
         rel_err=err,
     )
+    if shape_tflops:
+        row["shapes"] = shape_tflops
     row["vs_flash"] = row["tflops"] / row["flash_tflops"]
     print(
         f"prefill {dt} d{d} s{s} {'causal' if causal else 'full'} {lookup}/{layout}/p{page}: "
@@ -474,6 +509,11 @@ def main() -> int:
         action="store_true",
         help="only the append-KV decode and batch prefill rows (implies --kvcache)",
     )
+    ap.add_argument(
+        "--prefill-shapes",
+        default="",
+        help="comma-separated BMxBNwWsS launch shapes to time the batch-prefill rows' kernel with (a subset of rows)",
+    )
     args = ap.parse_args()
     args.kvcache = args.kvcache or args.only_kvcache
     t0 = time.time()
@@ -499,7 +539,10 @@ def main() -> int:
     }
     if args.kvcache:
         doc["appendkv_decode"] = appendkv_decode_rows(disp, copy, args.quick)
-        doc["batch_prefill"] = batch_prefill_rows(disp, args.quick)
+        shapes = tuple(x for x in args.prefill_shapes.split(",") if x)
+        for x in shapes:
+            parse_shape(x)  # a bad shape is an error before anything runs
+        doc["batch_prefill"] = batch_prefill_rows(disp, args.quick, shapes)
     text = "" if args.only_kvcache else render(doc)[0]
     if args.kvcache:
         text += ("\n\n" if text else "") + render_kvcache(doc)
