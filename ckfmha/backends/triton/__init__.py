@@ -32,8 +32,8 @@ dtype                      fp16/bf16 dots in that type; fp32 dots in IEEE fp32; 
                            rounds the reference); AMD's fnuz e4m3 (no NVIDIA type): inputs widened to bf16 by the
                            host, O stored float32 and rounded to ``float8_e4m3fnuz`` on the host with ml_dtypes
                            after the timed launch
-                           (launch.out_torch_dtype / stored_output, given the inputs' encoding; until
-                           execute.run_stage passes it, an fnuz fp8 O buffer is refused: launch.check_fp8_output)
+                           (launch.out_torch_dtype / stored_output, given the inputs' encoding by execute.run_stage;
+                           an fp8 O buffer for fnuz inputs is refused: launch.check_fp8_output)
 vlayout col                fwd: V stored column-major on the device ((b, h, d, s) / (b, d, h, s), CK's -vlayout=c),
                            then a row-major device copy the kernel reads, both made when the launcher is built --
                            outside the timed launch (launch.column_major_v / row_major_v); other families: refused
@@ -57,12 +57,17 @@ batch_prefill              the forward kernel in group mode over the pools, by t
 kv_lookup_table            vllm: ``block_table[b]``; sglang: ``kv_page_indices[kv_indptr[b]:]`` and the key count
                            ``(pages - 1) * page_size + kv_last_page_lens[b]`` derived in the kernel (as CK)
 kv_memory_layout           linear ``(pages, page, hk, d)``; vectorized K ``(pages, hk, d/vec, page, vec)``, V
-                           ``(pages, hk, page/vec, d, vec)`` (the kernel's KV_VEC address mode); page_size any >= 1
+                           ``(pages, hk, page/vec, d, vec)`` (the kernel's KV_VEC address mode: keys and head-dim
+                           runs addressed by the vector length with contiguity hints, vec-element loads; the host
+                           checks the packed strides); page_size any >= 1
 bwd_dot_do_o (tile bm0)    ``D = rowsum(dO * O)`` over BLOCK_M = bm0 rows (kernels_bwd.py; host side launch_bwd.py)
 bwd_dq_dk_dv tile          bm0 = query block, bn0 = key block: one program per key block and q-head (K/V and dK/dV
                            held, query blocks looped over: FlashAttention-2's dK/dV loop); only the query blocks a
-                           mask window lets see the keys are visited; seqlens padded always (masked loads, as CK's
-                           backward traits); ``num_stages`` pipelines the query loop (else 1)
+                           mask window lets see the keys are visited, and those whose rows all see the whole key
+                           block run an unmasked loop (masked loops before and after); seqlens padded always (masked
+                           loads, as CK's backward traits); ``num_stages`` pipelines the query loop (else 1); up to
+                           hdim 64 (launch_bwd.DESCRIPTOR_MAX_HDIM, measured) Q/dO through TMA descriptors and dQ by
+                           the descriptor reduce-add (batch mode, bhsd, fp16/bf16, non-deterministic for the dQ add)
 bwd mask/bias/dropout      the forward's (y, x) window per row, CK's broadcast bias, ALiBi positions and Philox keep
                            mask (the forward's ``_philox_randval``); dbias: dS stored per q-head and batch
 bwd GQA                    dK/dV per q-head (CK's raw layout); the group sum is the runner's host step
