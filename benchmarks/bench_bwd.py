@@ -21,14 +21,13 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 import triton
-from bench_fwd import HEAD_SIZE, TOKENS, bench, flops
+from bench_fwd import HEAD_SIZE, TOKENS, bench, flops, parse_shape
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckfmha.backends.triton.launch import attention_launcher
@@ -121,15 +120,6 @@ def variant_tflops(disp: Dispatcher, p: Problem, t: dict[str, torch.Tensor], fl:
     return out
 
 
-def parse_tile(text: str) -> tuple[int, int, int, int]:
-    """``BMxBNwWsS`` (e.g. ``64x128w8s2``) -> (bm0, bn0, warps, stages)."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text)
-    if m is None:
-        raise ValueError(f"--tiles: {text!r} is not BMxBNwWsS (e.g. 64x128w8s2)")
-    bm, bn, w, st = (int(g) for g in m.groups())
-    return bm, bn, w, st
-
-
 def retiled(c, bm: int, bn: int, warps: int, stages: int):
     """The dq_dk_dv config ``c`` with another query/key block, warp count and pipelining depth (what the launcher
     reads: tile[0], tile[1], warps[0], num_stages): tiles to try before they go into sm90.yaml."""
@@ -147,7 +137,7 @@ def tile_tflops(disp: Dispatcher, p: Problem, t: dict[str, torch.Tensor], fl: fl
     out = {}
     for text in tiles:
         try:
-            _, run = our_backward(disp, p, t, main=retiled(base, *parse_tile(text)))
+            _, run = our_backward(disp, p, t, main=retiled(base, *parse_shape(text, "--tiles")))
             run()
             out[text] = fl / bench(run) / 1e9
         except Exception as e:  # noqa: BLE001 - a tile that does not compile or fit: reported, the row goes on
@@ -254,7 +244,7 @@ def main() -> int:
     grid = [(dt, d, s, c) for dt in dtypes for d in hdims for s in seqs for c in (False, True)]
     tiles = [x for x in args.tiles.split(",") if x]
     for x in tiles:
-        parse_tile(x)  # a bad tile is an error before anything runs
+        parse_shape(x, "--tiles")  # a bad tile is an error before anything runs
     rows = [row(disp, dt, d, s, c, args.candidates, args.variants, tiles) for dt, d, s, c in grid]
     print("\n" + table(rows) + f"\n({time.time() - t0:.0f} s)")
     if args.json:

@@ -258,11 +258,11 @@ def batch_prefill_rows(disp: Dispatcher, quick: bool, shapes: tuple[str, ...] = 
     return [batch_prefill_row(disp, *case, shapes=shapes) for case in cases]
 
 
-def parse_shape(text: str) -> tuple[int, int, int, int]:
-    """``BMxBNwWsS`` (e.g. ``128x128w8s3``) -> (block_m, block_n, warps, stages)."""
+def parse_shape(text: str, option: str = "--prefill-shapes") -> tuple[int, int, int, int]:
+    """``BMxBNwWsS`` (e.g. ``128x128w8s3``) -> (block_m, block_n, warps, stages); a bad one names ``option``."""
     m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text)
     if m is None:
-        raise ValueError(f"--prefill-shapes: {text!r} is not BMxBNwWsS (e.g. 128x128w8s3)")
+        raise ValueError(f"{option}: {text!r} is not BMxBNwWsS (e.g. 128x128w8s3)")
     bm, bn, w, st = (int(g) for g in m.groups())
     return bm, bn, w, st
 
