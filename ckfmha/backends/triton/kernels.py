@@ -60,6 +60,29 @@ def _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl
 
 
 @triton.jit
+def mask_window_yx(mask_kind, mask_left, mask_right, mask_y, mask_x, sq, sk, HAS_MASK: tl.constexpr):
+    """CK's (y, x) window of a sequence (mask.hpp, make_generic_attention_mask_from_lr_window): row i sees keys
+    ``[i + 1 - y, i + x)``.  ``mask_kind`` 1 / 2: a top-left / bottom-right window (left, right; -1 = unbounded:
+    launch._mask_args); otherwise the raw coordinates ``mask_y`` / ``mask_x``; no mask: every key (y = sq,
+    x = sk).  The forward and the backward kernels both read the window here."""
+    if HAS_MASK:
+        y = tl.where(
+            mask_kind == 1,
+            tl.where(mask_left < 0, sq, 1 + mask_left),
+            tl.where(mask_kind == 2, tl.where(mask_left < 0, sq, 1 + mask_left + sq - sk), mask_y),
+        )
+        x = tl.where(
+            mask_kind == 1,
+            tl.where(mask_right < 0, sk, 1 + mask_right),
+            tl.where(mask_kind == 2, tl.where(mask_right < 0, sk, 1 + mask_right + sk - sq), mask_x),
+        )
+    else:
+        y = sq
+        x = sk
+    return y, x
+
+
+@triton.jit
 def _attn_block(
     acc,
     m_i,
@@ -438,20 +461,7 @@ def attn_fwd_kernel(
     # ---- mask coordinates (CK's generic (y, x)) and this program's key range; kind 1/2 = top-left/bottom-right
     # window (a g:y,x mask arrives as the bottom-right window left=y, right=x, as CK's kernels read it; kind 3,
     # raw coordinates mask_y/mask_x, is not launched)
-    if HAS_MASK:
-        y = tl.where(
-            mask_kind == 1,
-            tl.where(mask_left < 0, sq, 1 + mask_left),
-            tl.where(mask_kind == 2, tl.where(mask_left < 0, sq, 1 + mask_left + sq - sk), mask_y),
-        )
-        x = tl.where(
-            mask_kind == 1,
-            tl.where(mask_right < 0, sk, 1 + mask_right),
-            tl.where(mask_kind == 2, tl.where(mask_right < 0, sk, 1 + mask_right + sk - sq), mask_x),
-        )
-    else:
-        y = sq
-        x = sk
+    y, x = mask_window_yx(mask_kind, mask_left, mask_right, mask_y, mask_x, sq, sk, HAS_MASK)
     row_lo = tl.minimum(tl.maximum(qpos + 1 - y, 0), sk)
     row_hi = tl.maximum(tl.minimum(tl.maximum(qpos + x, 0), sk), row_lo)
     lo = tl.minimum(tl.maximum(q_first + 1 - y, 0), sk)

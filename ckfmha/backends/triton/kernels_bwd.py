@@ -33,29 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ckfmha.backends.triton.kernels import _philox_randval
-
-
-@triton.jit
-def mask_window_yx(mask_kind, mask_left, mask_right, sq, sk, HAS_MASK: tl.constexpr):
-    """CK's (y, x) window coordinates of a sequence (mask.hpp, make_generic_attention_mask_from_lr_window): row i
-    sees keys ``[i + 1 - y, i + x)``.  ``mask_kind`` 1 / 2: a top-left / bottom-right window (left, right), -1 =
-    unbounded (ckfmha.backends.triton.launch._mask_args); 0 or no mask: every key."""
-    if HAS_MASK:
-        y = tl.where(
-            mask_kind == 1,
-            tl.where(mask_left < 0, sq, 1 + mask_left),
-            tl.where(mask_kind == 2, tl.where(mask_left < 0, sq, 1 + mask_left + sq - sk), sq),
-        )
-        x = tl.where(
-            mask_kind == 1,
-            tl.where(mask_right < 0, sk, 1 + mask_right),
-            tl.where(mask_kind == 2, tl.where(mask_right < 0, sk, 1 + mask_right + sk - sq), sk),
-        )
-    else:
-        y = sq
-        x = sk
-    return y, x
+from ckfmha.backends.triton.kernels import _philox_randval, mask_window_yx
 
 
 @triton.jit
@@ -446,7 +424,7 @@ def bwd_dq_dk_dv_kernel(
     dv_acc = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
 
     # query rows that see keys [n0, last]: row i sees [i + 1 - y, i + x), so i in (n0 - x, last + y)
-    y, x = mask_window_yx(mask_kind, mask_left, mask_right, sq, sk, HAS_MASK)
+    y, x = mask_window_yx(mask_kind, mask_left, mask_right, sq, sk, sq, sk, HAS_MASK)
     last = tl.minimum(n0 + BLOCK_N, sk) - 1
     m_lo = tl.maximum(n0 - x + 1, 0)
     m_hi = tl.minimum(last + y, sq)
@@ -563,4 +541,4 @@ def bwd_dq_dk_dv_kernel(
     tl.store(dv_ptrs, dv_acc.to(DV.dtype.element_ty), vmask)
 
 
-__all__ = ["bwd_convert_dq_kernel", "bwd_dot_do_o_kernel", "bwd_dq_dk_dv_kernel", "mask_window_yx"]
+__all__ = ["bwd_convert_dq_kernel", "bwd_dot_do_o_kernel", "bwd_dq_dk_dv_kernel"]
