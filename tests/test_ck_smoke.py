@@ -276,3 +276,28 @@ def test_a_sample_of_the_real_tree_runs_green_on_the_cpu(pytester, monkeypatch, 
     skipped = collections.Counter(r["reason"].split(" (")[0] for r in rows if r["verdict"] == "skipped")
     assert len(passed) >= 200 and {r["family"] for r in passed} >= {"fwd", "fwd_splitkv", "fwd_pagedkv", "bwd"}
     assert set(skipped) <= {"CK's runner refuses the line"}, skipped
+
+
+@pytest.mark.parametrize("parity", [None, "tile_example"])
+def test_rows_of_smoke_items_that_never_reported_are_described(tmp_path, cache, parity):
+    """A smoke item whose own values never arrived (a crashed xdist worker, an interrupted session) still gets a
+    report row naming its line, script and CK's normalizations (State.describe)."""
+    import dataclasses
+
+    from pytest_ckfmha.options import Settings
+    from pytest_ckfmha.state import State
+
+    root = make_fake_checkout(tmp_path / "ck")
+    names = [f.name for f in dataclasses.fields(Settings) if f.default is dataclasses.MISSING]
+    base = dict.fromkeys(names)
+    base.update(arch="gfx942", backend="cpu", seed=0, reports=(), max_kernels_per_shape=1, cache_dir=cache)
+    settings = Settings(**{**base, "ck_smoke": "fwd", "ck_root": root, "parity": parity})
+    state = State(None, settings)
+    split = next(
+        s for s in state.smoke_specs() if getattr(s, "normalizations", ()) and "-d=32" in s.command
+    )  # a split-KV line with dropout: CK drops p_drop
+    name = "plan" if parity is None else "parity"
+    row = state.describe(f"ckfmha::ck-smoke::{split.shape_id}::{name}")
+    assert row["id"] == f"{split.shape_id}::{name}" and row["entry"] == split.command
+    assert row["matrix"] == "smoke_test_fwd.sh" and row["kind"] == ("plan" if parity is None else "parity")
+    assert row["ck_normalizations"] == "dropout is not supported by split-kv kernels. ignoring the 'p_drop' option"

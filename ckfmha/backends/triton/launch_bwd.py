@@ -162,10 +162,10 @@ def _alloc_dq_dk_dv(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> 
 
 DESCRIPTOR_MAX_HDIM = 64
 """Head dims up to which the dq_dk_dv kernel reads Q/dO through TMA descriptors and adds dQ by the descriptor
-reduce-add (by default).  Measured on an H100 (benchmarks/results/bwd_tune_h100.txt, fp16, 32k tokens): hdim 64,
-64x64 tile: 309-369 TFLOPS with both vs 265-312 with plain loads and atomics; hdim 128, 64x128 tile: 278-314 with
-both vs 334-384 plain (TMA loads alone 276-307: the 64x128 tile already holds 255 registers a thread and
-spills)."""
+reduce-add (by default).  Measured on an H100 (fp16, 32k tokens, seqlen 4k/16k): hdim 64, 64x64 tile
+(benchmarks/results/bwd_variants_d64_h100.txt): both 306-363 TFLOPS, TMA loads alone 276-312, dQ add alone
+279-327, plain loads and atomics 262-297; hdim 128, 64x128 tile (bwd_tune_h100.txt): both 278-314, TMA loads
+alone 276-307, plain 334-384 -- that tile already holds 255 registers a thread and spills (ncu_bwd_ours_h100.txt)."""
 
 
 def _bwd_descriptors(
@@ -174,9 +174,9 @@ def _bwd_descriptors(
     """(Q, dO, dq_acc[0]) tensor descriptors of the kernel's ``USE_TMA`` / ``DQ_TMA_ADD`` paths, None where unused.
     Defaults (None): TMA loads of Q/dO and the descriptor reduce-add of dQ up to :data:`DESCRIPTOR_MAX_HDIM`, where
     the kernel can address the tensors through descriptors -- batch mode, BHSD layouts, contiguous, head dims equal
-    to their blocks, fp16/bf16 -- and,
-    for dQ, non-deterministic kernels (the deterministic ones store each key block's own slice).  Where Triton's
-    descriptors are missing (no TensorDescriptor, no descriptor reduce), plain loads and atomics."""
+    to their blocks, fp16/bf16 -- and, for dQ, non-deterministic kernels (the deterministic ones store each key
+    block's own slice).  ``tma`` / ``dq_tma_add`` False turn a path off; True cannot turn it on where it does not
+    fit.  Where Triton lacks the descriptors (no TensorDescriptor, no descriptor reduce), plain loads and atomics."""
     q, do, acc = t["q"], t["do"], t["dq_acc"]
     bdq, bdv = next_pow2(max(p.hdim_q, 16)), next_pow2(max(p.hdim_v, 16))
     fits = (
