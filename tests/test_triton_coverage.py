@@ -126,29 +126,15 @@ def _ctx(api: str, section: dict) -> EnumContext:
     return EnumContext(Api(api), "sm90", spec, 0, MaskMode.SIMPLIFIED)
 
 
-# The column-major-V kernels proposed for sm90.yaml's fwd section (held out of the file until
-# warmup.synthetic_problem gives a col kernel a col problem: tests/test_rules.py checks every sm90 kernel fits its
-# warm-up problem): fp16/bf16 without dropout, soft-cap, sink or skip.
-COL_V_AXIS = {"vlayouts": ["row", "col"]}
-COL_V_EXCLUDE = (
-    "c.vlayout == 'col' and (c.dtype not in ('fp16', 'bf16') or c.dropout != 'none' or c.logits_soft_cap "
-    "or c.sink or c.skip_min_seqlen_q)"
-)
-
-
 def col_v_kernels() -> list:
-    if "col" not in _SPACE:
-        fwd = copy.deepcopy(load_arch_spec("sm90").section("fwd"))
-        fwd.update(COL_V_AXIS, dtypes=["fp16", "bf16"], hdims=[[64, 64]], exclude=fwd["exclude"] + [COL_V_EXCLUDE])
-        _SPACE["col"] = [c for c in enumerate_api(_ctx("fwd", fwd)) if c.vlayout is VLayout.COL]
-    return _SPACE["col"]
+    """The column-major-V kernels of sm90.yaml's fwd section."""
+    return [c for c in sm90_space() if c.vlayout is VLayout.COL]
 
 
-def test_proposed_col_v_kernels_are_bounded_and_supported() -> None:
+def test_col_v_kernels_are_bounded_and_supported() -> None:
     col = col_v_kernels()
-    assert len(col) == 324  # d64 (three launch tiles); 1512 over the seven sm90 head dims
-    assert {c.dtype.value for c in col} == {"fp16", "bf16"}
-    assert not any(c.sink or c.logits_soft_cap or c.skip_min_seqlen_q or c.dropout.value != "none" for c in col)
+    assert len(col) == 1512  # fp16/bf16 without dropout, soft-cap, sink or skip, seven head dims
+    assert {c.dtype.value for c in col} == {"fp16", "bf16"} and {c.family for c in col} == {Family.FWD}
     assert all(TritonBackend().supports(c) is None for c in col)
 
 
@@ -169,14 +155,17 @@ def test_vlayouts_axis_absent_means_row_and_bad_values_name_the_key() -> None:
     with pytest.raises(NvidiaSpecError) as ei:
         enumerate_api(_ctx("fwd", fwd))
     assert "(apis.fwd.vlayouts): expected a non-empty list, found []" in str(ei.value)
+    split = copy.deepcopy(load_arch_spec("sm90").section("fwd_splitkv"))
+    split["vlayouts"] = ["row", "col"]  # no Problem gives col V to split-KV: such kernels could never be chosen
+    with pytest.raises(NvidiaSpecError) as ei:
+        enumerate_api(_ctx("fwd_splitkv", split))
+    assert "(apis.fwd_splitkv.vlayouts): col is defined for the fwd family only" in str(ei.value)
 
 
 @pytest.mark.parametrize("sid", sorted(SMOKE_IDS))
 def test_the_issue_14_smoke_shapes_are_planned_on_sm90(sid: str) -> None:
     p = smoke_problem(sid)
     reg = Registry.from_enumeration("sm90", backend="triton")
-    if p.vlayout is VLayout.COL:  # the proposed col kernels (COL_V_AXIS) added to the sm90 space
-        reg = Registry("sm90", list(reg) + col_v_kernels(), backend="triton")
     plan = Dispatcher(reg, get_backend("triton"), num_cus=132).select(p)
     main = plan.stages[0].kernel
     assert main.dtype is p.dtype and main.vlayout is p.vlayout and main.bias is p.bias
@@ -185,28 +174,6 @@ def test_the_issue_14_smoke_shapes_are_planned_on_sm90(sid: str) -> None:
 
 
 # ------------------------------------------------------------------------------ launcher logic (torch, no GPU)
-@needs_torch
-@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
-def test_column_major_v_storage_and_row_major_copy(layout: str) -> None:
-    import torch
-
-    from ckfmha.backends.triton.launch import column_major_v, row_major_v
-    from ckfmha.problem import Layout
-
-    lay = Layout(layout)
-    v = torch.arange(2 * 3 * 5 * 4, dtype=torch.float32).reshape(2, 3, 5, 4)  # (b, h|s, s|h, d)
-    col = column_major_v(v, lay)
-    assert col.is_contiguous()
-    if lay is Layout.BHSD:  # (b, h, d, s): element (b, h, d, s) is v[b, h, s, d]
-        assert col.shape == (2, 3, 4, 5) and col[1, 2, 3, 4] == v[1, 2, 4, 3]
-    else:  # (b, d, h, s) from (b, s, h, d)
-        assert col.shape == (2, 4, 5, 3) and col[1, 3, 4, 2] == v[1, 2, 4, 3]
-    row = row_major_v(col, lay)
-    assert row.is_contiguous() and torch.equal(row, v)
-    # the fault the copy exists for: the column-major bytes read as row-major are not V
-    assert not torch.equal(col.reshape(v.shape), v)
-
-
 @needs_torch
 def test_fp8_output_dtypes_and_host_rounding() -> None:
     import torch
@@ -271,11 +238,8 @@ def dispatcher() -> Dispatcher:
 
 
 def col_dispatcher() -> Dispatcher:
-    """The sm90 space with the proposed column-major-V kernels (col_v_kernels)."""
-    if "col" not in _REG:
-        reg = Registry("sm90", list(dispatcher().registry) + col_v_kernels(), backend="triton")
-        _REG["col"] = Dispatcher(reg, get_backend("triton"), num_cus=132)
-    return _REG["col"]
+    """The sm90 space's dispatcher (it holds the column-major-V kernels)."""
+    return dispatcher()
 
 
 def run_plan(p: Problem, seed: int = 0):
@@ -380,27 +344,16 @@ def test_plain_fp8_fnuz_output_rounded_on_the_host(shape: dict) -> None:
     assert failures(p, out, reference(p, inputs), fp8_format="fnuz") == []
 
 
-def _col_bytes_read_as_row(v_col, layout):
-    """The injected fault: column-major V's bytes reshaped to the row-major shape (no transpose)."""
-    b, x, y, z = v_col.shape  # bhsd: (b, h, d, s); bshd: (b, d, h, s)
-    return v_col.reshape((b, x, z, y) if layout.value == "bhsd" else (b, z, y, x))
-
-
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
-def test_column_major_v_matches_the_reference(layout: str, monkeypatch) -> None:
-    from ckfmha.backends.triton import launch
-
+def test_column_major_v_matches_the_reference(layout: str) -> None:
+    # served by the row-major kernel over the logical V (the package table's "vlayout col")
     p = Problem(dtype="fp16", batch=2, nhead_q=2, seqlen_q=80, hdim_q=64, lse=True, vlayout="col",
                 input_layout=layout, output_layout=layout)  # fmt: skip
     plan, out, ref = run_plan(p)
     assert plan.stages[0].kernel.vlayout is VLayout.COL
     assert failures(p, out, ref, ("o", "lse")) == []
-    # injected fault: the kernel handed the column-major bytes as if row-major must fail the check
-    monkeypatch.setattr(launch, "row_major_v", _col_bytes_read_as_row)
-    _, bad, _ = run_plan(p)
-    assert failures(p, bad, ref) != []
 
 
 @pytest.mark.gpu

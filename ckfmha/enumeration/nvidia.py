@@ -278,6 +278,14 @@ def _kv_axes(sec: dict, ctx) -> list[dict[str, Any]]:
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise NvidiaSpecError(f"{ctx.where(f'page_sizes[{i}]')}: expected a page size (int >= 0), found {n!r}")
     vlayouts = _enum_list(sec, "vlayouts", VLayout, ctx, ["row"])
+    others = [f for f in _enum_list(sec, "families", Family, ctx) if f is not Family.FWD]
+    if VLayout.COL in vlayouts and others:
+        # a Problem gives column-major V to the forward family only (ckfmha/problem.py): col kernels of another
+        # family could never be chosen
+        raise NvidiaSpecError(
+            f"{ctx.where('vlayouts')}: col is defined for the fwd family only; this section also lists "
+            f"{[f.value for f in others]}"
+        )
     names = ("rope", "kv_memory_layout", "kv_lookup_table", "page_size", "vlayout")
     return [dict(zip(names, combo)) for combo in itertools.product(ropes, layouts, lookups, pages, vlayouts)]
 

@@ -34,9 +34,10 @@ dtype                      fp16/bf16 dots in that type; fp32 dots in IEEE fp32; 
                            after the timed launch
                            (launch.out_torch_dtype / stored_output, given the inputs' encoding by execute.run_stage;
                            an fp8 O buffer for fnuz inputs is refused: launch.check_fp8_output)
-vlayout col                fwd: V stored column-major on the device ((b, h, d, s) / (b, d, h, s), CK's -vlayout=c),
-                           then a row-major device copy the kernel reads, both made when the launcher is built --
-                           outside the timed launch (launch.column_major_v / row_major_v); other families: refused
+vlayout col                fwd: served by the row-major kernel -- ckfmha's inputs hold V in its logical (b, h, s, d) /
+                           (b, s, h, d) form whatever the layout (ckfmha/inputs.py), so the result is the col
+                           kernel's; CK's column-major memory layout and its access pattern are not reproduced (no
+                           timing of a col kernel means anything here); other families: refused
 mask                       none: no mask code; any/causal/generic: CK's (y, x) window per row, masked blocks only at
                            the diagonal edges (full blocks run unmasked); up to 32 key blocks the trailing masked
                            blocks run inside the pipelined loop behind a uniform branch (launch.FUSE_TAIL_MAX_KEY_BLOCKS)

@@ -24,8 +24,8 @@ KVCACHE_FAMILIES = (Family.FWD_APPENDKV, Family.BATCH_PREFILL)
 DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8, DType.FP8BF16, DType.FP8FP32)
 # plain fp8 (fp8 in, fp8 O): the forward-attention families and the combine; not the KV-cache families
 FP8_OUT_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)
-FP8_DTYPES = (DType.FP8, DType.FP8BF16, DType.FP8FP32)
-# column-major V (CK's -vlayout=c): the forward family, the only one a problem may give it (ckfmha/problem.py)
+# column-major V (CK's -vlayout=c): the forward family, the only one a problem may give it (ckfmha/problem.py);
+# served by the row-major kernel over ckfmha's logical V (package table, "vlayout col")
 VCOL_FAMILIES = (Family.FWD,)
 RANDVAL_MAX_ELEMENTS = 1 << 26  # store dropout random values for checking up to 64 Mi elements
 BACKEND_VERSION = "1"
@@ -160,7 +160,7 @@ class TritonBackend(Backend):
             return "qscale kv_blockscale (per-page K/V descales) is realized for batch prefill only"
         if s.qscale not in (QScale.NONE, QScale.PERTENSOR, QScale.BLOCKSCALE, QScale.KV_BLOCKSCALE):
             return f"qscale {s.qscale.value} is not realized"
-        if s.fp8_static_quant and s.dtype not in FP8_DTYPES:
+        if s.fp8_static_quant and not s.dtype.is_fp8_family:
             return "fp8 static quant needs an fp8 dtype"
         if max(s.hdim_q, s.hdim_v) > 256:
             return "head dims above 256 are not realized"

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ckfmha.backends.triton import kernels
 from ckfmha.backends.triton.backend import interpreting, unhonoured_lengths
-from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale, VLayout
+from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
@@ -159,22 +159,6 @@ def _dummy(device: str) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
-def column_major_v(v: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """V stored column-major (CK's ``-vlayout=c``, ``is_v_rowmajor = false``): a contiguous copy with the head dim
-    before the sequence, (b, h, d, s) for bhsd and (b, d, h, s) for bshd (CK's example/ck_tile/01_fmha/fmha_fwd.cpp,
-    fmha_fwd_runner.hpp in newer trees: ``v_host`` is ``get_lengths(i_perm, b, nhead_k, hdim_v, seqlen_k)`` when
-    ``!is_v_rowmajor``).  ``v`` is the
-    row-major (b, h, s, d) / (b, s, h, d) tensor the inputs give (ckfmha/inputs.py: V is always given row-major)."""
-    return (v.permute(0, 1, 3, 2) if layout is Layout.BHSD else v.permute(0, 3, 2, 1)).contiguous()
-
-
-def row_major_v(v_col: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """The row-major copy of a column-major V (:func:`column_major_v`) the forward kernel reads (its loads take
-    the head dim as the contiguous axis), made on the device when the launcher is built: outside the timed
-    launch (the kernel time excludes this copy)."""
-    return (v_col.permute(0, 1, 3, 2) if layout is Layout.BHSD else v_col.permute(0, 3, 2, 1)).contiguous()
-
-
 def check_fp8_output(dtype: DType, q: torch.Tensor, o: torch.Tensor) -> None:
     """A plain-fp8 kernel's O buffer must match the input encoding: OCP inputs (device ``float8_e4m3fn``) store
     ``float8_e4m3fn``; fnuz inputs (widened to bf16 by :func:`to_torch`) store float32 that :func:`stored_output`
@@ -267,8 +251,6 @@ def attention_launcher(
     q = t["q"]
     k = t["k_cache"] if paged else t["k"]
     v = t["v_cache"] if paged else t["v"]
-    if s.vlayout is VLayout.COL:  # outside the timed launch: see column_major_v
-        v = row_major_v(column_major_v(v, p.input_layout), p.input_layout)
     sqb, sqh, sqm = seq_strides(q, p.input_layout)
     if paged:
         # (blocks, hk, page, d) for bhsd or (blocks, page, hk, d) for bshd; the "batch" stride is per block
