@@ -527,15 +527,17 @@ def combine_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], nu
 def out_torch_dtype(dtype: DType, fp8_format: str = "ocp") -> torch.dtype:
     """The torch dtype of the O buffer a kernel of ``dtype`` stores into.  Plain fp8 in AMD's fnuz encoding has
     no NVIDIA type: the kernel stores float32 and :func:`stored_output` rounds it on the host."""
-    if dtype is DType.FP8 and _fp8_format_checked(fp8_format) == "fnuz":
+    if _fnuz_output(dtype, fp8_format):
         return torch.float32
     return _TORCH_OUT[dtype]
 
 
-def _fp8_format_checked(fp8_format: str) -> str:
-    if fp8_format not in ("ocp", "fnuz"):
-        raise ValueError(f"fp8_format: {fp8_format!r} must be 'ocp' or 'fnuz'")
-    return fp8_format
+def _fnuz_output(dtype: DType, fp8_format: str) -> bool:
+    """O is stored as AMD's fnuz fp8 (:func:`ckfmha.inputs.output_dtype`, which also rejects an unknown
+    ``fp8_format`` for fp8 dtypes)."""
+    from ckfmha.inputs import output_dtype
+
+    return output_dtype(dtype, fp8_format).name == "float8_e4m3fnuz"
 
 
 def input_fp8_format(tensors: dict) -> str:
@@ -553,7 +555,7 @@ def stored_output(o: torch.Tensor, dtype: DType, fp8_format: str = "ocp") -> np.
     float32 buffer rounded to ``ml_dtypes.float8_e4m3fnuz`` (NumPy's ``astype``: round to nearest even, exactly as
     the validator rounds the reference, validator.same_precision_reference)."""
     out = to_numpy(o)
-    if dtype is DType.FP8 and _fp8_format_checked(fp8_format) == "fnuz":
+    if _fnuz_output(dtype, fp8_format):
         import ml_dtypes
 
         return out.astype(ml_dtypes.float8_e4m3fnuz)
