@@ -13,6 +13,7 @@
 #   parity     the torch parity sweep (benchmarks/parity_torch.py)
 #   bench      the forward benchmark (benchmarks/bench_fwd.py)
 #   causal     the causal tile / fused-tail sweep (benchmarks/tune_fwd.py --only causal)
+#   hopper     the Hopper launch variants against the dispatcher's launch and cuDNN (benchmarks/tune_fwd.py --only hopper)
 #   profile    Nsight Compute over one launch (benchmarks/profile_attn.py) of our forward and backward and of
 #              cuDNN's, fp16 d128 s4k non-causal (PROFILE_ARGS overrides the shape): $OUT/ncu_<dir>_<target>.txt
 #   bwdtune    the backward's descriptor variants and tiles (bench_bwd.py --variants --tiles BWD_TILES, fp16, 4k/16k)
@@ -62,6 +63,8 @@ for step in "${steps[@]}"; do
              | tee "$OUT/bench_fwd.txt" ;;
     causal) timeout 240 python3 benchmarks/tune_fwd.py --only causal --json "$OUT/tune_causal.json" 2>&1 \
               | tee "$OUT/tune_causal.txt" | tail -40 ;;
+    hopper) timeout ${HOPPER_LIMIT:-420} python3 benchmarks/tune_fwd.py --only hopper --json "$OUT/tune_hopper.json" 2>&1 \
+              | tee "$OUT/tune_hopper.txt" | tail -40 ;;
     profile) for target in "fwd ours" "fwd cudnn" "bwd ours" "bwd cudnn"; do
                set -- $target
                timeout 240 ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
@@ -73,7 +76,7 @@ for step in "${steps[@]}"; do
     bwdtune) timeout 420 python3 benchmarks/bench_bwd.py --dtypes fp16 --seqlens 4096,16384 --variants \
                --tiles "${BWD_TILES:-64x128w8s2,64x128w8s3,32x128w8s2,128x64w8s2,64x64w4s3}" --json "$OUT/bwd_tune.json" 2>&1 \
                | tee "$OUT/bwd_tune.txt" | tail -40 ;;
-    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|bwd|kvcache|profile|bwdtune)"; exit 2 ;;
+    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|hopper|bwd|kvcache|profile|bwdtune)"; exit 2 ;;
   esac
   echo "== step $step: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 done

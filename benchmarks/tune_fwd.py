@@ -185,6 +185,115 @@ def tune_causal(rows: list) -> None:
             del q, k, v, o, ref
 
 
+# --only hopper: (hdim, causal, seqlen) cases, bf16, 32k tokens, heads x hdim = 2048
+HOPPER_CASES = [
+    (64, False, 8192),
+    (64, True, 8192),
+    (128, False, 4096),
+    (128, True, 4096),
+    (128, False, 16384),
+    (128, True, 16384),
+    (256, False, 4096),
+    (256, True, 4096),
+    (256, True, 1024),
+]
+# variant name -> attention_launcher overrides; "shape" entries replace the dispatcher's (BM, BN, warps, stages)
+HOPPER_VARIANTS: dict[str, dict] = {
+    "base": {},
+    "ahead": {"qk_ahead": True},
+    "ws": {"warp_specialize": True},
+    "lpt4": {"lpt_heads": 4},
+    "lpt8": {"lpt_heads": 8},
+    "lpt16": {"lpt_heads": 16},
+    "lpt8+ahead": {"lpt_heads": 8, "qk_ahead": True},
+    "tma_edges": {"tma_edges": True},
+    "128x64w8s3+ahead": {"shape": (128, 64, 8, 3), "qk_ahead": True},
+    "128x128w8s2+ahead": {"shape": (128, 128, 8, 2), "qk_ahead": True},
+    "128x32w8s3": {"shape": (128, 32, 8, 3)},
+    "64x128w4s2": {"shape": (64, 128, 4, 2)},
+    "64x64w4s2": {"shape": (64, 64, 4, 2)},
+    "64x64w4s3+ahead": {"shape": (64, 64, 4, 3), "qk_ahead": True},
+}
+CAUSAL_ONLY = {"lpt4", "lpt8", "lpt16", "lpt8+ahead", "tma_edges"}
+D128_ONLY = {"128x64w8s3+ahead", "128x128w8s2+ahead"}
+D256_ONLY = {"128x32w8s3"}
+WIDE_ONLY = {"64x128w4s2", "64x64w4s2", "64x64w4s3+ahead"}  # d128 and d256: two small programs per SM
+
+
+def tune_hopper(rows: list) -> None:
+    """Each variant of HOPPER_VARIANTS that applies to a case, with its error against SDPA (a fast wrong variant
+    shows), its TFLOPS and its ratio to the dispatcher's launch and to cuDNN measured in the same process."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ckfmha.backends import get_backend
+    from ckfmha.backends.triton.launch import launch_shape
+    from ckfmha.dispatcher import Dispatcher
+    from ckfmha.registry import Registry
+
+    reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
+    disp = Dispatcher(reg, get_backend("triton"), num_cus=torch.cuda.get_device_properties(0).multi_processor_count)
+    for d, causal, s in HOPPER_CASES:
+        b, h = 32768 // s, 2048 // d
+        p = Problem(dtype="bf16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b" if causal else "0")
+        c = disp.select(p).stages[0].kernel
+        ls = launch_shape(c)
+        torch.manual_seed(0)
+        q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        o = torch.empty_like(q)
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal).float()
+        area = s * (s + 1) // 2 if causal else s * s
+        fl = 4.0 * b * h * area * d
+
+        def sdpa(q=q, k=k, v=v, causal=causal):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            cudnn = fl / med(sdpa) / 1e9
+        case = f"d{d} {'causal' if causal else 'full'} s{s}"
+        print(f"{case}: kernel tile {ls.block_m}x{ls.block_n} w{ls.num_warps} st{ls.num_stages}, cuDNN {cudnn:.1f}")
+        base = None
+        for name, kw in HOPPER_VARIANTS.items():
+            if (
+                (name in CAUSAL_ONLY and not causal)
+                or (name in D128_ONLY and d != 128)
+                or (name in D256_ONLY and d != 256)
+                or (name in WIDE_ONLY and d < 128)
+            ):
+                continue
+            kw = dict(kw)
+            if "shape" in kw:
+                bm, bn, w, st = kw.pop("shape")
+                kw["shape"] = LaunchShape(bm, bn, d, d, w, st)
+            try:
+                launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o}, **kw)
+                o.fill_(float("nan"))
+                launch()
+                err = ((o.float() - ref).norm() / ref.norm()).item()
+                tf = fl / med(launch) / 1e9
+            except Exception as e:  # a variant that does not compile or fit: report and go on
+                print(f"  {name:<18} {type(e).__name__}: {str(e)[:120]}", flush=True)
+                continue
+            base = base or tf
+            rows.append(
+                dict(
+                    kind="hopper",
+                    hdim=d,
+                    causal=causal,
+                    seqlen=s,
+                    variant=name,
+                    tflops=tf,
+                    cudnn_tflops=cudnn,
+                    rel_err=err,
+                )
+            )
+            print(
+                f"  {name:<18} {tf:6.1f} TFLOPS  x{tf / base:.3f} of base  x{tf / cudnn:.3f} cuDNN  err {err:.1e}",
+                flush=True,
+            )
+
+
 def tune_decode(rows: list) -> None:
     for b, hq, hk, sk in ((32, 32, 8, 8192), (64, 32, 8, 16384), (16, 32, 32, 32768)):
         d, page = 128, 128
@@ -276,7 +385,7 @@ def tune_decode(rows: list) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--only", choices=("prefill", "decode", "causal"), default=None)
+    ap.add_argument("--only", choices=("prefill", "decode", "causal", "hopper"), default=None)
     ap.add_argument("--tma", action="store_true", help="prefill: compare TMA loads on the best tiles")
     args = ap.parse_args()
     rows: list = []
@@ -286,6 +395,8 @@ def main() -> int:
         tune_prefill(rows, tma_mode=args.tma)
     if args.only == "causal":
         tune_causal(rows)
+    if args.only == "hopper":
+        tune_hopper(rows)
     print("\nbest per case:")
     keyf = lambda r: (r["kind"], r.get("hdim"), r.get("causal"), r.get("seqlen"), r.get("batch"))  # noqa: E731
     best: dict = {}

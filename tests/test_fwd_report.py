@@ -44,18 +44,31 @@ def test_verdicts_and_counts() -> None:
     text, ok = fwd_report.render(
         doc(
             [
-                prefill(64, 1024, 400, 300, 500),  # 1.33x flash; no cuDNN target
+                prefill(64, 1024, 400, 300, 500),  # 1.33x flash; 0.80x cuDNN at d64 (target 1.0): FAIL
                 prefill(128, 4096, 400, 300, 500),  # 0.80x cuDNN at d128 s4k: FAIL
-                prefill(128, 1024, 380, 300, 500),
+                prefill(128, 1024, 380, 300, 500),  # 1.27x flash: FAIL; no cuDNN target below 4k
+                prefill(256, 1024, 460, 300, 500),  # 0.92x cuDNN at d256 non-causal (target 0.9): PASS
             ]
         )
-    )  # 1.27x flash: FAIL
+    )
     assert not ok
-    assert "| 64 | 1024 | no | 128x64 | 400.0 | 300.0 | 500.0 | 1.33 | 0.80 | PASS |" in text
-    assert "| 128 | 4096 | no | 128x64 | 400.0 | 300.0 | 500.0 | 1.33 | 0.80 | FAIL |" in text
-    assert ">=1.3x SDPA-flash: 2/3 rows; >=0.9x cuDNN (d128, s>=4k): 0/1 rows; decode >=70% of copy: 1/1" in text
-    assert fwd_report.render(doc([prefill(128, 4096, 460, 300, 500)]))[1]
-    assert not fwd_report.render(doc([prefill(128, 4096, 460, 300, 500)], fraction=0.69))[1]
+    assert "| 64 | 1024 | no | 128x64 | 400.0 | 300.0 | 500.0 | 1.33 | 0.80 | 1.00 | FAIL |" in text
+    assert "| 128 | 4096 | no | 128x64 | 400.0 | 300.0 | 500.0 | 1.33 | 0.80 | 1.00 | FAIL |" in text
+    assert "| 128 | 1024 | no | 128x64 | 380.0 | 300.0 | 500.0 | 1.27 | 0.76 | - | FAIL |" in text
+    assert "| 256 | 1024 | no | 128x64 | 460.0 | 300.0 | 500.0 | 1.53 | 0.92 | 0.90 | PASS |" in text
+    assert ">=1.3x SDPA-flash: 3/4 rows; cuDNN targets: 1/3 rows; decode >=70% of copy: 1/1" in text
+    assert fwd_report.render(doc([prefill(128, 4096, 500, 300, 500)]))[1]
+    assert not fwd_report.render(doc([prefill(128, 4096, 495, 300, 500)]))[1]  # 0.99x cuDNN at d128 s4k
+    assert not fwd_report.render(doc([prefill(128, 4096, 500, 300, 500)], fraction=0.69))[1]
+
+
+def test_cudnn_targets_follow_the_issue() -> None:
+    row = dict(hdim=256, causal=True, seqlen=1024)
+    assert fwd_report.cudnn_target(row) == 0.85
+    assert fwd_report.cudnn_target({**row, "causal": False}) == 0.9
+    assert fwd_report.cudnn_target({**row, "hdim": 128}) is None
+    assert fwd_report.cudnn_target({**row, "hdim": 128, "seqlen": 4096}) == 1.0
+    assert fwd_report.cudnn_target({**row, "hdim": 64, "seqlen": 1024}) == 1.0
 
 
 def test_committed_h200_run_renders_its_own_ratios() -> None:

@@ -297,3 +297,44 @@ def test_no_keys(kw: dict) -> None:
     p = Problem(dtype="fp16", nhead_q=2, hdim_q=64, **{"batch": 1, **kw})
     plan, out, ref, _ = run_plan(p)
     assert_valid(p, out, ref, ("o", "lse") if p.lse else ("o",))
+
+
+@pytest.mark.parametrize("lpt_heads", [0, 3])
+@pytest.mark.parametrize("qk_ahead", [False, True])
+@pytest.mark.parametrize(
+    "mask,tma,fuse_tail", [("0", False, False), ("0", True, False), ("b", True, True), ("t", False, False)]
+)
+def test_hopper_variants_match_the_reference(mask: str, tma: bool, fuse_tail: bool, qk_ahead: bool, lpt_heads: int):
+    """The launch variants benchmarks/tune_fwd.py --only hopper measures: Q.K one key block ahead of the softmax
+    (plain problems), the one-dimensional longest-first grid over groups of ``lpt_heads`` heads (5 (batch, head)
+    pairs: the last group is short), with and without TMA and the fused masked tail; each against the reference."""
+    import torch
+
+    from ckfmha.backends.triton.launch import attention_launcher, out_torch_dtype, to_numpy, to_torch
+    from ckfmha.inputs import lse_shape, o_shape
+
+    p = Problem(dtype="fp16", batch=1, nhead_q=5, seqlen_q=320, seqlen_k=384, hdim_q=64, mask=mask, lse=True)
+    k = dispatcher().select(p).stages[0].kernel
+    inputs = make_inputs(p, 0)
+    ref = reference(p, inputs)
+    t = {name: to_torch(inputs[name]) for name in ("q", "k", "v")}
+    t["o"] = torch.full(o_shape(p), float("nan"), dtype=out_torch_dtype(p.dtype), device=t["q"].device)
+    t["lse"] = torch.full(lse_shape(p), float("nan"), dtype=torch.float32, device=t["q"].device)
+    attention_launcher(k, p, t, tma=tma, fuse_tail=fuse_tail, qk_ahead=qk_ahead, lpt_heads=lpt_heads)()
+    assert_valid(p, {"o": to_numpy(t["o"]), "lse": to_numpy(t["lse"])}, ref, ("o", "lse"))
+
+
+def test_hopper_variants_refuse_what_they_cannot_serve() -> None:
+    import torch
+
+    from ckfmha.backends.triton.launch import attention_launcher, to_torch
+
+    p = Problem(dtype="fp16", batch=1, nhead_q=2, seqlen_q=128, seqlen_k=128, hdim_q=64, bias="elementwise")
+    k = dispatcher().select(p).stages[0].kernel
+    inputs = make_inputs(p, 0)
+    t = {name: to_torch(inputs[name]) for name in ("q", "k", "v", "bias")}
+    t["o"] = torch.empty_like(t["q"])
+    with pytest.raises(ValueError, match="qk_ahead: .*plain problems"):
+        attention_launcher(k, p, t, qk_ahead=True)
+    with pytest.raises(ValueError, match="lpt_heads=-1"):
+        attention_launcher(k, p, t, lpt_heads=-1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): base-2 softmax; a constexpr so jit functions may read it
 
 
 @triton.jit
@@ -80,6 +80,35 @@ def mask_window_yx(mask_kind, mask_left, mask_right, mask_y, mask_x, sq, sk, HAS
         y = sq
         x = sk
     return y, x
+
+
+@triton.jit
+def _mask_scores(
+    s, offs_n, n0, row_lo, row_hi, sk, MASKED: tl.constexpr, EVEN_N: tl.constexpr, MASK_TAIL: tl.constexpr, mask_from
+):
+    """-inf where a key block's logits are masked: MASKED, every block by the rows' windows; MASK_TAIL, the
+    blocks from ``mask_from`` on (a uniform branch); else the key bound where not EVEN_N."""
+    if MASKED:
+        allowed = (offs_n[None, :] >= row_lo[:, None]) & (offs_n[None, :] < row_hi[:, None])
+        s = tl.where(allowed, s, float("-inf"))
+    elif MASK_TAIL:
+        if n0 >= mask_from:
+            allowed = (offs_n[None, :] >= row_lo[:, None]) & (offs_n[None, :] < row_hi[:, None])
+            s = tl.where(allowed, s, float("-inf"))
+    elif not EVEN_N:
+        s = tl.where((offs_n < sk)[None, :], s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _online_softmax(s, m_i, l_i, acc):
+    """One key block into the running softmax (base 2): the new row maxima, P = exp2(s - max) (a row with no
+    key yet keeps max -inf and P = 0), the running sum and the accumulator rescaled."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    return p, m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None]
 
 
 @triton.jit
@@ -227,21 +256,8 @@ def _attn_block(
             brp = tl.abs(offs_m[:, None] + (sk - sq) - offs_n[None, :])
             term = tl.where(alibi_mode == 0, vert, -tl.where(alibi_mode == 1, tlp, brp))
             s += (alibi_slope * LOG2E_C) * term.to(tl.float32)
-        if MASKED:
-            allowed = (offs_n[None, :] >= row_lo[:, None]) & (offs_n[None, :] < row_hi[:, None])
-            s = tl.where(allowed, s, float("-inf"))
-        elif MASK_TAIL:
-            if n0 >= mask_from:
-                allowed = (offs_n[None, :] >= row_lo[:, None]) & (offs_n[None, :] < row_hi[:, None])
-                s = tl.where(allowed, s, float("-inf"))
-        elif not EVEN_N:
-            s = tl.where((offs_n < sk)[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        s = _mask_scores(s, offs_n, n0, row_lo, row_hi, sk, MASKED, EVEN_N, MASK_TAIL, mask_from)
+        p, m_new, l_i, acc = _online_softmax(s, m_i, l_i, acc)
         if HAS_DROPOUT:
             rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[:, None], offs_n[None, :], DROPOUT_ROUNDS)
             if STORE_RANDVAL:
@@ -261,6 +277,100 @@ def _attn_block(
             p = p * vd[None, :]
         acc = tl.dot(p.to(ELEM), v, acc, input_precision=DOT_PREC)
         m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attn_block_ahead(
+    acc,
+    m_i,
+    l_i,
+    q,
+    n_lo,
+    n_hi,
+    K_DESC,
+    V_DESC,
+    tma_row0,
+    K,
+    V,
+    k_row_base,
+    v_row_base,
+    stride_kn,
+    stride_vn,
+    offs_dq,
+    offs_dv,
+    k_dmask,
+    v_dmask,
+    offs_m,
+    row_lo,
+    row_hi,
+    sk,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    ELEM: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    MASK_TAIL: tl.constexpr,
+    mask_from,
+):
+    """The unmasked key loop of :func:`_attn_block` with Q.K issued one block ahead (FlashAttention-3's
+    intra-warpgroup overlap): each iteration starts the next block's Q.K before the softmax and P.V of the
+    current one, so the tensor cores can work while the softmax runs. Plain problems only (no paging, bias,
+    soft-cap, dropout or per-block scales: launch.py decides); same numerics as :func:`_attn_block`."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    nblk = tl.cdiv(n_hi - n_lo, BLOCK_N)
+    if nblk > 0:
+        if USE_TMA:
+            k = tl.trans(K_DESC.load([tma_row0 + n_lo, 0]))
+        else:
+            offs_n = n_lo + offs_n0
+            k = tl.load(
+                K + k_row_base + (offs_n.to(tl.int64) * stride_kn)[None, :] + offs_dq[:, None],
+                mask=k_dmask[:, None] & (offs_n < sk)[None, :],
+                other=0.0,
+            )
+        qk = tl.dot(q, k.to(ELEM), input_precision=DOT_PREC)
+        for i in tl.range(0, nblk - 1, num_stages=NUM_STAGES):
+            n0 = n_lo + i * BLOCK_N
+            n1 = n0 + BLOCK_N
+            offs_n = n0 + offs_n0
+            if USE_TMA:
+                k1 = tl.trans(K_DESC.load([tma_row0 + n1, 0]))
+                v = V_DESC.load([tma_row0 + n0, 0])
+            else:
+                offs_n1 = n1 + offs_n0
+                k1 = tl.load(
+                    K + k_row_base + (offs_n1.to(tl.int64) * stride_kn)[None, :] + offs_dq[:, None],
+                    mask=k_dmask[:, None] & (offs_n1 < sk)[None, :],
+                    other=0.0,
+                )
+                v = tl.load(
+                    V + v_row_base + (offs_n.to(tl.int64) * stride_vn)[:, None] + offs_dv[None, :],
+                    mask=v_dmask[None, :] & (offs_n < sk)[:, None],
+                    other=0.0,
+                )
+            qk_next = tl.dot(q, k1.to(ELEM), input_precision=DOT_PREC)
+            s = _mask_scores(
+                qk * (qk_scale * LOG2E), offs_n, n0, row_lo, row_hi, sk, False, EVEN_N, MASK_TAIL, mask_from
+            )
+            p, m_i, l_i, acc = _online_softmax(s, m_i, l_i, acc)
+            acc = tl.dot(p.to(ELEM), v.to(ELEM), acc, input_precision=DOT_PREC)
+            qk = qk_next
+        n0 = n_lo + (nblk - 1) * BLOCK_N
+        offs_n = n0 + offs_n0
+        if USE_TMA:
+            v = V_DESC.load([tma_row0 + n0, 0])
+        else:
+            v = tl.load(
+                V + v_row_base + (offs_n.to(tl.int64) * stride_vn)[:, None] + offs_dv[None, :],
+                mask=v_dmask[None, :] & (offs_n < sk)[:, None],
+                other=0.0,
+            )
+        s = _mask_scores(qk * (qk_scale * LOG2E), offs_n, n0, row_lo, row_hi, sk, False, EVEN_N, MASK_TAIL, mask_from)
+        p, m_i, l_i, acc = _online_softmax(s, m_i, l_i, acc)
+        acc = tl.dot(p.to(ELEM), v.to(ELEM), acc, input_precision=DOT_PREC)
     return acc, m_i, l_i
 
 
@@ -380,6 +490,8 @@ def attn_fwd_kernel(
     FUSE_TAIL: tl.constexpr,
     KV_TABLE: tl.constexpr = 0,
     KV_VEC: tl.constexpr = 0,
+    QK_AHEAD: tl.constexpr = False,
+    LPT_HEADS: tl.constexpr = 0,
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -391,10 +503,23 @@ def attn_fwd_kernel(
     addressing, the key-block range of the mask and split, the calls into :func:`_attn_block` and the epilogue
     that stores O and LSE -- shares those values and the per-program registers.
     """
-    pid_m = tl.program_id(0)
-    if REVERSE_M:  # causal: the heaviest query blocks first, for a better tail
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
+    if LPT_HEADS > 0:
+        # one-dimensional grid in longest-first order (batch mode, one query row per head): LPT_HEADS (batch,
+        # head) pairs at a time, within them the heaviest query blocks of every pair first, then the next
+        # heaviest; the pairs of a group share their K/V in L2
+        num_m = tl.cdiv(seqlen_q, BLOCK_M)
+        num_bh = tl.num_programs(0) // num_m
+        t = tl.program_id(0)
+        g0 = (t // (LPT_HEADS * num_m)) * LPT_HEADS
+        nh = tl.minimum(num_bh - g0, LPT_HEADS)
+        r = t - g0 * num_m
+        pid_m = num_m - 1 - r // nh
+        pid_bh = g0 + r % nh
+    else:
+        pid_m = tl.program_id(0)
+        if REVERSE_M:  # causal: the heaviest query blocks first, for a better tail
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
     if PACK_GQA:  # one program serves all q-heads of a kv-head: rows are (query, head-in-group) pairs
         nhead_k = nhead_q // group
@@ -642,81 +767,117 @@ def attn_fwd_kernel(
     mid_hi = full_hi
     if FUSE_TAIL:
         mid_hi = hi
-    acc, m_i, l_i = _attn_block(
-        acc,
-        m_i,
-        l_i,
-        q,
-        qrow_scale,
-        full_lo,
-        mid_hi,
-        K_TMA,
-        V_TMA,
-        tma_row0,
-        K,
-        V,
-        k_row_base,
-        v_row_base,
-        stride_kn,
-        stride_vn,
-        k_doff,
-        v_doff,
-        q_dmask,
-        v_dmask,
-        BLOCK_TABLE,
-        bt_row,
-        page_size,
-        stride_kb,
-        stride_vb,
-        qpos,
-        row_lo,
-        row_hi,
-        sk,
-        sq,
-        qk_s,
-        softcap,
-        BIAS,
-        bias_base,
-        stride_bm,
-        stride_bn,
-        alibi_slope,
-        alibi_mode,
-        KDESC,
-        kdesc_base,
-        VDESC,
-        vdesc_base,
-        RANDVAL,
-        rv_base,
-        stride_rm,
-        stride_rn,
-        seed_lo,
-        seed_hi,
-        off_lo,
-        off_hi,
-        bh,
-        p_undrop,
-        rp_keep,
-        BLOCK_N,
-        False,
-        EVEN_N or not FUSE_TAIL,
-        HAS_SOFTCAP,
-        BIAS_KIND,
-        HAS_DROPOUT,
-        STORE_RANDVAL,
-        IS_PAGED,
-        QSCALE,
-        ELEM,
-        DOT_PREC,
-        DROPOUT_ROUNDS,
-        NUM_STAGES,
-        WARP_SPEC,
-        USE_TMA,
-        FUSE_TAIL,
-        full_hi,
-        KV_VEC=KV_VEC,
-        kd_page_stride=stride_kdb,
-        vd_page_stride=stride_vdb,
-    )
+    if QK_AHEAD:
+        acc, m_i, l_i = _attn_block_ahead(
+            acc,
+            m_i,
+            l_i,
+            q,
+            full_lo,
+            mid_hi,
+            K_TMA,
+            V_TMA,
+            tma_row0,
+            K,
+            V,
+            k_row_base,
+            v_row_base,
+            stride_kn,
+            stride_vn,
+            k_doff,
+            v_doff,
+            q_dmask,
+            v_dmask,
+            qpos,
+            row_lo,
+            row_hi,
+            sk,
+            qk_s,
+            BLOCK_N,
+            EVEN_N or not FUSE_TAIL,
+            ELEM,
+            DOT_PREC,
+            NUM_STAGES,
+            USE_TMA,
+            FUSE_TAIL,
+            full_hi,
+        )
+    else:
+        acc, m_i, l_i = _attn_block(
+            acc,
+            m_i,
+            l_i,
+            q,
+            qrow_scale,
+            full_lo,
+            mid_hi,
+            K_TMA,
+            V_TMA,
+            tma_row0,
+            K,
+            V,
+            k_row_base,
+            v_row_base,
+            stride_kn,
+            stride_vn,
+            k_doff,
+            v_doff,
+            q_dmask,
+            v_dmask,
+            BLOCK_TABLE,
+            bt_row,
+            page_size,
+            stride_kb,
+            stride_vb,
+            qpos,
+            row_lo,
+            row_hi,
+            sk,
+            sq,
+            qk_s,
+            softcap,
+            BIAS,
+            bias_base,
+            stride_bm,
+            stride_bn,
+            alibi_slope,
+            alibi_mode,
+            KDESC,
+            kdesc_base,
+            VDESC,
+            vdesc_base,
+            RANDVAL,
+            rv_base,
+            stride_rm,
+            stride_rn,
+            seed_lo,
+            seed_hi,
+            off_lo,
+            off_hi,
+            bh,
+            p_undrop,
+            rp_keep,
+            BLOCK_N,
+            False,
+            EVEN_N or not FUSE_TAIL,
+            HAS_SOFTCAP,
+            BIAS_KIND,
+            HAS_DROPOUT,
+            STORE_RANDVAL,
+            IS_PAGED,
+            QSCALE,
+            ELEM,
+            DOT_PREC,
+            DROPOUT_ROUNDS,
+            NUM_STAGES,
+            WARP_SPEC,
+            USE_TMA,
+            FUSE_TAIL,
+            full_hi,
+            KV_VEC=KV_VEC,
+            kd_page_stride=stride_kdb,
+            vd_page_stride=stride_vdb,
+        )
     if not FUSE_TAIL:
         acc, m_i, l_i = _attn_block(
             acc,

@@ -233,10 +233,12 @@ def attention_launcher(
     tma: bool | None = None,
     tma_edges: bool | None = None,
     fuse_tail: bool | None = None,
+    qk_ahead: bool | None = None,
+    lpt_heads: int | None = None,
 ) -> Callable[[], None]:
     """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
-    t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize``/``tma``/``tma_edges``/``fuse_tail`` override the
-    config's launch (tuning only).
+    t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize``/``tma``/``tma_edges``/``fuse_tail``/``qk_ahead``/
+    ``lpt_heads`` override the config's launch (tuning only; a variant the problem cannot take is refused).
 
     Long because it maps one config and problem to the one argument list of :func:`kernels.attn_fwd_kernel`
     (nineteen tensors, some sixty strides and scalars, then about thirty constexpr meta-parameters) in the
@@ -470,6 +472,24 @@ def attention_launcher(
         fuse_tail = triton.cdiv(max(p.seqlens_k_list, default=p.seqlen_k), ls.block_n) <= FUSE_TAIL_MAX_KEY_BLOCKS
     # the trailing masked blocks join the pipelined loop where its loads need no key bound (aligned keys or TMA)
     meta["FUSE_TAIL"] = fuse_tail and (meta["EVEN_N"] or use_tma)
+    plain = not paged and s.bias is Bias.NONE and p.p_drop == 0 and not s.logits_soft_cap and qscale in (0, 1)
+    if qk_ahead is None:
+        qk_ahead = False
+    if qk_ahead and not plain:
+        raise ValueError(
+            "qk_ahead: Q.K one block ahead serves plain problems only (no paging, bias, soft-cap, "
+            "dropout or per-block scales)"
+        )
+    meta["QK_AHEAD"] = qk_ahead
+    if lpt_heads is None:
+        lpt_heads = 0
+    if lpt_heads < 0 or (lpt_heads and (group or pack)):
+        raise ValueError(
+            f"lpt_heads={lpt_heads}: the longest-first grid takes a count >= 0, batch mode without packed GQA rows"
+        )
+    meta["LPT_HEADS"] = lpt_heads
+    if lpt_heads:
+        grid = (grid[0] * grid[1], 1, grid[2])
     kern = kernels.attn_fwd_kernel
 
     def launch() -> None:
