@@ -7,12 +7,19 @@ Schema (``data/schemas/heuristics.schema.yaml``)::
       - {when: "c.pipeline == 'qr_async'", priority: 20, why: "..."}
     short_query_tiles:          # seqtune exceptions: up to max_seqlen_q query rows count as short for `when`
       - {when: "c.pipeline == 'triton'", max_seqlen_q: 2048, why: "..."}
+    launch_variants:            # Triton forward launch variants: the first rule whose `when` matches gives them
+      - {when: "c.hdim_q >= 256 and c.mask != 'none'", qk_ahead: true, lpt_heads: 8, why: "..."}
     tuned:                      # measured: the fastest kernel of each shape class (ckfmha tune)
       - arch: sm90
         class: {family: fwd, dtype: fp16, mode: batch, hdim_q: 128, hdim_v: 128, mask: causal, seqlen_q: 1024,
                 seqlen_k: 1024}
         kernel_id: fwd.fp16.batch.d128x128.triton.b64x64....
         why: "..."
+
+A **launch variant** (:class:`LaunchVariant`) changes how the Triton backend launches a kernel, not which kernel
+runs: ``qk_ahead`` issues Q.K one key block ahead of the softmax, ``lpt_heads`` orders the grid longest-first over
+groups of that many heads (ckfmha/backends/triton/launch.py applies each where the problem can take it: Q.K ahead
+for plain problems, the longest-first grid in batch mode without packed GQA rows). No matching rule: neither.
 
 A **shape class** (:func:`shape_class`) is the problem family, dtype, mode, head dims, the mask kind (``none``,
 ``causal`` -- top-left or bottom-right --, ``window``) and the power-of-two buckets of the longest query and key
@@ -93,11 +100,26 @@ def row_class(row: dict[str, Any]) -> tuple:
 
 
 @dataclass(frozen=True)
+class LaunchVariant:
+    """How the Triton backend launches a forward kernel (the module docstring says what each field does)."""
+
+    qk_ahead: bool = False
+    lpt_heads: int = 0
+
+
+@dataclass(frozen=True)
 class Heuristics:
     source: str
     rules: tuple[Rule, ...] = ()
     short_query_tiles: tuple[Rule, ...] = ()
     tuned: dict[tuple[str, tuple], str] = field(default_factory=dict)  # (arch, class) -> kernel id
+    launch_variants: tuple[tuple[Callable[[Any], bool], LaunchVariant, str], ...] = ()
+
+    def launch_variant(self, c: "KernelConfig") -> LaunchVariant:
+        for pred, variant, _ in self.launch_variants:
+            if pred(c):
+                return variant
+        return LaunchVariant()
 
     def priority(self, c: "KernelConfig") -> int:
         for pred, prio, _ in self.rules:
@@ -117,7 +139,7 @@ class Heuristics:
         return self.tuned.get((arch, shape_class(problem)))
 
 
-def _compile(source: str, entries: Iterable[dict], key: str, value_key: str) -> tuple[Rule, ...]:
+def _compile(source: str, entries: Iterable[dict], key: str, value_key: str | None) -> tuple[Rule, ...]:
     from ckfmha.filters import FilterError, compile_filter
 
     out = []
@@ -126,7 +148,7 @@ def _compile(source: str, entries: Iterable[dict], key: str, value_key: str) -> 
             pred = compile_filter(rule["when"])
         except FilterError as e:
             raise HeuristicsError(f"{source}: {key}[{i}].when: {e}") from None
-        out.append((pred, int(rule[value_key]), str(rule.get("why", ""))))
+        out.append((pred, int(rule[value_key]) if value_key else 0, str(rule.get("why", ""))))
     return tuple(out)
 
 
@@ -145,11 +167,19 @@ def heuristics_from_doc(doc: Any, source: str) -> Heuristics:
                 f"{source}: tuned[{i}]: a second entry for arch {key[0]} and class {dict(zip(CLASS_KEYS, key[1]))}"
             )
         tuned[key] = entry["kernel_id"]
+    variants = tuple(
+        (pred, LaunchVariant(bool(entry.get("qk_ahead", False)), int(entry.get("lpt_heads", 0))), why)
+        for (pred, _, why), entry in zip(
+            _compile(source, doc.get("launch_variants") or (), "launch_variants", None),
+            doc.get("launch_variants") or (),
+        )
+    )
     return Heuristics(
         source,
         _compile(source, doc.get("rules") or (), "rules", "priority"),
         _compile(source, doc.get("short_query_tiles") or (), "short_query_tiles", "max_seqlen_q"),
         tuned,
+        variants,
     )
 
 

@@ -338,3 +338,21 @@ def test_hopper_variants_refuse_what_they_cannot_serve() -> None:
         attention_launcher(k, p, t, qk_ahead=True)
     with pytest.raises(ValueError, match="lpt_heads=-1"):
         attention_launcher(k, p, t, lpt_heads=-1)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(mask="b"),
+        dict(mask="t", bias="alibi"),
+        dict(mask="b", mode="group", batch=2, seqlens_q=(130, 70), seqlens_k=(200, 90)),
+    ],
+    ids=["plain", "alibi", "group"],
+)
+def test_masked_hdim256_takes_its_launch_variants_where_the_problem_fits(kw: dict) -> None:
+    """data/heuristics.yaml gives masked hdim-256 fwd kernels Q.K ahead and the longest-first grid; the plan's
+    launch applies what the problem can take (no Q.K ahead with ALiBi, no longest-first grid in group mode)."""
+    p = Problem(**{"dtype": "fp16", "batch": 1, "nhead_q": 3, "seqlen_q": 192, "seqlen_k": 256, "hdim_q": 256, **kw})
+    plan, out, ref, _ = run_plan(p)
+    assert plan.stages[0].kernel.hdim_q == 256
+    assert_valid(p, out, ref)

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from ckfmha.backends.triton import kernels
 from ckfmha.backends.triton.backend import interpreting, unhonoured_lengths
+from ckfmha.heuristics import load_heuristics
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
@@ -473,8 +474,9 @@ def attention_launcher(
     # the trailing masked blocks join the pipelined loop where its loads need no key bound (aligned keys or TMA)
     meta["FUSE_TAIL"] = fuse_tail and (meta["EVEN_N"] or use_tma)
     plain = not paged and s.bias is Bias.NONE and p.p_drop == 0 and not s.logits_soft_cap and qscale in (0, 1)
+    variant = load_heuristics().launch_variant(c)  # data/heuristics.yaml launch_variants, where the problem fits
     if qk_ahead is None:
-        qk_ahead = False
+        qk_ahead = variant.qk_ahead and plain
     if qk_ahead and not plain:
         raise ValueError(
             "qk_ahead: Q.K one block ahead serves plain problems only (no paging, bias, soft-cap, "
@@ -482,7 +484,7 @@ def attention_launcher(
         )
     meta["QK_AHEAD"] = qk_ahead
     if lpt_heads is None:
-        lpt_heads = 0
+        lpt_heads = 0 if group or pack else variant.lpt_heads
     if lpt_heads < 0 or (lpt_heads and (group or pack)):
         raise ValueError(
             f"lpt_heads={lpt_heads}: the longest-first grid takes a count >= 0, batch mode without packed GQA rows"
