@@ -36,8 +36,8 @@ def test_packaged_table_gives_masked_hdim256_both_variants_and_nothing_else() ->
 def test_first_matching_rule_wins(tmp_path) -> None:
     (tmp_path / "h.yaml").write_text(
         "schema: 1\nrules: []\nlaunch_variants:\n"
-        "  - {when: \"c.hdim_q >= 256\", lpt_heads: 4}\n"
-        "  - {when: \"c.hdim_q >= 128\", qk_ahead: true, lpt_heads: 16}\n"
+        '  - {when: "c.hdim_q >= 256", lpt_heads: 4}\n'
+        '  - {when: "c.hdim_q >= 128", qk_ahead: true, lpt_heads: 16}\n'
     )
     h = load_heuristics(tmp_path / "h.yaml")
     assert h.launch_variant(triton_fwd(256, "causal")) == LaunchVariant(qk_ahead=False, lpt_heads=4)
