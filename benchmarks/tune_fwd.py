@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 import torch
@@ -197,30 +198,39 @@ HOPPER_CASES = [
     (256, True, 4096),
     (256, True, 1024),
 ]
-# variant name -> attention_launcher overrides; "shape" entries replace the dispatcher's (BM, BN, warps, stages)
-HOPPER_VARIANTS: dict[str, dict] = {
-    "base": {},
-    "ahead": {"qk_ahead": True},
-    "ws": {"warp_specialize": True},
-    "lpt4": {"lpt_heads": 4},
-    "lpt8": {"lpt_heads": 8},
-    "lpt16": {"lpt_heads": 16},
-    "lpt8+ahead": {"lpt_heads": 8, "qk_ahead": True},
-    "tma_edges": {"tma_edges": True},
-    "128x64w8s3+ahead": {"shape": (128, 64, 8, 3), "qk_ahead": True},
-    "128x128w8s2+ahead": {"shape": (128, 128, 8, 2), "qk_ahead": True},
-    "128x32w8s3": {"shape": (128, 32, 8, 3)},
-    "64x128w4s2": {"shape": (64, 128, 4, 2)},
-    "64x64w4s2": {"shape": (64, 64, 4, 2)},
-    "64x64w4s3+ahead": {"shape": (64, 64, 4, 3), "qk_ahead": True},
+# variant name -> (attention_launcher overrides, head dims it is timed at, causal cases only); "shape" replaces the
+# dispatcher's (BM, BN, warps, stages). "base" is the dispatcher's own launch (data/heuristics.yaml launch_variants
+# included); "plain" switches both launch variants off.
+ALL, WIDE = (64, 128, 256), (128, 256)
+HOPPER_VARIANTS: dict[str, tuple[dict, tuple[int, ...], bool]] = {
+    "base": ({}, ALL, False),
+    "plain": ({"qk_ahead": False, "lpt_heads": 0}, ALL, False),
+    "ahead": ({"qk_ahead": True}, ALL, False),
+    "ws": ({"warp_specialize": True}, ALL, False),
+    "lpt4": ({"lpt_heads": 4}, ALL, True),
+    "lpt8": ({"lpt_heads": 8}, ALL, True),
+    "lpt16": ({"lpt_heads": 16}, ALL, True),
+    "lpt8+ahead": ({"lpt_heads": 8, "qk_ahead": True}, ALL, True),
+    "tma_edges": ({"tma_edges": True}, ALL, True),
+    "128x64w8s3+ahead": ({"shape": (128, 64, 8, 3), "qk_ahead": True}, (128,), False),
+    "128x128w8s2+ahead": ({"shape": (128, 128, 8, 2), "qk_ahead": True}, (128,), False),
+    "128x32w8s3": ({"shape": (128, 32, 8, 3)}, (256,), False),
+    "64x128w4s2": ({"shape": (64, 128, 4, 2)}, WIDE, False),
+    "64x64w4s2": ({"shape": (64, 64, 4, 2)}, WIDE, False),
+    "64x64w4s3+ahead": ({"shape": (64, 64, 4, 3), "qk_ahead": True}, WIDE, False),
+    # round 2 (after the first run, benchmarks/results/tune_hopper_h100.txt)
+    "128x32w8s3+ahead": ({"shape": (128, 32, 8, 3), "qk_ahead": True}, (256,), False),
+    "128x32w8s3+ahead+lpt8": ({"shape": (128, 32, 8, 3), "qk_ahead": True, "lpt_heads": 8}, (256,), True),
+    "128x128w8s3+ahead": ({"shape": (128, 128, 8, 3), "qk_ahead": True}, (64,), False),
+    "128x64w4s3+ahead": ({"shape": (128, 64, 4, 3), "qk_ahead": True}, (64,), False),
+    "128x128w8s3": ({"shape": (128, 128, 8, 3)}, (64,), False),
+    "ws+lpt8": ({"warp_specialize": True, "lpt_heads": 8}, (128,), True),
+    "lpt4+tma_edges": ({"lpt_heads": 4, "tma_edges": True}, (64, 128), True),
+    "fuse_tail": ({"fuse_tail": True}, ALL, True),
 }
-CAUSAL_ONLY = {"lpt4", "lpt8", "lpt16", "lpt8+ahead", "tma_edges"}
-D128_ONLY = {"128x64w8s3+ahead", "128x128w8s2+ahead"}
-D256_ONLY = {"128x32w8s3"}
-WIDE_ONLY = {"64x128w4s2", "64x64w4s2", "64x64w4s3+ahead"}  # d128 and d256: two small programs per SM
 
 
-def tune_hopper(rows: list) -> None:
+def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, int]]) -> None:
     """Each variant of HOPPER_VARIANTS that applies to a case, with its error against SDPA (a fast wrong variant
     shows), its TFLOPS and its ratio to the dispatcher's launch and to cuDNN measured in the same process."""
     import torch.nn.functional as F
@@ -233,7 +243,7 @@ def tune_hopper(rows: list) -> None:
 
     reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
     disp = Dispatcher(reg, get_backend("triton"), num_cus=torch.cuda.get_device_properties(0).multi_processor_count)
-    for d, causal, s in HOPPER_CASES:
+    for d, causal, s in cases:
         b, h = 32768 // s, 2048 // d
         p = Problem(dtype="bf16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b" if causal else "0")
         c = disp.select(p).stages[0].kernel
@@ -254,15 +264,11 @@ def tune_hopper(rows: list) -> None:
         case = f"d{d} {'causal' if causal else 'full'} s{s}"
         print(f"{case}: kernel tile {ls.block_m}x{ls.block_n} w{ls.num_warps} st{ls.num_stages}, cuDNN {cudnn:.1f}")
         base = None
-        for name, kw in HOPPER_VARIANTS.items():
-            if (
-                (name in CAUSAL_ONLY and not causal)
-                or (name in D128_ONLY and d != 128)
-                or (name in D256_ONLY and d != 256)
-                or (name in WIDE_ONLY and d < 128)
-            ):
+        for name in variants:
+            overrides, hdims, causal_only = HOPPER_VARIANTS[name]
+            if d not in hdims or (causal_only and not causal):
                 continue
-            kw = dict(kw)
+            kw = dict(overrides)
             if "shape" in kw:
                 bm, bn, w, st = kw.pop("shape")
                 kw["shape"] = LaunchShape(bm, bn, d, d, w, st)
@@ -382,11 +388,45 @@ def tune_decode(rows: list) -> None:
         del kc, vc
 
 
+def variant_list(text: str) -> list[str]:
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in HOPPER_VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(HOPPER_VARIANTS)}"
+        )
+    return names
+
+
+def case_list(text: str) -> list[tuple[int, bool, int]]:
+    out = []
+    for tok in (x for x in text.split(",") if x):
+        m = re.fullmatch(r"d(\d+)(c?)s(\d+)", tok)
+        if not m:
+            raise argparse.ArgumentTypeError(f"{tok!r} is not d<hdim>[c]s<seqlen> (e.g. d128cs4096)")
+        out.append((int(m.group(1)), bool(m.group(2)), int(m.group(3))))
+    if not out:
+        raise argparse.ArgumentTypeError("no case given")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", choices=("prefill", "decode", "causal", "hopper"), default=None)
     ap.add_argument("--tma", action="store_true", help="prefill: compare TMA loads on the best tiles")
+    ap.add_argument(
+        "--variants",
+        type=variant_list,
+        default=list(HOPPER_VARIANTS),
+        help="hopper: comma-separated variant names (default: all of HOPPER_VARIANTS)",
+    )
+    ap.add_argument(
+        "--cases",
+        type=case_list,
+        default=HOPPER_CASES,
+        help="hopper: comma-separated cases d<hdim>[c]s<seqlen>, c = causal (e.g. d128cs4096,d256s4096)",
+    )
     args = ap.parse_args()
     rows: list = []
     if args.only in (None, "decode"):
@@ -396,7 +436,7 @@ def main() -> int:
     if args.only == "causal":
         tune_causal(rows)
     if args.only == "hopper":
-        tune_hopper(rows)
+        tune_hopper(rows, args.variants, args.cases)
     print("\nbest per case:")
     keyf = lambda r: (r["kind"], r.get("hdim"), r.get("causal"), r.get("seqlen"), r.get("batch"))  # noqa: E731
     best: dict = {}
