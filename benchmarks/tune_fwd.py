@@ -227,6 +227,12 @@ HOPPER_VARIANTS: dict[str, tuple[dict, tuple[int, ...], bool]] = {
     "ws+lpt8": ({"warp_specialize": True, "lpt_heads": 8}, (128,), True),
     "lpt4+tma_edges": ({"lpt_heads": 4, "tma_edges": True}, (64, 128), True),
     "fuse_tail": ({"fuse_tail": True}, ALL, True),
+    # round 3: 64-row programs of one warpgroup whose shared memory lets two share an SM (out of phase, like
+    # FlashAttention-3's ping-pong of two consumer warpgroups)
+    "64x128w4s1": ({"shape": (64, 128, 4, 1)}, ALL, False),
+    "64x128w4s1+ahead": ({"shape": (64, 128, 4, 1), "qk_ahead": True}, ALL, False),
+    "64x64w4s3": ({"shape": (64, 64, 4, 3)}, ALL, False),
+    "64x128w4s3": ({"shape": (64, 128, 4, 3)}, (64,), False),
 }
 
 
