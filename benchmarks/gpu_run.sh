@@ -13,6 +13,7 @@
 #   parity     the torch parity sweep (benchmarks/parity_torch.py)
 #   bench      the forward benchmark (benchmarks/bench_fwd.py)
 #   causal     the causal tile / fused-tail sweep (benchmarks/tune_fwd.py --only causal)
+#   ptx        the forward kernel's PTX summarized: CTA barriers, wgmma and wait depths (benchmarks/ptx_stats.sh)
 #   hopper     the Hopper launch variants against the dispatcher's launch and cuDNN (benchmarks/tune_fwd.py --only hopper)
 #   profile    Nsight Compute over one launch (benchmarks/profile_attn.py) of our forward and backward and of
 #              cuDNN's, fp16 d128 s4k non-causal (PROFILE_ARGS overrides the shape): $OUT/ncu_<dir>_<target>.txt
@@ -65,6 +66,7 @@ for step in "${steps[@]}"; do
               | tee "$OUT/tune_causal.txt" | tail -40 ;;
     hopper) timeout ${HOPPER_LIMIT:-420} python3 benchmarks/tune_fwd.py --only hopper --json "$OUT/tune_hopper.json" 2>&1 \
               | tee "$OUT/tune_hopper.txt" | tail -40 ;;
+    ptx) timeout 240 bash benchmarks/ptx_stats.sh 2>&1 | tee "$OUT/ptx_stats.txt" ;;
     profile) for target in "fwd ours" "fwd cudnn" "bwd ours" "bwd cudnn"; do
                set -- $target
                timeout 240 ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
@@ -76,7 +78,7 @@ for step in "${steps[@]}"; do
     bwdtune) timeout 420 python3 benchmarks/bench_bwd.py --dtypes fp16 --seqlens 4096,16384 --variants \
                --tiles "${BWD_TILES:-64x128w8s2,64x128w8s3,32x128w8s2,128x64w8s2,64x64w4s3}" --json "$OUT/bwd_tune.json" 2>&1 \
                | tee "$OUT/bwd_tune.txt" | tail -40 ;;
-    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|hopper|bwd|kvcache|profile|bwdtune)"; exit 2 ;;
+    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|hopper|ptx|bwd|kvcache|profile|bwdtune)"; exit 2 ;;
   esac
   echo "== step $step: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 done
