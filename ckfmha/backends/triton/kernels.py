@@ -281,6 +281,62 @@ def _attn_block(
 
 
 @triton.jit
+def _k_tile(K_DESC, K, k_row_base, stride_kn, n0, offs_n0, offs_dq, k_dmask, tma_row0, sk, USE_TMA: tl.constexpr):
+    """K of the key block at ``n0`` as [D, BLOCK_N]: a TMA tile, or a load masked past the head dim and the keys."""
+    if USE_TMA:
+        k = tl.trans(K_DESC.load([tma_row0 + n0, 0]))
+    else:
+        offs_n = n0 + offs_n0
+        k = tl.load(
+            K + k_row_base + (offs_n.to(tl.int64) * stride_kn)[None, :] + offs_dq[:, None],
+            mask=k_dmask[:, None] & (offs_n < sk)[None, :],
+            other=0.0,
+        )
+    return k
+
+
+@triton.jit
+def _v_tile(V_DESC, V, v_row_base, stride_vn, n0, offs_n0, offs_dv, v_dmask, tma_row0, sk, USE_TMA: tl.constexpr):
+    """V of the key block at ``n0`` as [BLOCK_N, D], as :func:`_k_tile`."""
+    if USE_TMA:
+        v = V_DESC.load([tma_row0 + n0, 0])
+    else:
+        offs_n = n0 + offs_n0
+        v = tl.load(
+            V + v_row_base + (offs_n.to(tl.int64) * stride_vn)[:, None] + offs_dv[None, :],
+            mask=v_dmask[None, :] & (offs_n < sk)[:, None],
+            other=0.0,
+        )
+    return v
+
+
+@triton.jit
+def _softmax_pv(
+    qk,
+    v,
+    acc,
+    m_i,
+    l_i,
+    n0,
+    offs_n0,
+    row_lo,
+    row_hi,
+    sk,
+    qk_scale,
+    mask_from,
+    EVEN_N: tl.constexpr,
+    MASK_TAIL: tl.constexpr,
+    ELEM: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """One key block's Q.K (``qk``) through the mask and the running softmax into ``acc`` (P.V)."""
+    s = _mask_scores(qk * (qk_scale * LOG2E), n0 + offs_n0, n0, row_lo, row_hi, sk, False, EVEN_N, MASK_TAIL, mask_from)
+    p, m_i, l_i, acc = _online_softmax(s, m_i, l_i, acc)
+    acc = tl.dot(p.to(ELEM), v.to(ELEM), acc, input_precision=DOT_PREC)
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _attn_block_ahead(
     acc,
     m_i,
@@ -301,7 +357,6 @@ def _attn_block_ahead(
     offs_dv,
     k_dmask,
     v_dmask,
-    offs_m,
     row_lo,
     row_hi,
     sk,
@@ -317,60 +372,64 @@ def _attn_block_ahead(
 ):
     """The unmasked key loop of :func:`_attn_block` with Q.K issued one block ahead (FlashAttention-3's
     intra-warpgroup overlap): each iteration starts the next block's Q.K before the softmax and P.V of the
-    current one, so the tensor cores can work while the softmax runs. Plain problems only (no paging, bias,
-    soft-cap, dropout or per-block scales: launch.py decides); same numerics as :func:`_attn_block`."""
+    current one. Plain problems only (no paging, bias, soft-cap, dropout or per-block scales: launch.py decides);
+    same numerics as :func:`_attn_block`. (On an H100 Triton 3.6 still waits for the Q.K before the softmax:
+    docs/hopper_forward.md.)
+
+    Long because its signature is the thirty-odd pointers, strides and constexprs of the key loop, one a line, and
+    the body (prologue Q.K, the loop, the last block) calls :func:`_softmax_pv` twice with sixteen arguments the
+    formatter writes one a line; the logic is a dozen lines."""
     offs_n0 = tl.arange(0, BLOCK_N)
     nblk = tl.cdiv(n_hi - n_lo, BLOCK_N)
     if nblk > 0:
-        if USE_TMA:
-            k = tl.trans(K_DESC.load([tma_row0 + n_lo, 0]))
-        else:
-            offs_n = n_lo + offs_n0
-            k = tl.load(
-                K + k_row_base + (offs_n.to(tl.int64) * stride_kn)[None, :] + offs_dq[:, None],
-                mask=k_dmask[:, None] & (offs_n < sk)[None, :],
-                other=0.0,
-            )
+        k = _k_tile(K_DESC, K, k_row_base, stride_kn, n_lo, offs_n0, offs_dq, k_dmask, tma_row0, sk, USE_TMA)
         qk = tl.dot(q, k.to(ELEM), input_precision=DOT_PREC)
         for i in tl.range(0, nblk - 1, num_stages=NUM_STAGES):
             n0 = n_lo + i * BLOCK_N
-            n1 = n0 + BLOCK_N
-            offs_n = n0 + offs_n0
-            if USE_TMA:
-                k1 = tl.trans(K_DESC.load([tma_row0 + n1, 0]))
-                v = V_DESC.load([tma_row0 + n0, 0])
-            else:
-                offs_n1 = n1 + offs_n0
-                k1 = tl.load(
-                    K + k_row_base + (offs_n1.to(tl.int64) * stride_kn)[None, :] + offs_dq[:, None],
-                    mask=k_dmask[:, None] & (offs_n1 < sk)[None, :],
-                    other=0.0,
-                )
-                v = tl.load(
-                    V + v_row_base + (offs_n.to(tl.int64) * stride_vn)[:, None] + offs_dv[None, :],
-                    mask=v_dmask[None, :] & (offs_n < sk)[:, None],
-                    other=0.0,
-                )
-            qk_next = tl.dot(q, k1.to(ELEM), input_precision=DOT_PREC)
-            s = _mask_scores(
-                qk * (qk_scale * LOG2E), offs_n, n0, row_lo, row_hi, sk, False, EVEN_N, MASK_TAIL, mask_from
+            k1 = _k_tile(
+                K_DESC, K, k_row_base, stride_kn, n0 + BLOCK_N, offs_n0, offs_dq, k_dmask, tma_row0, sk, USE_TMA
             )
-            p, m_i, l_i, acc = _online_softmax(s, m_i, l_i, acc)
-            acc = tl.dot(p.to(ELEM), v.to(ELEM), acc, input_precision=DOT_PREC)
+            v = _v_tile(V_DESC, V, v_row_base, stride_vn, n0, offs_n0, offs_dv, v_dmask, tma_row0, sk, USE_TMA)
+            qk_next = tl.dot(q, k1.to(ELEM), input_precision=DOT_PREC)
+            acc, m_i, l_i = _softmax_pv(
+                qk,
+                v,
+                acc,
+                m_i,
+                l_i,
+                n0,
+                offs_n0,
+                row_lo,
+                row_hi,
+                sk,
+                qk_scale,
+                mask_from,
+                EVEN_N,
+                MASK_TAIL,
+                ELEM,
+                DOT_PREC,
+            )
             qk = qk_next
         n0 = n_lo + (nblk - 1) * BLOCK_N
-        offs_n = n0 + offs_n0
-        if USE_TMA:
-            v = V_DESC.load([tma_row0 + n0, 0])
-        else:
-            v = tl.load(
-                V + v_row_base + (offs_n.to(tl.int64) * stride_vn)[:, None] + offs_dv[None, :],
-                mask=v_dmask[None, :] & (offs_n < sk)[:, None],
-                other=0.0,
-            )
-        s = _mask_scores(qk * (qk_scale * LOG2E), offs_n, n0, row_lo, row_hi, sk, False, EVEN_N, MASK_TAIL, mask_from)
-        p, m_i, l_i, acc = _online_softmax(s, m_i, l_i, acc)
-        acc = tl.dot(p.to(ELEM), v.to(ELEM), acc, input_precision=DOT_PREC)
+        v = _v_tile(V_DESC, V, v_row_base, stride_vn, n0, offs_n0, offs_dv, v_dmask, tma_row0, sk, USE_TMA)
+        acc, m_i, l_i = _softmax_pv(
+            qk,
+            v,
+            acc,
+            m_i,
+            l_i,
+            n0,
+            offs_n0,
+            row_lo,
+            row_hi,
+            sk,
+            qk_scale,
+            mask_from,
+            EVEN_N,
+            MASK_TAIL,
+            ELEM,
+            DOT_PREC,
+        )
     return acc, m_i, l_i
 
 
@@ -788,7 +847,6 @@ def attn_fwd_kernel(
             v_doff,
             q_dmask,
             v_dmask,
-            qpos,
             row_lo,
             row_hi,
             sk,
