@@ -32,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckfmha.backends.triton.launch import LaunchShape, attention_launcher, combine_launcher
 from ckfmha.dispatcher import Dispatcher
+from ckfmha.heuristics import LaunchVariant
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
 
@@ -79,7 +80,8 @@ def prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
                     k = torch.randn_like(q)
                     v = torch.randn_like(q)
                     o = torch.full_like(q, float("nan"))
-                    launch = attention_launcher(cfg, p, {"q": q, "k": k, "v": v, "o": o})
+                    variant = LaunchVariant.from_stage_args(plan.stages[0].args)  # the plan's launch variants
+                    launch = attention_launcher(cfg, p, {"q": q, "k": k, "v": v, "o": o}, variant=variant)
                     launch()
                     torch.cuda.synchronize()
                     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -287,7 +287,8 @@ def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, in
             except Exception as e:  # a variant that does not compile or fit: report and go on
                 print(f"  {name:<18} {type(e).__name__}: {str(e)[:120]}", flush=True)
                 continue
-            base = base or tf
+            if name == "base":
+                base = tf
             rows.append(
                 dict(
                     kind="hopper",
@@ -301,7 +302,8 @@ def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, in
                 )
             )
             print(
-                f"  {name:<18} {tf:6.1f} TFLOPS  x{tf / base:.3f} of base  x{tf / cudnn:.3f} cuDNN  err {err:.1e}",
+                f"  {name:<18} {tf:6.1f} TFLOPS  {f'x{tf / base:.3f}' if base else 'x  -  '} of base  "
+                f"x{tf / cudnn:.3f} cuDNN  err {err:.1e}",
                 flush=True,
             )
 

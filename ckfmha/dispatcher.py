@@ -56,7 +56,10 @@ Ranking of the candidates that pass
 6. the kernel id, so the choice is deterministic.
 
 The table is ``data/heuristics.yaml`` unless a Dispatcher is given another (``heuristics=``,
-``--ckfmha-heuristics FILE``).
+``--ckfmha-heuristics FILE``). Its ``launch_variants`` (how the Triton backend launches a forward-attention
+kernel) travel on the plan: a stage whose kernel a rule matches carries ``qk_ahead`` / ``lpt_heads`` in its
+``args`` (``fwd: <kernel> qk_ahead=True lpt_heads=8``), and the launcher applies them where the problem can take
+them.
 
 Public API: :meth:`Dispatcher.select` (the plan), :meth:`Dispatcher.explain` (every candidate with its verdict),
 :meth:`Dispatcher.ranked_candidates` (the kernels that can serve one stage, best first; fast for many problems),
@@ -164,6 +167,10 @@ class PinnedRegistry:
         if family is self.kernel.signature.family:
             return [self.kernel]
         return self.base.candidates(family, dtype, mode)
+
+
+# the stages whose kernel the forward attention launcher runs: the ones a launch_variants rule can apply to
+LAUNCH_VARIANT_ROLES = (StageRole.FWD, StageRole.SPLITKV, StageRole.PAGEDKV, StageRole.BATCH_PREFILL)
 
 
 # --------------------------------------------------------------------------------------------- heuristics
@@ -372,6 +379,8 @@ class Dispatcher:
                 args["num_splits"] = (
                     problem.num_splits if problem.family is Family.FWD_SPLITKV else self.plan_num_splits(problem)
                 )
+            if role in LAUNCH_VARIANT_ROLES:
+                args.update(self.heuristics.launch_variant(chosen[role]).as_stage_args())
             if role is StageRole.DQ_DK_DV:
                 c = chosen[role]
                 # Allocated once from host-known maxima: no device-to-host read of seqstart arrays.

@@ -35,7 +35,7 @@ class (or, when none is, on the most shapes).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -105,6 +105,15 @@ class LaunchVariant:
 
     qk_ahead: bool = False
     lpt_heads: int = 0
+
+    def as_stage_args(self) -> dict[str, Any]:
+        """The plan stage's ``args`` entries (none for the default: no variant)."""
+        return {} if self == LaunchVariant() else {"qk_ahead": self.qk_ahead, "lpt_heads": self.lpt_heads}
+
+    @classmethod
+    def from_stage_args(cls, args: Mapping[str, Any]) -> "LaunchVariant":
+        """The variant a plan stage carries (:meth:`as_stage_args`); none there: the default."""
+        return cls(bool(args.get("qk_ahead", False)), int(args.get("lpt_heads", 0)))
 
 
 @dataclass(frozen=True)

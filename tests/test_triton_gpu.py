@@ -302,9 +302,21 @@ def test_no_keys(kw: dict) -> None:
 @pytest.mark.parametrize("lpt_heads", [0, 3])
 @pytest.mark.parametrize("qk_ahead", [False, True])
 @pytest.mark.parametrize(
-    "mask,tma,fuse_tail", [("0", False, False), ("0", True, False), ("b", True, True), ("t", False, False)]
+    "mask,tma,fuse_tail,shape",
+    [
+        ("0", False, False, (1, 320, 384)),
+        ("0", True, False, (1, 320, 384)),
+        ("b", True, True, (1, 320, 384)),
+        ("t", False, False, (1, 320, 384)),
+        # unaligned keys (a padded kernel: the last key block partial, bounds-masked) in two batches
+        ("0", True, True, (2, 130, 301)),
+        ("b", True, True, (2, 130, 301)),
+        ("g:40,70", False, False, (2, 130, 301)),
+    ],
 )
-def test_hopper_variants_match_the_reference(mask: str, tma: bool, fuse_tail: bool, qk_ahead: bool, lpt_heads: int):
+def test_hopper_variants_match_the_reference(
+    mask: str, tma: bool, fuse_tail: bool, shape: tuple, qk_ahead: bool, lpt_heads: int
+) -> None:
     """The launch variants benchmarks/tune_fwd.py --only hopper measures: Q.K one key block ahead of the softmax
     (plain problems), the one-dimensional longest-first grid over groups of ``lpt_heads`` heads (5 (batch, head)
     pairs: the last group is short), with and without TMA and the fused masked tail; each against the reference."""
@@ -313,8 +325,10 @@ def test_hopper_variants_match_the_reference(mask: str, tma: bool, fuse_tail: bo
     from ckfmha.backends.triton.launch import attention_launcher, out_torch_dtype, to_numpy, to_torch
     from ckfmha.inputs import lse_shape, o_shape
 
-    p = Problem(dtype="fp16", batch=1, nhead_q=5, seqlen_q=320, seqlen_k=384, hdim_q=64, mask=mask, lse=True)
+    b, sq, sk = shape
+    p = Problem(dtype="fp16", batch=b, nhead_q=5, seqlen_q=sq, seqlen_k=sk, hdim_q=64, mask=mask, lse=True)
     k = dispatcher().select(p).stages[0].kernel
+    assert k.pad_sk == (sk % 64 != 0)
     inputs = make_inputs(p, 0)
     ref = reference(p, inputs)
     t = {name: to_torch(inputs[name]) for name in ("q", "k", "v")}
@@ -334,25 +348,82 @@ def test_hopper_variants_refuse_what_they_cannot_serve() -> None:
     inputs = make_inputs(p, 0)
     t = {name: to_torch(inputs[name]) for name in ("q", "k", "v", "bias")}
     t["o"] = torch.empty_like(t["q"])
-    with pytest.raises(ValueError, match="qk_ahead: .*plain problems"):
+    with pytest.raises(ValueError, match="qk_ahead=True: .*plain problems only; this one has bias=elementwise"):
         attention_launcher(k, p, t, qk_ahead=True)
-    with pytest.raises(ValueError, match="lpt_heads=-1"):
+    with pytest.raises(ValueError, match="lpt_heads=-1: .*>= 0"):
         attention_launcher(k, p, t, lpt_heads=-1)
+    g = Problem(dtype="fp16", mode="group", batch=2, nhead_q=2, seqlens_q=(64, 30), seqlens_k=(64, 40), hdim_q=64)
+    kg = dispatcher().select(g).stages[0].kernel
+    tg = {
+        name: to_torch(arr)
+        for name, arr in make_inputs(g, 0).items()
+        if name in ("q", "k", "v", "seqstart_q", "seqstart_k")
+    }
+    tg["o"] = torch.empty_like(tg["q"])
+    with pytest.raises(
+        ValueError, match="lpt_heads=4: .*batch mode without packed GQA rows; this problem has mode=group"
+    ):
+        attention_launcher(kg, g, tg, lpt_heads=4)
+
+
+@pytest.fixture
+def launched(monkeypatch) -> list:
+    """The constexpr meta of every forward-attention launch of the test (the launcher's own call, recorded)."""
+    from ckfmha.backends.triton import launch
+
+    seen: list = []
+    real = launch.launch_fitting_stages
+
+    def record(kern, grid, args, meta, num_warps):
+        seen.append(dict(meta, grid=grid))
+        return real(kern, grid, args, meta, num_warps)
+
+    monkeypatch.setattr(launch, "launch_fitting_stages", record)
+    return seen
 
 
 @pytest.mark.parametrize(
-    "kw",
+    "kw,expected",
     [
-        dict(mask="b"),
-        dict(mask="t", bias="alibi"),
-        dict(mask="b", mode="group", batch=2, seqlens_q=(130, 70), seqlens_k=(200, 90)),
+        (dict(mask="b"), (True, 8)),
+        (dict(mask="t", bias="alibi"), (False, 8)),
+        (dict(mask="b", mode="group", batch=2, seqlens_q=(130, 70), seqlens_k=(200, 90)), (True, 0)),
     ],
     ids=["plain", "alibi", "group"],
 )
-def test_masked_hdim256_takes_its_launch_variants_where_the_problem_fits(kw: dict) -> None:
-    """data/heuristics.yaml gives masked hdim-256 fwd kernels Q.K ahead and the longest-first grid; the plan's
-    launch applies what the problem can take (no Q.K ahead with ALiBi, no longest-first grid in group mode)."""
+def test_masked_hdim256_takes_its_launch_variants_where_the_problem_fits(kw: dict, expected: tuple, launched) -> None:
+    """data/heuristics.yaml gives masked hdim-256 fwd kernels Q.K ahead and the longest-first grid: the plan's
+    stage carries them, the launch applies what the problem can take (no Q.K ahead with ALiBi, no longest-first
+    grid in group mode) and the result matches the reference."""
     p = Problem(**{"dtype": "fp16", "batch": 1, "nhead_q": 3, "seqlen_q": 192, "seqlen_k": 256, "hdim_q": 256, **kw})
     plan, out, ref, _ = run_plan(p)
     assert plan.stages[0].kernel.hdim_q == 256
+    assert dict(plan.stages[0].args) == {"qk_ahead": True, "lpt_heads": 8}
+    assert (launched[-1]["QK_AHEAD"], launched[-1]["LPT_HEADS"]) == expected
+    if expected[1]:  # the longest-first grid is one-dimensional
+        assert launched[-1]["grid"][1] == 1
     assert_valid(p, out, ref)
+
+
+def test_a_table_without_launch_variants_launches_without_them(launched) -> None:
+    """The dispatcher's own table decides the launch variants (they travel on the plan's stage): a table with no
+    ``launch_variants`` gives a masked hdim-256 plan none, and the launch takes none."""
+    from ckfmha.heuristics import Heuristics, load_heuristics
+
+    real = load_heuristics()
+    reg = dispatcher().registry
+    d = Dispatcher(
+        reg,
+        _backend,
+        num_cus=132,
+        heuristics=Heuristics("test: no launch_variants", real.rules, real.short_query_tiles),
+    )
+    p = Problem(dtype="fp16", batch=1, nhead_q=3, seqlen_q=192, seqlen_k=256, hdim_q=256, mask="b")
+    plan = d.select(p)
+    assert dict(plan.stages[0].args) == {}
+    inputs = make_inputs(p, 0)
+    ref = reference(p, inputs)
+    tensors = dict(inputs)
+    _backend.run_stage(_backend.build(plan.stages[0].kernel), plan.stages[0], p, tensors)
+    assert (launched[-1]["QK_AHEAD"], launched[-1]["LPT_HEADS"]) == (False, 0)
+    assert_valid(p, tensors, ref)

@@ -22,6 +22,7 @@ from ckfmha.backends.triton.launch import (
     to_torch,
 )
 from ckfmha.backends.triton.launch_kvcache import run_appendkv_stage
+from ckfmha.heuristics import LaunchVariant
 from ckfmha.inputs import lse_shape, o_shape
 from ckfmha.kernel import Family, KernelConfig, Mode
 
@@ -139,7 +140,9 @@ def run_stage(
         nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
         t["o_acc"] = _poisoned((n, nb, p.nhead_q, rows, p.hdim_v), torch.float32)
         t["lse_acc"] = _poisoned((n, nb, p.nhead_q, rows), torch.float32)
-        launch = attention_launcher(c, p, t, split=True, num_splits=n)
+        launch = attention_launcher(
+            c, p, t, split=True, num_splits=n, variant=LaunchVariant.from_stage_args(stage.args)
+        )
         ms = _timed(launch, timing)
         _sync()
         outputs["o_acc"] = to_numpy(t["o_acc"])
@@ -159,7 +162,7 @@ def run_stage(
             from ckfmha.backends.triton import launch as _launch
 
             t["randval"] = torch.zeros(shape, dtype=torch.uint8, device=_launch.DEVICE)
-    ms = _timed(attention_launcher(c, p, t), timing)
+    ms = _timed(attention_launcher(c, p, t, variant=LaunchVariant.from_stage_args(stage.args)), timing)
     _sync()
     outputs["o"] = stored_output(t["o"], p.dtype, fp8_format)
     if c.signature.lse:

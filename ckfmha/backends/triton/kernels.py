@@ -369,6 +369,7 @@ def _attn_block_ahead(
     USE_TMA: tl.constexpr,
     MASK_TAIL: tl.constexpr,
     mask_from,
+    WARP_SPEC: tl.constexpr = False,
 ):
     """The unmasked key loop of :func:`_attn_block` with Q.K issued one block ahead (FlashAttention-3's
     intra-warpgroup overlap): each iteration starts the next block's Q.K before the softmax and P.V of the
@@ -384,7 +385,7 @@ def _attn_block_ahead(
     if nblk > 0:
         k = _k_tile(K_DESC, K, k_row_base, stride_kn, n_lo, offs_n0, offs_dq, k_dmask, tma_row0, sk, USE_TMA)
         qk = tl.dot(q, k.to(ELEM), input_precision=DOT_PREC)
-        for i in tl.range(0, nblk - 1, num_stages=NUM_STAGES):
+        for i in tl.range(0, nblk - 1, num_stages=NUM_STAGES, warp_specialize=WARP_SPEC):
             n0 = n_lo + i * BLOCK_N
             k1 = _k_tile(
                 K_DESC, K, k_row_base, stride_kn, n0 + BLOCK_N, offs_n0, offs_dq, k_dmask, tma_row0, sk, USE_TMA
@@ -565,7 +566,7 @@ def attn_fwd_kernel(
     if LPT_HEADS > 0:
         # one-dimensional grid in longest-first order (batch mode, one query row per head): LPT_HEADS (batch,
         # head) pairs at a time, within them the heaviest query blocks of every pair first, then the next
-        # heaviest; the pairs of a group share their K/V in L2
+        # heaviest; a group's programs run together, so its heads' K/V (shared by GQA heads) stay in L2 meanwhile
         num_m = tl.cdiv(seqlen_q, BLOCK_M)
         num_bh = tl.num_programs(0) // num_m
         t = tl.program_id(0)
@@ -859,6 +860,7 @@ def attn_fwd_kernel(
             USE_TMA,
             FUSE_TAIL,
             full_hi,
+            WARP_SPEC,
         )
     else:
         acc, m_i, l_i = _attn_block(

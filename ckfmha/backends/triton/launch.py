@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ckfmha.backends.triton import kernels
 from ckfmha.backends.triton.backend import interpreting, unhonoured_lengths
-from ckfmha.heuristics import load_heuristics
+from ckfmha.heuristics import LaunchVariant, load_heuristics
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import FAMILY_ROLE, StageRole
 from ckfmha.problem import Layout, Problem
@@ -236,10 +236,13 @@ def attention_launcher(
     fuse_tail: bool | None = None,
     qk_ahead: bool | None = None,
     lpt_heads: int | None = None,
+    variant: LaunchVariant | None = None,
 ) -> Callable[[], None]:
     """A zero-argument callable that runs the attention kernel once (writes t['o']/t['lse'], or with ``split``
     t['o_acc']/t['lse_acc']). ``shape``/``warp_specialize``/``tma``/``tma_edges``/``fuse_tail``/``qk_ahead``/
     ``lpt_heads`` override the config's launch (tuning only; a variant the problem cannot take is refused).
+    ``variant``: the launch variants the plan's stage carries (data/heuristics.yaml ``launch_variants`` as the
+    dispatcher's table gives them), applied where the problem can take them; None: the packaged table's.
 
     Long because it maps one config and problem to the one argument list of :func:`kernels.attn_fwd_kernel`
     (nineteen tensors, some sixty strides and scalars, then about thirty constexpr meta-parameters) in the
@@ -473,21 +476,35 @@ def attention_launcher(
         fuse_tail = triton.cdiv(max(p.seqlens_k_list, default=p.seqlen_k), ls.block_n) <= FUSE_TAIL_MAX_KEY_BLOCKS
     # the trailing masked blocks join the pipelined loop where its loads need no key bound (aligned keys or TMA)
     meta["FUSE_TAIL"] = fuse_tail and (meta["EVEN_N"] or use_tma)
-    plain = not paged and s.bias is Bias.NONE and p.p_drop == 0 and not s.logits_soft_cap and qscale in (0, 1)
-    variant = load_heuristics().launch_variant(c)  # data/heuristics.yaml launch_variants, where the problem fits
+    not_plain = [
+        why
+        for why, bad in (
+            ("paged K/V", paged),
+            (f"bias={s.bias.value}", s.bias is not Bias.NONE),
+            (f"p_drop={p.p_drop}", p.p_drop > 0),
+            ("logits_soft_cap", s.logits_soft_cap),
+            (f"qscale={p.qscale.value}", qscale not in (0, 1)),
+        )
+        if bad
+    ]
+    no_lpt = [why for why, bad in (("mode=group", group), ("packed GQA rows", pack)) if bad]
+    if variant is None:
+        variant = load_heuristics().launch_variant(c)
     if qk_ahead is None:
-        qk_ahead = variant.qk_ahead and plain
-    if qk_ahead and not plain:
+        qk_ahead = variant.qk_ahead and not not_plain
+    if qk_ahead and not_plain:
         raise ValueError(
-            "qk_ahead: Q.K one block ahead serves plain problems only (no paging, bias, soft-cap, "
-            "dropout or per-block scales)"
+            f"qk_ahead=True: Q.K one block ahead serves plain problems only; this one has {', '.join(not_plain)}"
         )
     meta["QK_AHEAD"] = qk_ahead
     if lpt_heads is None:
-        lpt_heads = 0 if group or pack else variant.lpt_heads
-    if lpt_heads < 0 or (lpt_heads and (group or pack)):
+        lpt_heads = 0 if no_lpt else variant.lpt_heads
+    if lpt_heads < 0:
+        raise ValueError(f"lpt_heads={lpt_heads}: the longest-first grid takes a head count >= 0 (0: off)")
+    if lpt_heads and no_lpt:
         raise ValueError(
-            f"lpt_heads={lpt_heads}: the longest-first grid takes a count >= 0, batch mode without packed GQA rows"
+            f"lpt_heads={lpt_heads}: the longest-first grid serves batch mode without packed GQA rows; this "
+            f"problem has {', '.join(no_lpt)}"
         )
     meta["LPT_HEADS"] = lpt_heads
     if lpt_heads:
