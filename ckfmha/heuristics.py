@@ -18,8 +18,10 @@ Schema (``data/schemas/heuristics.schema.yaml``)::
 
 A **launch variant** (:class:`LaunchVariant`) changes how the Triton backend launches a kernel, not which kernel
 runs: ``qk_ahead`` issues Q.K one key block ahead of the softmax, ``lpt_heads`` orders the grid longest-first over
-groups of that many heads (ckfmha/backends/triton/launch.py applies each where the problem can take it: Q.K ahead
-for plain problems, the longest-first grid in batch mode without packed GQA rows). No matching rule: neither.
+groups of that many heads. The dispatcher puts the first matching rule's variant on the plan's stage
+(:meth:`LaunchVariant.as_stage_args`); ckfmha/backends/triton/launch.py applies each where the problem can take it
+(Q.K ahead for plain problems, the longest-first grid in batch mode without packed GQA rows). No matching rule:
+neither.
 
 A **shape class** (:func:`shape_class`) is the problem family, dtype, mode, head dims, the mask kind (``none``,
 ``causal`` -- top-left or bottom-right --, ``window``) and the power-of-two buckets of the longest query and key

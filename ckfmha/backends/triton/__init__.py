@@ -41,8 +41,9 @@ vlayout col                fwd: served by the row-major kernel -- ckfmha's input
 mask                       none: no mask code; any/causal/generic: CK's (y, x) window per row, masked blocks only at
                            the diagonal edges (full blocks run unmasked); up to 32 key blocks the trailing masked
                            blocks run inside the pipelined loop behind a uniform branch (launch.FUSE_TAIL_MAX_KEY_BLOCKS)
-launch variants            data/heuristics.yaml ``launch_variants`` (first matching rule; measured with
-                           benchmarks/tune_fwd.py --only hopper): ``qk_ahead`` -- the unmasked key loop issues Q.K one
+launch variants            the plan stage's ``qk_ahead`` / ``lpt_heads`` args (the dispatcher's table, data/heuristics.yaml
+                           ``launch_variants``: first matching rule; measured with benchmarks/tune_fwd.py --only
+                           hopper; docs/hopper_forward.md): ``qk_ahead`` -- the unmasked key loop issues Q.K one
                            block ahead of the softmax (FlashAttention-3's intra-warpgroup overlap; plain problems only:
                            no paging, bias, soft-cap, dropout or per-block scales); ``lpt_heads`` -- a one-dimensional
                            grid, longest query blocks first within groups of that many heads (batch mode, no packed
