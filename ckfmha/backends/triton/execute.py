@@ -135,15 +135,13 @@ def run_stage(
         tensors.update(outputs)
         return StageResult(outputs, ms)
     check_preconditions(c, p)
+    variant = LaunchVariant.from_stage_args(stage.args)  # the plan's launch variants (ckfmha/heuristics.py)
     if fam is Family.FWD_SPLITKV:
         n = int(stage.args["num_splits"])
         nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
         t["o_acc"] = _poisoned((n, nb, p.nhead_q, rows, p.hdim_v), torch.float32)
         t["lse_acc"] = _poisoned((n, nb, p.nhead_q, rows), torch.float32)
-        launch = attention_launcher(
-            c, p, t, split=True, num_splits=n, variant=LaunchVariant.from_stage_args(stage.args)
-        )
-        ms = _timed(launch, timing)
+        ms = _timed(attention_launcher(c, p, t, split=True, num_splits=n, variant=variant), timing)
         _sync()
         outputs["o_acc"] = to_numpy(t["o_acc"])
         outputs["lse_acc"] = to_numpy(t["lse_acc"])
@@ -162,7 +160,7 @@ def run_stage(
             from ckfmha.backends.triton import launch as _launch
 
             t["randval"] = torch.zeros(shape, dtype=torch.uint8, device=_launch.DEVICE)
-    ms = _timed(attention_launcher(c, p, t, variant=LaunchVariant.from_stage_args(stage.args)), timing)
+    ms = _timed(attention_launcher(c, p, t, variant=variant), timing)
     _sync()
     outputs["o"] = stored_output(t["o"], p.dtype, fp8_format)
     if c.signature.lse:
