@@ -114,7 +114,8 @@ class LaunchVariant:
 
     @classmethod
     def from_stage_args(cls, args: Mapping[str, Any]) -> "LaunchVariant":
-        """The variant a plan stage carries (:meth:`as_stage_args`); none there: the default."""
+        """The variant a plan stage carries (:meth:`as_stage_args`), or a ``launch_variants`` entry (the same keys);
+        none there: the default."""
         return cls(bool(args.get("qk_ahead", False)), int(args.get("lpt_heads", 0)))
 
 
@@ -150,7 +151,8 @@ class Heuristics:
         return self.tuned.get((arch, shape_class(problem)))
 
 
-def _compile(source: str, entries: Iterable[dict], key: str, value_key: str | None) -> tuple[Rule, ...]:
+def _compile(source: str, entries: Iterable[dict], key: str, value: Callable[[dict], Any]) -> tuple:
+    """(when, value(entry), why) per entry of section ``key``; a bad filter names the entry."""
     from ckfmha.filters import FilterError, compile_filter
 
     out = []
@@ -159,7 +161,7 @@ def _compile(source: str, entries: Iterable[dict], key: str, value_key: str | No
             pred = compile_filter(rule["when"])
         except FilterError as e:
             raise HeuristicsError(f"{source}: {key}[{i}].when: {e}") from None
-        out.append((pred, int(rule[value_key]) if value_key else 0, str(rule.get("why", ""))))
+        out.append((pred, value(rule), str(rule.get("why", ""))))
     return tuple(out)
 
 
@@ -178,19 +180,12 @@ def heuristics_from_doc(doc: Any, source: str) -> Heuristics:
                 f"{source}: tuned[{i}]: a second entry for arch {key[0]} and class {dict(zip(CLASS_KEYS, key[1]))}"
             )
         tuned[key] = entry["kernel_id"]
-    variants = tuple(
-        (pred, LaunchVariant(bool(entry.get("qk_ahead", False)), int(entry.get("lpt_heads", 0))), why)
-        for (pred, _, why), entry in zip(
-            _compile(source, doc.get("launch_variants") or (), "launch_variants", None),
-            doc.get("launch_variants") or (),
-        )
-    )
     return Heuristics(
         source,
-        _compile(source, doc.get("rules") or (), "rules", "priority"),
-        _compile(source, doc.get("short_query_tiles") or (), "short_query_tiles", "max_seqlen_q"),
+        _compile(source, doc.get("rules") or (), "rules", lambda r: int(r["priority"])),
+        _compile(source, doc.get("short_query_tiles") or (), "short_query_tiles", lambda r: int(r["max_seqlen_q"])),
         tuned,
-        variants,
+        _compile(source, doc.get("launch_variants") or (), "launch_variants", LaunchVariant.from_stage_args),
     )
 
 
