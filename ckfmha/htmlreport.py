@@ -197,6 +197,17 @@ def _failures(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _int(v: Any) -> int:
+    """A row's integer field as an int (0 when it is missing or not an integer: a hand-edited report may hold
+    anything the schema allows)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _plain(v: Any) -> str:
+    """Text for a plot label: matplotlib would read ``$...$`` as mathtext (and raise on bad mathtext)."""
+    return str(v).replace("$", r"\$")
+
+
 def _seqlen(r: dict[str, Any]) -> float | None:
     lens = [v for v in (_num(r.get("seqlen_q")), _num(r.get("seqlen_k"))) if v]
     return max(lens) if lens else None
@@ -210,7 +221,7 @@ def _speed(rows: list[dict[str, Any]], plt) -> str:
         if r.get("verdict") != "passed" or t is None or s is None or r.get("kind") == "parity":
             continue
         masked = "masked" if r.get("mask") not in ("", "0", None) else "no mask"
-        key = (str(r.get("family")), f"{r.get('dtype')} d{r.get('hdim_q')} {masked} ({r.get('backend')})")
+        key = (_plain(r.get("family")), _plain(f"{r.get('dtype')} d{r.get('hdim_q')} {masked} ({r.get('backend')})"))
         best[key][s] = max(best[key].get(s, 0.0), t)
     if not best:
         return "<h2>Speed</h2><p>no items with a time (every item was skipped or failed)</p>"
@@ -263,7 +274,7 @@ def _ranking(rows: list[dict[str, Any]], limit: int = 200) -> str:
     overview, cls = [], []
     for shape, rs in ranked:
         top = float(rs[0]["tflops"])
-        chosen = next((r for r in rs if r["kernel_id"] == plan_kernel.get(shape)), None)
+        chosen = next((r for r in rs if r.get("kernel_id") == plan_kernel.get(shape)), None)
         share = float(chosen["tflops"]) / top if chosen is not None else None
         overview.append((shape, len(rs), _fmt(top), "-" if share is None else f"{share:.0%}"))
         cls.append("bad" if share is not None and share < 0.95 else "")
@@ -277,7 +288,7 @@ def _ranking(rows: list[dict[str, Any]], limit: int = 200) -> str:
         top = float(rs[0]["tflops"])
         body = [
             (
-                ("\u2605 " if r["kernel_id"] == plan_kernel.get(shape) else "") + str(r["kernel_id"]),
+                ("\u2605 " if r.get("kernel_id") == plan_kernel.get(shape) else "") + str(r.get("kernel_id", "?")),
                 _fmt(r["tflops"]),
                 f"{float(r['tflops']) / top:.0%}",
             )
@@ -301,8 +312,8 @@ def _error_ratio(r: dict[str, Any]) -> float | None:
         tol = tolerance_for(
             r["dtype"],
             backward=r.get("family") == "bwd",
-            hdim_q=int(r.get("hdim_q") or 0),
-            hdim_v=int(r.get("hdim_v") or 0),
+            hdim_q=_int(r.get("hdim_q")),
+            hdim_v=_int(r.get("hdim_v")),
         )
     except (ToleranceError, ValueError):
         return None
@@ -316,7 +327,7 @@ def _errors(rows: list[dict[str, Any]], plt) -> str:
     for r in rows:
         q = _error_ratio(r)
         if q is not None:
-            per_fam[r.get("family") or "?"].append(max(q, 1e-6))
+            per_fam[_plain(r.get("family") or "?")].append(max(q, 1e-6))
     if not per_fam:
         return "<h2>Errors</h2><p>no compared outputs</p>"
     fig, ax = plt.subplots(figsize=(9, 3.6))

@@ -5,7 +5,8 @@
 | :func:`load_report` | a report JSON file -> :class:`RunReport` (strict loading: ckfmha.datafile; the schema \
 ``data/schemas/run_report.schema.yaml``; row ids unique: :func:`report_from_doc`) |
 | :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions |
-| :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates and gaps are errors |
+| :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates, gaps, shards out of \
+1..N and shards whose rows hold items never run (whatever their header says) are errors |
 
 Comparison rules (:func:`compare_reports`):
 
@@ -14,7 +15,8 @@ Comparison rules (:func:`compare_reports`):
   now;
 * an item is *missing* when the baseline has it and the new run does not (or did not run it: ``not_run``);
   *added* the other way round;
-* a timing regression: both runs passed it with timed figures (``--ckfmha-bench``), the new median is more than
+* a timing regression: both runs passed it with timed figures (``--ckfmha-bench``, medians above zero: a median of
+  0 ms was below the clock's resolution and has no ratio), the new median is more than
   ``threshold`` (default :data:`DEFAULT_THRESHOLD`, 10%) slower, *and* the new run's fastest repetition is slower
   than the baseline's slowest (outside both runs' spread: ``time_min_ms`` / ``time_max_ms``; a report without
   them counts its median as its spread);
@@ -220,7 +222,7 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
         elif was_failing and cur.get("verdict") == "passed":
             cmp.fixed.append({"id": rid, "baseline_verdict": old["verdict"], "verdict": "passed"})
         a, b = _timing(old), _timing(cur)
-        if a is None or b is None:
+        if a is None or b is None or a[0] <= 0 or b[0] <= 0:  # a zero median (below the clock) has no ratio
             continue
         cmp.timed += 1
         change = b[0] / a[0] - 1.0
@@ -265,6 +267,8 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
         sh = rep.meta.get("shard")
         if not isinstance(sh, dict) or not isinstance(sh.get("index"), int) or not isinstance(sh.get("count"), int):
             raise ReportError(f"{rep.path}: shard: this report is not a shard (run with --ckfmha-shard K/N)")
+        if not 1 <= sh["index"] <= sh["count"]:
+            raise ReportError(f"{rep.path}: shard: {sh['index']}/{sh['count']}: K of K/N must be 1 ... N")
         if count is None:
             count = sh["count"]
         elif sh["count"] != count:
@@ -274,11 +278,7 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
             )
         if sh["index"] in shards:
             raise ReportError(f"{rep.path}: shard {sh['index']}/{count} given twice (also {shards[sh['index']].path})")
-        if rep.meta.get("state") != "complete":
-            raise ReportError(
-                f"{rep.path}: state: {rep.meta.get('state')!r}: shard {sh['index']}/{count} did not "
-                "complete (resume it with --ckfmha-resume, then merge)"
-            )
+        _check_complete_shard(rep, f"shard {sh['index']}/{count}")
         for key in SWEEP_KEYS:
             if rep.meta.get(key) != reports[0].meta.get(key):
                 raise ReportError(
@@ -292,6 +292,8 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
         raise ReportError(
             f"merge: shard(s) {', '.join(f'{k}/{count}' for k in gaps)} missing: the merged report would have a gap"
         )
+    if len(reports) > count:  # pragma: no cover - every index is 1..N and none twice
+        raise ReportError(f"merge: {len(reports)} reports for {count} shards")
     rows: list[dict[str, Any]] = []
     owner: dict[str, str] = {}
     for k in sorted(shards):
@@ -315,16 +317,52 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
     return {**meta, "rows": rows}
 
 
+def _check_complete_shard(rep: RunReport, what: str) -> None:
+    """A shard to merge must have completed, and its rows must say so (the header alone can be wrong: a run
+    stopped by ``-x``, by xdist giving up on crashed workers or by an internal error has items never run)."""
+    state = rep.meta.get("state")
+    if state != "complete":
+        raise ReportError(
+            f"{rep.path}: state: {state!r}: {what} did not complete (resume it with --ckfmha-resume, then merge)"
+        )
+    not_run = [r["id"] for r in rep.rows if r.get("verdict") == "not_run"]
+    if not_run:
+        raise ReportError(
+            f"{rep.path}: rows: {len(not_run)} item(s) of {what} never ran (first {not_run[0]!r}) although its "
+            "state says complete: resume it with --ckfmha-resume, then merge"
+        )
+    collected, completed = rep.meta.get("collected"), rep.meta.get("completed")
+    if isinstance(collected, int) and len(rep.rows) != collected:
+        raise ReportError(f"{rep.path}: rows: {len(rep.rows)} rows for {collected} collected items ({what})")
+    if isinstance(collected, int) and isinstance(completed, int) and completed > collected:
+        raise ReportError(f"{rep.path}: completed: {completed} > collected {collected} ({what})")
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode a written file gets: an existing file's, else what ``open()`` gives under the process umask."""
+    import os
+
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` through a temporary file in the same directory and rename it over ``path``: a reader sees
-    the old file or the new one, never a truncated one (a full disk leaves the old file and raises OSError)."""
+    the old file or the new one, never a truncated one (a full disk leaves the old file and raises OSError).  The
+    file keeps the mode of the one it replaces, or gets the umask's (a published page stays readable)."""
     import os
     import tempfile
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -353,3 +353,63 @@ def test_non_finite_measures_round_trip(tmp_path: Path, capsys) -> None:
     bad = _doc([_row("s1::k", max_abs_err="Infinity")])
     with pytest.raises(ReportError, match=r"rows\[0\]\.max_abs_err"):
         report_from_doc(bad, "bad.json")
+
+
+# ------------------------------------------------------------------------- findings of the adversarial run
+def test_merge_reads_rows_not_only_the_header() -> None:
+    """A shard stopped by -x, by xdist giving up on crashed workers or by an internal error can say
+    ``state: complete`` in its header while rows were never run: merge refuses it, naming the rows."""
+    s1 = _shard(1, 2, [_row("a::k")])
+    stopped = _shard(2, 2, [_row("b::k"), _row("c::k", "not_run"), _row("d::k", "not_run")])
+    with pytest.raises(ReportError, match=r"2 item\(s\) of shard 2/2 never ran \(first 'c::k'\)"):
+        merge_reports([s1, stopped])
+    short = _shard(2, 2, [_row("b::k")], collected=5)
+    with pytest.raises(ReportError, match="1 rows for 5 collected items"):
+        merge_reports([s1, short])
+
+
+@pytest.mark.parametrize("shards", [[(4, 3)], [(1, 3), (2, 3), (3, 3), (4, 3)]])
+def test_merge_refuses_shards_outside_1_to_n(shards) -> None:
+    reps = [_shard(k, n, [_row(f"{k}::k")]) for k, n in shards]
+    with pytest.raises(ReportError, match=r"shard: 4/3: K of K/N must be 1 \.\.\. N"):
+        merge_reports(reps)
+
+
+def test_compare_does_not_divide_by_a_zero_median() -> None:
+    """A median of 0 ms (below the clock) has no ratio: the row is not compared for speed (no crash)."""
+    old = _rep([_row("x::k", ms=0.0), _row("y::k", ms=1.0)])
+    new = _rep([_row("x::k", ms=1.0), _row("y::k", ms=0.0)])
+    cmp = compare_reports(old, new)
+    assert cmp.timed == 0 and not cmp.regressed
+
+
+@pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_honour_the_umask_and_keep_an_existing_mode(tmp_path: Path, umask, expected) -> None:
+    import os
+
+    old = os.umask(umask)
+    try:
+        new = write_report_doc(_doc([_row("a::k")]), tmp_path / "r.json")
+        assert new.stat().st_mode & 0o777 == expected
+        new.chmod(0o640)
+        write_report_doc(_doc([_row("a::k")]), new)  # overwriting keeps the published file's mode
+        assert new.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_html_report_survives_hand_edited_schema_valid_rows(tmp_path: Path) -> None:
+    """Rows the schema allows but the plugin never writes: a kernel row without kernel_id, a list where a head
+    dim goes, a family that is matplotlib mathtext."""
+    pytest.importorskip("matplotlib")
+    rows = [
+        _row("fwd-a::k1", ms=1.0, tflops=3.0),
+        {k: v for k, v in _row("fwd-a::k2", ms=2.0, tflops=1.5).items() if k != "kernel_id"},
+        _row("fwd-a::plan", kind="plan", kernel_id="k2", tflops=1.5, ms=2.0),
+        _row("fwd-b::k1", hdim_q=[64], hdim_v={"x": 1}, tflops=2.0),
+        _row("fwd-c::k1", family="$\\frac{1}{", tflops=1.0),
+    ]
+    rep = _write(tmp_path / "odd.json", rows)
+    out = tmp_path / "odd.html"
+    assert main(["report", rep, "-o", str(out)]) == 0
+    assert "Kernel ranking" in out.read_text()
