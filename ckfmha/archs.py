@@ -40,7 +40,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,8 @@ class ArchSpecError(ValueError):
 
 
 def data_dir() -> Path:
-    return Path(str(resources.files("ckfmha") / "data"))
+    """``ckfmha/data`` (the package's own directory: importlib.resources would cost more to import than it reads)."""
+    return Path(__file__).resolve().parent / "data"
 
 
 def known_archs() -> tuple[str, ...]:

@@ -19,6 +19,10 @@ document, or raise a :class:`DataFileError` (a ``ValueError``) whose message sta
 naming the file, the key path, the value and the rule (the failing keyword, plus the schema's ``description`` of
 that part when it has one).  A NaN or infinity anywhere in the document is such an error too (before the schema:
 JSON Schema's ``minimum`` would let NaN through).  Mapping keys are compared as strings (YAML's ``0:`` keys become ``"0"``).
+A document that certainly follows its schema is accepted without importing ``jsonschema`` (a quick reading of the
+keywords ckfmha's schemas use: ``type``, ``enum``, ``const``, bounds, ``pattern``, ``required``, ``properties``,
+``additionalProperties``, ``propertyNames``, ``items``, ``uniqueItems``, ``$ref``, ``oneOf``/``anyOf``/``allOf``,
+``if``/``then``/``else``); in every other case ``jsonschema`` decides, so the outcome and the errors are its.
 
 YAML is read with PyYAML's safe loader (``yaml.CSafeLoader`` when PyYAML has libyaml, else ``yaml.SafeLoader``),
 subclassed as :class:`StrictYAMLLoader` with a duplicate-checking ``construct_mapping``.  A YAML merge key
@@ -30,12 +34,12 @@ their own error classes.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 from yaml.events import CollectionEndEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -116,23 +120,36 @@ class StrictYAMLLoader(_SafeLoader):
     source = "<yaml>"
 
     def construct_document(self, node: Node) -> Any:
-        # Before anything is constructed (and before merge keys rewrite mappings in place): where each node is
-        # (for messages) and each mapping's pairs as written.
-        self._paths: dict[int, tuple] = {}
+        self._root = node
+        # Each mapping's pairs as written, for the mappings a merge key rewrites (flatten_mapping, below).
         self._written: dict[int, list] = {}
-        stack: list[tuple[Node, tuple]] = [(node, ())]
+        return super().construct_document(node)
+
+    def flatten_mapping(self, node: MappingNode) -> None:
+        # PyYAML applies merge keys by rewriting node.value in place, here and only here: keep the pairs as written
+        # first (a key next to ``<<`` overrides the merged one; two written keys are duplicates)
+        if id(node) not in self._written:
+            self._written[id(node)] = list(node.value)
+        super().flatten_mapping(node)
+
+    def _key_path_of(self, target: Node) -> tuple:
+        """Where ``target`` is in the document (the first path in document order; for messages only)."""
+        seen: set[int] = set()
+        stack: list[tuple[Node, tuple]] = [(self._root, ())]
         while stack:
             n, path = stack.pop()
-            if id(n) in self._paths:
+            if n is target:
+                return path
+            if id(n) in seen:
                 continue  # an alias of a node already seen
-            self._paths[id(n)] = path
+            seen.add(id(n))
             if isinstance(n, MappingNode):
-                self._written[id(n)] = list(n.value)
-                for k, v in reversed(n.value):
+                pairs: list = self._written.get(id(n)) or list(n.value)
+                for k, v in reversed(pairs):
                     stack.append((v, path + (k.value if isinstance(k, ScalarNode) else "<key>",)))
             elif isinstance(n, SequenceNode):
                 stack.extend((v, path + (i,)) for i, v in reversed(list(enumerate(n.value))))
-        return super().construct_document(node)
+        return ()
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict:
         if isinstance(node, MappingNode):
@@ -147,7 +164,7 @@ class StrictYAMLLoader(_SafeLoader):
                 except TypeError:
                     continue  # an unhashable key: the base class reports it
                 if earlier is not None:
-                    where = key_path(self._paths.get(id(node), ()))
+                    where = key_path(self._key_path_of(node))
                     raise DuplicateKeyError(
                         f"{self.source}: {where}: duplicate key {key!r} at line {key_node.start_mark.line + 1} "
                         f"(first at line {earlier.start_mark.line + 1})"
@@ -221,6 +238,8 @@ def _check_json_depth(text: str, source: str) -> None:
     """Nesting depth of ``[``/``{`` outside strings, found without parsing (``json`` recurses per level)."""
     if text.count("[") + text.count("{") <= MAX_NESTING_DEPTH:
         return
+    import numpy as np  # here only: a deep-looking JSON text is rare, and NumPy is heavy to import
+
     blanked = _JSON_STRING.sub(lambda m: " " * len(m.group()), text)  # same offsets, no brackets in strings
     codes = np.frombuffer(blanked.encode("ascii", "replace"), dtype=np.uint8)
     step = np.isin(codes, (ord("["), ord("{"))).astype(np.int32) - np.isin(codes, (ord("]"), ord("}")))
@@ -326,7 +345,7 @@ def _json_view(doc: Any) -> Any:
 def _first_non_finite(doc: Any, where: tuple) -> tuple[tuple, float] | None:
     """The key path and value of the first NaN / infinity in ``doc`` (YAML's ``.nan`` / ``.inf``): no data file
     of ckfmha holds one, and JSON Schema's ``minimum`` lets NaN through (every comparison with it is false)."""
-    if isinstance(doc, float) and not np.isfinite(doc):
+    if isinstance(doc, float) and not math.isfinite(doc):
         return where, doc
     items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, (list, tuple)) else ()
     for k, v in items:
@@ -336,19 +355,164 @@ def _first_non_finite(doc: Any, where: tuple) -> tuple[tuple, float] | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------------- schemas
+_SCHEMAS: dict[str, Any] = {}
 _VALIDATORS: dict[str, Any] = {}
+
+
+def _schema_doc(name: str) -> Any:
+    """The schema document ``ckfmha/data/schemas/<name>.schema.yaml`` (read once)."""
+    schema = _SCHEMAS.get(name)
+    if schema is None:
+        from importlib import resources
+
+        path = Path(str(resources.files("ckfmha") / "data" / "schemas" / f"{name}.schema.yaml"))
+        schema = _SCHEMAS[name] = load_yaml(path)
+    return schema
+
+
+# A quick verdict on a document before jsonschema is asked (importing jsonschema and building a validator cost more
+# than reading ckfmha's data files): True when the document certainly follows the schema, False when it certainly
+# does not, None when unsure (a keyword or a value this reader does not settle).  Only a True skips jsonschema, which
+# otherwise decides and words the error, so the outcome is jsonschema's in every case.
+_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "$comment", "title", "description", "default", "examples"})
+_TYPE_OF = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
+
+def _type_verdict(names: Any, doc: Any, schema: dict, root: dict) -> bool | None:
+    kinds = [names] if isinstance(names, str) else list(names)
+    t = type(doc)
+    if t is int:
+        return "integer" in kinds or "number" in kinds
+    if t is float:
+        return True if "number" in kinds else None if "integer" in kinds else False  # 3.0 is an integer to JSON
+    return _TYPE_OF.get(t) in kinds if t in _TYPE_OF else None
+
+
+def _json_equal(a: Any, b: Any) -> bool | None:
+    """JSON equality of scalars (``1 == 1.0``, ``true != 1``); None for containers."""
+    scalar = (str, int, float, bool, type(None))
+    if not isinstance(a, scalar) or not isinstance(b, scalar):
+        return None
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None or isinstance(a, str):
+        return type(a) is type(b) and a == b
+    return not isinstance(b, str) and a == b
+
+
+def _enum_verdict(values: Any, doc: Any, schema: dict, root: dict) -> bool | None:
+    found = [_json_equal(v, doc) for v in values]
+    return True if True in found else None if None in found else False
+
+
+def _is_number(x: Any) -> bool:
+    return type(x) in (int, float)
+
+
+def _all(verdicts: Any) -> bool | None:
+    """The conjunction of verdicts: False wins, then None."""
+    out: bool | None = True
+    for v in verdicts:
+        if v is False:
+            return False
+        if v is None:
+            out = None
+    return out
+
+
+def _extra_keys_verdict(arg: Any, doc: Any, schema: dict, root: dict) -> bool | None:
+    if type(doc) is not dict:
+        return True
+    if "patternProperties" in schema:
+        return None
+    extra = [k for k in doc if k not in schema.get("properties", {})]
+    return _all(_verdict(arg, doc[k], root) for k in extra)
+
+
+def _ref_verdict(ref: Any, doc: Any, schema: dict, root: dict) -> bool | None:
+    prefix = "#/$defs/"
+    if not isinstance(ref, str) or not ref.startswith(prefix) or ref[len(prefix) :] not in root.get("$defs", {}):
+        return None
+    return _verdict(root["$defs"][ref[len(prefix) :]], doc, root)
+
+
+def _one_of_verdict(subs: Any, doc: Any, schema: dict, root: dict) -> bool | None:
+    found = [_verdict(sub, doc, root) for sub in subs]
+    return None if None in found else found.count(True) == 1
+
+
+def _if_verdict(cond: Any, doc: Any, schema: dict, root: dict) -> bool | None:
+    holds = _verdict(cond, doc, root)
+    if holds is None:
+        return None
+    branch = schema.get("then" if holds else "else", True)
+    return _verdict(branch, doc, root)
+
+
+_KEYWORDS: dict[str, Any] = {
+    "type": _type_verdict,
+    "enum": _enum_verdict,
+    "const": lambda arg, doc, schema, root: _enum_verdict([arg], doc, schema, root),
+    "minimum": lambda arg, doc, schema, root: not _is_number(doc) or doc >= arg,
+    "maximum": lambda arg, doc, schema, root: not _is_number(doc) or doc <= arg,
+    "minItems": lambda arg, doc, schema, root: type(doc) is not list or len(doc) >= arg,
+    "maxItems": lambda arg, doc, schema, root: type(doc) is not list or len(doc) <= arg,
+    "minProperties": lambda arg, doc, schema, root: type(doc) is not dict or len(doc) >= arg,
+    "pattern": lambda arg, doc, schema, root: type(doc) is not str or re.search(arg, doc) is not None,
+    "required": lambda arg, doc, schema, root: type(doc) is not dict or all(k in doc for k in arg),
+    "properties": lambda arg, doc, schema, root: (
+        type(doc) is not dict or _all(_verdict(sub, doc[k], root) for k, sub in arg.items() if k in doc)
+    ),
+    "additionalProperties": _extra_keys_verdict,
+    "propertyNames": lambda arg, doc, schema, root: type(doc) is not dict or _all(_verdict(arg, k, root) for k in doc),
+    "items": lambda arg, doc, schema, root: (
+        type(doc) is not list
+        or (
+            _all(_verdict(arg, x, root) for x in doc) if "prefixItems" not in schema and isinstance(arg, dict) else None
+        )
+    ),
+    "uniqueItems": lambda arg, doc, schema, root: (
+        type(doc) is not list or not arg or (len(set(doc)) == len(doc) if all(type(x) is str for x in doc) else None)
+    ),
+    "$ref": _ref_verdict,
+    "oneOf": _one_of_verdict,
+    "anyOf": lambda arg, doc, schema, root: _any([_verdict(sub, doc, root) for sub in arg]),
+    "allOf": lambda arg, doc, schema, root: _all(_verdict(sub, doc, root) for sub in arg),
+    "if": _if_verdict,
+    "then": lambda arg, doc, schema, root: True,  # read by "if"
+    "else": lambda arg, doc, schema, root: True,
+}
+
+
+def _any(found: list[bool | None]) -> bool | None:
+    return True if True in found else None if None in found else False
+
+
+def _verdict(schema: Any, doc: Any, root: dict) -> bool | None:
+    """Does ``doc`` (a JSON view: str keys, lists) follow ``schema``? True, False or None (unsure); see above."""
+    if isinstance(schema, bool):
+        return schema
+    if not isinstance(schema, dict):
+        return None
+    out: bool | None = True
+    for kw, arg in schema.items():
+        if kw in _ANNOTATIONS:
+            continue
+        check = _KEYWORDS.get(kw)
+        v = None if check is None else check(arg, doc, schema, root)
+        if v is False:
+            return False
+        if v is None:
+            out = None
+    return out
 
 
 def schema_validator(name: str) -> Any:
     """The jsonschema validator of ``ckfmha/data/schemas/<name>.schema.yaml`` (loaded once)."""
     v = _VALIDATORS.get(name)
     if v is None:
-        from importlib import resources
-
         import jsonschema
 
-        path = Path(str(resources.files("ckfmha") / "data" / "schemas" / f"{name}.schema.yaml"))
-        schema = load_yaml(path)
+        schema = _schema_doc(name)
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
         v = _VALIDATORS[name] = cls(schema)
@@ -420,14 +584,18 @@ def _rule_words(error: Any) -> str:
 
 def check_schema(doc: Any, name: str, source: str) -> None:
     """Raise :class:`SchemaError` when ``doc`` does not follow schema ``name`` (see the module doc)."""
-    import jsonschema
-
     bad = _first_non_finite(doc, ())
     if bad is not None:
         bad_path, value = bad
         raise SchemaError(f"{source}: {key_path(bad_path)}: expected a finite number, found {value!r}")
+    view = _json_view(doc)
+    schema = _schema_doc(name)
+    if _verdict(schema, view, schema) is True:
+        return  # certainly valid: jsonschema would find no error (see _verdict)
+    import jsonschema
+
     validator = schema_validator(name)
-    errors = list(validator.iter_errors(_json_view(doc)))
+    errors = list(validator.iter_errors(view))
     if not errors:
         return
     best = jsonschema.exceptions.best_match(errors)

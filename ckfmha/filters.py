@@ -60,10 +60,10 @@ result must be a bool, and an exception it raises becomes a FilterError naming t
 from __future__ import annotations
 
 import ast
-import difflib
 import importlib.util
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,13 @@ MAX_TILE_ENTRIES = 9
 # warps / warp_tiles: one (m, n, k) per GEMM stage, 2 fwd, 3 bwd (fmha_bwd.py: rm0/rn0/rk0 .. rm2/rn2/rk2).
 MAX_GEMM_STAGES = 3
 TRIPLE_ENTRIES = 3  # (m, n, k)
+
+
+def _close_matches(word: str, known: Iterable[str]) -> list[str]:
+    """The nearest known spelling (for "did you mean"); difflib is imported only when a message needs it."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(known), n=1)
 
 
 class FilterError(ValueError):
@@ -275,7 +282,7 @@ class _Checker:
         if not (isinstance(node.value, ast.Name) and node.value.id == "c"):
             raise self.bad(node, "attribute access is allowed on 'c' only (c.<field>)")
         if node.attr not in _FIELD_KINDS:
-            near = difflib.get_close_matches(node.attr, CONFIG_FIELDS, n=1)
+            near = _close_matches(node.attr, CONFIG_FIELDS)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise self.fail(f"unknown field {node.attr!r}{hint}; known fields: {', '.join(sorted(CONFIG_FIELDS))}")
         kind = _FIELD_KINDS[node.attr]
@@ -371,7 +378,7 @@ class _Checker:
                 assert x.enum is not None
                 tokens = [m.value for m in x.enum]
                 if y.literal not in tokens:
-                    near = difflib.get_close_matches(y.literal, tokens, n=1)
+                    near = _close_matches(y.literal, tokens)
                     hint = f" (did you mean {near[0]!r}?)" if near else ""
                     raise self.fail(
                         f"{y.desc} is not a {x.desc} value{hint}{ctx}; {x.desc} is one of: {', '.join(tokens)}"
@@ -470,7 +477,20 @@ def compile_filter(expression: str) -> ConfigPredicate:
     """Check ``expression`` (see the module doc) and return a predicate ``f(config) -> bool``.
 
     Raises FilterError at compile time for anything outside the grammar, limits or types; the predicate raises
-    FilterError (naming the expression, the kernel id and the cause) when evaluation fails on a config."""
+    FilterError (naming the expression, the kernel id and the cause) when evaluation fails on a config.
+    Compiled once per process and expression (the arch files repeat their rules): equal expressions give the same
+    predicate object."""
+    if isinstance(expression, str):
+        return _compile_cached(expression)
+    return _compile(expression)
+
+
+@lru_cache(maxsize=1024)
+def _compile_cached(expression: str) -> ConfigPredicate:
+    return _compile(expression)
+
+
+def _compile(expression: str) -> ConfigPredicate:
     source, tree = _parse(expression)
     checker = _Checker(source)
     checker.check(tree)

@@ -292,17 +292,19 @@ class KernelAlgorithm:
 
 def _install_fast_init(cls: type) -> None:
     """Replace a frozen slots dataclass's generated ``__init__`` by one that stores through the slot descriptors
-    directly: the same signature and defaults, about twice as fast (enumeration builds ~10^5 of these)."""
+    directly: the same signature and defaults, about twice as fast (enumeration builds ~10^5 of these).  A field
+    with ``init=False`` is set to its default, as the generated ``__init__`` does."""
     fields = dataclasses.fields(cls)
     ns: dict[str, Any] = {}
     params, body = [], []
     for i, f in enumerate(fields):
         ns[f"_s{i}"] = cls.__dict__[f.name].__set__
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
+        if f.default is not dataclasses.MISSING:
             ns[f"_d{i}"] = f.default
-            params.append(f"{f.name}=_d{i}")
+        if not f.init:
+            body.append(f"    _s{i}(self, _d{i})")
+            continue
+        params.append(f.name if f.default is dataclasses.MISSING else f"{f.name}=_d{i}")
         body.append(f"    _s{i}(self, {f.name})")
     exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n", ns)  # noqa: S102 - our own code
     init = ns["__init__"]
@@ -405,20 +407,20 @@ class KernelConfig:
         """The canonical id (rendered once per config object, then cached)."""
         kid = self._kid
         if kid is None:
-            from ckfmha.kernel_id import render_kernel_id
-
             kid = render_kernel_id(self)
             object.__setattr__(self, "_kid", kid)
         return kid
 
     @classmethod
     def from_id(cls, kernel_id: str) -> "KernelConfig":
-        from ckfmha.kernel_id import parse_kernel_id
-
+        """The config of a canonical id (:func:`parse_kernel_id`)."""
         return parse_kernel_id(kernel_id)
 
     def __str__(self) -> str:
         return self.kernel_id
+
+
+_install_fast_init(KernelConfig)  # enumeration builds ~2.5 * 10^5 configs
 
 
 def _install_flat_properties() -> None:
@@ -465,3 +467,170 @@ def _normalize_field(name: str, value: Any) -> Any:
 ENUM_FIELDS = _ENUM_FIELDS
 BOOL_FIELDS = _BOOL_FIELDS
 INT_FIELDS = _INT_FIELDS
+
+
+# ---------------------------------------------------------------------------------------------- the kernel id
+# The canonical id of a config (:meth:`KernelConfig.kernel_id`, :meth:`KernelConfig.from_id`); its layout is
+# documented in :mod:`ckfmha.kernel_id`, which re-exports these functions (it imports this module, never the
+# reverse).
+
+# (config field, id short name), in id order. Every field not in the positional core is here.
+_FLAG_FIELDS: tuple[tuple[str, str], ...] = (
+    ("vlayout", "vlayout"),
+    ("mask", "mask"),
+    ("bias", "bias"),
+    ("dbias", "dbias"),
+    ("lse", "lse"),
+    ("dropout", "dropout"),
+    ("logits_soft_cap", "softcap"),
+    ("skip_min_seqlen_q", "skip"),
+    ("qscale", "qscale"),
+    ("fp8_static_quant", "squant"),
+    ("sink", "sink"),
+    ("paged_kv", "pagedkv"),
+    ("rope", "rope"),
+    ("deterministic", "det"),
+    ("kv_memory_layout", "kvlayout"),
+    ("kv_lookup_table", "kvtable"),
+    ("page_size", "ps"),
+    ("trload", "trload"),
+    ("kv_load", "kvload"),
+    ("max_seq_len_q", "maxq"),
+    ("num_stages", "stages"),
+)
+_SHORT_TO_FIELD = {short: f for f, short in _FLAG_FIELDS}
+_FLAG_ORDER = {short: i for i, (_, short) in enumerate(_FLAG_FIELDS)}
+
+_ID_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for cls in (KernelSignature, KernelAlgorithm) for f in dataclasses.fields(cls)
+}
+
+
+class KernelIdError(ValueError):
+    pass
+
+
+def _triples(stages: tuple[tuple[int, int, int], ...]) -> str:
+    return "-".join("x".join(str(v) for v in s) for s in stages)
+
+
+def render_kernel_id(c: KernelConfig) -> str:
+    s, a = c.signature, c.algorithm
+    parts = [
+        s.family.value,
+        s.dtype.value,
+        s.mode.value,
+        f"d{s.hdim_q}x{s.hdim_v}",
+        a.pipeline.value,
+        "b" + "x".join(str(v) for v in a.tile),
+        "r" + _triples(a.warps),
+        "w" + _triples(a.warp_tiles),
+        f"p{a.pad_s}{a.pad_sk}{a.pad_d}{a.pad_dv}",
+        f"o{a.occupancy}",
+        s.arch_tag.value,
+    ]
+    for fname, short in _FLAG_FIELDS:
+        v = getattr(s, fname) if fname in _SIGNATURE_FIELD_SET else getattr(a, fname)
+        if v == _ID_DEFAULTS[fname]:
+            continue
+        if fname in _BOOL_FIELDS:
+            parts.append(short)
+        else:
+            parts.append(f"{short}={v.value if hasattr(v, 'value') else v}")
+    return ".".join(parts)
+
+
+def _int(text: str, what: str, kid: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise KernelIdError(f"kernel id {kid!r}: {what} must be an integer, found {text!r}") from None
+
+
+def _parse_triples(text: str, what: str, kid: str) -> tuple[tuple[int, int, int], ...]:
+    if text == "":
+        return ()
+    out: list[tuple[int, int, int]] = []
+    for stage in text.split("-"):
+        vals = stage.split("x")
+        if len(vals) != 3:
+            raise KernelIdError(f"kernel id {kid!r}: {what} stage {stage!r} must be MxNxK")
+        m, n, k = vals
+        out.append((_int(m, what, kid), _int(n, what, kid), _int(k, what, kid)))
+    return tuple(out)
+
+
+def parse_kernel_id(kid: str) -> KernelConfig:
+    parts = kid.split(".")
+    if len(parts) < 11:
+        raise KernelIdError(
+            f"kernel id {kid!r}: expected at least 11 '.'-separated parts "
+            "(family.dtype.mode.dQxV.pipeline.bTILE.rWARPS.wWARPTILES.pPADS.oOCC.arch), found {len(parts)}"
+        )
+    fam, dt, mode, dims, pipe, tile, warps, wtiles, pads, occ, arch = parts[:11]
+    try:
+        fields: dict[str, Any] = dict(
+            family=Family.parse(fam, "family"),
+            dtype=DType.parse(dt, "dtype"),
+            mode=Mode.parse(mode, "mode"),
+            pipeline=Pipeline.parse(pipe, "pipeline"),
+            arch_tag=ArchTag.parse(arch, "arch_tag"),
+        )
+    except ValueError as e:
+        raise KernelIdError(f"kernel id {kid!r}: {e}") from None
+    if not dims.startswith("d") or "x" not in dims:
+        raise KernelIdError(f"kernel id {kid!r}: head dims part must look like d128x128, found {dims!r}")
+    hq, hv = dims[1:].split("x", 1)
+    fields["hdim_q"] = _int(hq, "hdim_q", kid)
+    fields["hdim_v"] = _int(hv, "hdim_v", kid)
+    for text, prefix, what in (
+        (tile, "b", "tile"),
+        (warps, "r", "warps"),
+        (wtiles, "w", "warp_tiles"),
+        (pads, "p", "pads"),
+        (occ, "o", "occupancy"),
+    ):
+        if not text.startswith(prefix):
+            raise KernelIdError(f"kernel id {kid!r}: {what} part must start with {prefix!r}, found {text!r}")
+    fields["tile"] = tuple(_int(v, "tile", kid) for v in tile[1:].split("x")) if tile != "b" else ()
+    fields["warps"] = _parse_triples(warps[1:], "warps", kid)
+    fields["warp_tiles"] = _parse_triples(wtiles[1:], "warp_tiles", kid)
+    if len(pads) != 5 or any(ch not in "018" for ch in pads[1:]):
+        raise KernelIdError(f"kernel id {kid!r}: pads must be 'p' + four digits from {PAD_VALUES}, found {pads!r}")
+    fields["pad_s"], fields["pad_sk"], fields["pad_d"], fields["pad_dv"] = (int(ch) for ch in pads[1:])
+    fields["occupancy"] = _int(occ[1:], "occupancy", kid)
+    _parse_flags(parts[11:], kid, fields)
+    try:
+        return KernelConfig.make(**fields)
+    except ValueError as e:
+        raise KernelIdError(f"kernel id {kid!r}: {e}") from None
+
+
+def _parse_flags(flags: list[str], kid: str, fields: dict[str, Any]) -> None:
+    """Set ``fields`` from the id's trailing flags: bare switches and ``short=value`` pairs, each in canonical
+    order, at most once, and never spelling a field's default."""
+    last = -1
+    for flag in flags:
+        short, eq, value = flag.partition("=")
+        if short not in _SHORT_TO_FIELD:
+            raise KernelIdError(f"kernel id {kid!r}: unknown flag {short!r}; known: {', '.join(_SHORT_TO_FIELD)}")
+        order = _FLAG_ORDER[short]
+        if order <= last:
+            raise KernelIdError(f"kernel id {kid!r}: flag {short!r} is out of canonical order or repeated")
+        last = order
+        fname = _SHORT_TO_FIELD[short]
+        if fname in _BOOL_FIELDS:
+            if eq:
+                raise KernelIdError(f"kernel id {kid!r}: flag {short!r} is a bare switch and takes no value")
+            fields[fname] = True
+        elif not eq:
+            raise KernelIdError(f"kernel id {kid!r}: flag {short!r} needs a value ({short}=...)")
+        elif fname in _ENUM_FIELDS:
+            try:
+                fields[fname] = _ENUM_FIELDS[fname].parse(value, fname)
+            except ValueError as e:
+                raise KernelIdError(f"kernel id {kid!r}: {e}") from None
+        elif fname in _INT_FIELDS:
+            fields[fname] = _int(value, fname, kid)
+        if fields.get(fname) == _ID_DEFAULTS[fname]:
+            raise KernelIdError(f"kernel id {kid!r}: flag {short!r} repeats the default and is not canonical")

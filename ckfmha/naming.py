@@ -55,6 +55,7 @@ Round trip: ``ck_instance_name(parse_ck_name(n).config, scheme=s) == n`` for eve
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from ckfmha.kernel import (
@@ -190,10 +191,30 @@ def _fwd_pad(c: KernelConfig) -> str:
 _SIG_PARTS: dict[int, tuple[object, tuple[str, ...]]] = {}
 
 
-# Pieces shared by many signatures, keyed by the ids of their (singleton) enum members and plain values:
-# cheap to hash, unlike enum members, whose __hash__ runs Python code.
+# Pieces shared by many signatures, keyed by the values they depend on (token enum members hash and compare as their
+# str, in C; one attrgetter call builds each key tuple).
 _HEADS: dict[tuple, str] = {}
 _FEATS: dict[tuple, tuple[str, ...]] = {}
+_HEAD_KEY = attrgetter("family", "hdim_q", "dtype", "mode", "page_size")
+_FEAT_KEY = attrgetter(
+    "family",
+    "arch_tag",
+    "vlayout",
+    "logits_soft_cap",
+    "bias",
+    "mask",
+    "lse",
+    "dropout",
+    "skip_min_seqlen_q",
+    "qscale",
+    "sink",
+    "dbias",
+    "deterministic",
+    "paged_kv",
+    "fp8_static_quant",
+    "kv_memory_layout",
+    "kv_lookup_table",
+)
 
 
 def _sig_parts(s) -> tuple[str, ...]:
@@ -204,7 +225,7 @@ def _sig_parts(s) -> tuple[str, ...]:
     if hit is not None and hit[0] is s:
         return hit[1]
     f = s.family
-    hkey = (id(f), s.hdim_q, id(s.dtype), id(s.mode), s.page_size)
+    hkey = _HEAD_KEY(s)
     p0 = _HEADS.get(hkey)
     if p0 is None:
         head = "d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode
@@ -217,25 +238,7 @@ def _sig_parts(s) -> tuple[str, ...]:
         else:  # BWD_DQ_DK_DV
             p0 = "fmha_bwd_" + head + "_b"
         _HEADS[hkey] = p0
-    fkey = (
-        id(f),
-        id(s.arch_tag),
-        id(s.vlayout),
-        s.logits_soft_cap,
-        id(s.bias),
-        id(s.mask),
-        s.lse,
-        id(s.dropout),
-        s.skip_min_seqlen_q,
-        id(s.qscale),
-        s.sink,
-        s.dbias,
-        s.deterministic,
-        s.paged_kv,
-        s.fp8_static_quant,
-        id(s.kv_memory_layout),
-        id(s.kv_lookup_table),
-    )
+    fkey = _FEAT_KEY(s)
     rest = _FEATS.get(fkey)
     if rest is None:
         rest = _FEATS[fkey] = _feature_pieces(s)
@@ -458,18 +461,26 @@ def render_ck_names(configs) -> list[str]:
     """``[ck_instance_name(c) for c in configs]``, faster for long lists (the enumeration's hot path)."""
     out: list[str] = []
     append = out.append
-    sig_get, alg_get = _SIG_PARTS.get, _ALG_PIECES.get
+    # Pieces by object id for this call: every config (so every part) stays alive meanwhile, so an id is one object
+    configs = configs if isinstance(configs, (list, tuple)) else list(configs)
+    sigs: dict[int, tuple[str, ...]] = {}
+    algs: dict[int, tuple[str, str, str]] = {}
+    sig_get, alg_get = sigs.get, algs.get
     for c in configs:
         s, a = c.signature, c.algorithm
         f = s.family
         if f not in _FAST_FAMILIES:
             append(ck_instance_name(c))
             continue
-        hit = sig_get(id(s))
-        sp = hit[1] if hit is not None and hit[0] is s else _sig_parts(s)
-        hit = alg_get(id(a))
-        ap = hit[1] if hit is not None and hit[0] is a else _alg_pieces(a, f)
-        append(sp[0] + ap[0] + sp[1] + ap[1] + sp[2] + ap[2] + sp[3])
+        sp = sig_get(id(s))
+        if sp is None:
+            sp = sigs[id(s)] = _sig_parts(s)
+        ap = alg_get(id(a))
+        if ap is None:
+            ap = algs[id(a)] = _alg_pieces(a, f)
+        p0, p1, p2, p3 = sp
+        a0, a1, a2 = ap
+        append(f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}")  # one string built at once (six + would build six)
     return out
 
 
@@ -486,8 +497,9 @@ def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingSch
             return _name_2025_11(c)
     s, a, f = c.signature, c.algorithm, c.signature.family
     if f in _FAST_FAMILIES:
-        sp, ap = _sig_parts(s), _alg_pieces(a, f)
-        return sp[0] + ap[0] + sp[1] + ap[1] + sp[2] + ap[2] + sp[3]
+        p0, p1, p2, p3 = _sig_parts(s)
+        a0, a1, a2 = _alg_pieces(a, f)
+        return f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}"
     head = f"d{s.hdim_q}_{s.dtype.value}"
     if f is Family.FWD_PAGEDKV:
         body = (

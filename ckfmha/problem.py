@@ -27,9 +27,13 @@ Logical and physical lengths.  A sequence's *logical* length is what attention s
 ``fwd_pagedkv``, ``fwd_appendkv``, ``batch_prefill`` and ``bwd_dq_dk_dv``, which here means *the whole
 backward* (dot_do_o + dq_dk_dv + convert_dq); the token ``bwd`` is accepted for it.
 
-CK's tile_example command-line dialect (``-key=value`` arguments of ``tile_example_fmha_fwd`` / ``_bwd``) lives in
-:mod:`ckfmha.ck_args`: :meth:`Problem.from_ck_args`, :meth:`Problem.to_ck_args` and :meth:`Problem.to_ck_command`
-delegate to it (``Problem.from_ck_args(p.to_ck_args(), binary=p.ck_binary) == p``).
+CK's tile_example command-line dialect (``-key=value`` arguments of ``tile_example_fmha_fwd`` / ``_bwd``) is
+:mod:`ckfmha.ck_args` (public names, semantics) over :mod:`ckfmha.ck_dialect`, which reads a command line into a
+Problem's constructor fields and renders a problem, and never imports this module.  :func:`ck_run_from_args` /
+:func:`problem_from_ck_args` (and :meth:`Problem.from_ck_args`, :meth:`Problem.ck_run_from_args`) build the Problem
+from those fields; :meth:`Problem.to_ck_args` and :meth:`Problem.to_ck_command` delegate to the dialect
+(``Problem.from_ck_args(p.to_ck_args(), binary=p.ck_binary) == p``).  The error class, the layouts and the
+per-binary dtypes live in :mod:`ckfmha.problem_base`, below both, and are re-exported here.
 
 :meth:`Problem.validate` runs the rule groups of :data:`Problem._RULE_GROUPS` in a fixed order (int32 bounds, family
 and dtype, sizes, lengths, numerics, bias, fp8, family features, paging, append-KV, V layout) and raises for the
@@ -45,26 +49,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ckfmha.kernel import Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, TokenEnum, VLayout
+from ckfmha.kernel import Bias, DType, Family, KVLookupTable, KVMemoryLayout, Mode, QScale, Rope, VLayout
 from ckfmha.limits import INT32_MAX
 from ckfmha.masking import MaskError, MaskKind, MaskSpec
+from ckfmha.problem_base import BWD, BWD_DTYPES, FWD_DTYPES, Layout, ProblemError
 
-
-class ProblemError(ValueError):
-    """An impossible or CK-undefined problem; the message names the field, the value and the rule."""
-
-
-class Layout(TokenEnum):
-    """Tensor layout of Q/K/V (input) or O (output): CK's ``-iperm`` / ``-operm`` 1 = bhsd, 0 = bshd."""
-
-    BHSD = "bhsd"
-    BSHD = "bshd"
-
-
-BWD = Family.BWD_DQ_DK_DV
 PROBLEM_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.FWD_APPENDKV, Family.BATCH_PREFILL, BWD)
-FWD_DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8, DType.FP8BF16, DType.FP8FP32)
-BWD_DTYPES = (DType.FP16, DType.BF16, DType.FP32)
 MAX_HDIM = 256
 BLOCK_SCALE_SIZE = 128  # rows of Q (and of K/V) sharing one descale in the block-scale mode
 _U64 = (1 << 64) - 1
@@ -764,14 +754,14 @@ class Problem:
     # ------------------------------------------------------------------ CK command lines (ckfmha.ck_args)
     def to_ck_args(self) -> list[str]:
         """``-key=value`` tokens for ``tile_example_fmha_fwd`` / ``_bwd`` (non-default values only):
-        :func:`ckfmha.ck_args.problem_to_ck_args`."""
-        from ckfmha.ck_args import problem_to_ck_args  # ck_args imports this module
+        :func:`ckfmha.ck_dialect.problem_to_ck_args`."""
+        from ckfmha.ck_dialect import problem_to_ck_args  # on first use: the module is only needed here
 
         return problem_to_ck_args(self)
 
     def to_ck_command(self) -> str:
-        """The tile_example command line: :func:`ckfmha.ck_args.problem_to_ck_command`."""
-        from ckfmha.ck_args import problem_to_ck_command
+        """The tile_example command line: :func:`ckfmha.ck_dialect.problem_to_ck_command`."""
+        from ckfmha.ck_dialect import problem_to_ck_command
 
         return problem_to_ck_command(self)
 
@@ -781,16 +771,41 @@ class Problem:
     ) -> "Problem":
         """The problem tile_example arguments (a string or a list of ``-key=value`` tokens) effectively run, after
         the runner's normalizations.  A leading program name (``tile_example_fmha_fwd`` / ``..._bwd``) selects the
-        binary; otherwise ``binary`` (default ``fwd``).  :func:`ckfmha.ck_args.problem_from_ck_args`; the
-        normalizations too: :meth:`ck_run_from_args`."""
-        from ckfmha.ck_args import problem_from_ck_args
-
+        binary; otherwise ``binary`` (default ``fwd``).  :func:`problem_from_ck_args`; the normalizations too:
+        :meth:`ck_run_from_args`."""
         return problem_from_ck_args(args, binary, fwd_apis=fwd_apis)
 
     @staticmethod
-    def ck_run_from_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> Any:
-        """What tile_example arguments run: a :class:`ckfmha.ck_args.CKRun` (the effective ``problem`` and the
-        ``normalizations`` the runner announces).  :func:`ckfmha.ck_args.ck_run_from_args`."""
-        from ckfmha.ck_args import ck_run_from_args
-
+    def ck_run_from_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> "CKRun":
+        """What tile_example arguments run: a :class:`CKRun` (the effective ``problem`` and the ``normalizations``
+        the runner announces).  :func:`ck_run_from_args`."""
         return ck_run_from_args(args, binary, fwd_apis=fwd_apis)
+
+
+@dataclass(frozen=True)
+class CKRun:
+    """What one tile_example command line runs: ``problem`` (the effective problem), ``normalizations`` (what the
+    runner announces on stderr, verbatim and in its order) and ``unannounced`` (what it changes or ignores
+    without a word, in ckfmha's words naming the argument)."""
+
+    binary: str
+    problem: Problem
+    normalizations: tuple[str, ...] = ()
+    unannounced: tuple[str, ...] = ()
+
+
+def ck_run_from_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> CKRun:
+    """What tile_example arguments (a string or a list of ``-key=value`` tokens) run: the runner's semantics are
+    :func:`ckfmha.ck_dialect.parse_ck_args` (:mod:`ckfmha.ck_args`' module doc), which gives the effective
+    problem's fields; the :class:`Problem` is built here.  A leading program name (``tile_example_fmha_fwd`` /
+    ``..._bwd``) selects the binary; otherwise ``binary`` (default ``fwd``).  ``fwd_apis``: the forward binary's
+    build (:data:`ckfmha.ck_dialect.FWD_APIS`)."""
+    from ckfmha.ck_dialect import parse_ck_args  # on first use: the module is only needed here
+
+    parsed = parse_ck_args(args, binary, fwd_apis=fwd_apis)
+    return CKRun(parsed.binary, Problem(**parsed.fields), parsed.normalizations, parsed.unannounced)
+
+
+def problem_from_ck_args(args: "str | Iterable[str]", binary: str | None = None, *, fwd_apis: str = "all") -> Problem:
+    """The problem tile_example arguments effectively run (:func:`ck_run_from_args`'s ``problem``)."""
+    return ck_run_from_args(args, binary, fwd_apis=fwd_apis).problem

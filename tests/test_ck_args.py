@@ -220,25 +220,36 @@ def test_argument_tables_are_consistent():
     assert {"s_qpad", "s_kpad"} <= FWD_KEYS & BWD_KEYS and {"q_eff_lens", "kv_eff_lens"} <= FWD_KEYS - BWD_KEYS
 
 
-def test_problem_module_imports_ck_args_lazily_and_either_imports_first():
+def test_problem_module_imports_the_dialect_lazily_and_either_imports_first():
     code = (
-        "import sys, ckfmha.problem; assert 'ckfmha.ck_args' not in sys.modules; "
-        "p = ckfmha.problem.Problem.from_ck_args('-d=64 -s=8'); assert 'ckfmha.ck_args' in sys.modules; "
-        "print(p.to_ck_command())"
+        "import sys, ckfmha.problem; assert 'ckfmha.ck_dialect' not in sys.modules; "
+        "p = ckfmha.problem.Problem.from_ck_args('-d=64 -s=8'); assert 'ckfmha.ck_dialect' in sys.modules; "
+        "assert 'ckfmha.ck_args' not in sys.modules; print(p.to_ck_command())"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "tile_example_fmha_fwd -prec=fp16 -b=2 -h=8 -s=8 -s_k=8 -d=64"
-    r = subprocess.run(
-        [sys.executable, "-c", "import ckfmha.ck_args as a; print(a.problem_from_ck_args('').batch)"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-    assert (r.returncode, r.stdout.strip()) == (0, "2"), r.stderr
+    for code in (
+        "import ckfmha.ck_args as a; print(a.problem_from_ck_args('').batch)",
+        "import ckfmha.ck_dialect as d, sys; assert 'ckfmha.problem' not in sys.modules; "
+        "print(d.parse_ck_args('').fields['batch'])",
+    ):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+        assert (r.returncode, r.stdout.strip()) == (0, "2"), r.stderr
 
 
-@pytest.mark.parametrize("module", ["ckfmha/problem.py", "ckfmha/ck_args.py", "pytest_ckfmha/options.py"])
+def test_ck_args_names_keep_their_identity():
+    """ckfmha.ck_args gathers the dialect's names; the problem's error classes are one class wherever imported."""
+    import ckfmha.ck_args as a
+    import ckfmha.ck_dialect as d
+    import ckfmha.problem as p
+
+    assert a.parse_ck_args is d.parse_ck_args and a.ck_run_from_args is p.ck_run_from_args
+    assert a.CKRefusal is d.CKRefusal and issubclass(a.CKRefusal, p.ProblemError)
+    assert a.CKRun is p.CKRun and p.Problem.ck_run_from_args("-d=64 -s=8") == a.ck_run_from_args("-d=64 -s=8")
+
+
+@pytest.mark.parametrize("module", ["ckfmha/problem.py", "ckfmha/ck_dialect.py", "pytest_ckfmha/options.py"])
 def test_functions_stay_under_60_lines(module):
     """House rule: no function over ~60 lines (validate, the argument parser and options.parse were 120-200)."""
     tree = ast.parse((REPO / module).read_text())

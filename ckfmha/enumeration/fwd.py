@@ -660,18 +660,9 @@ def _mode_signatures(
             if not pred(sp):
                 break
         else:
-            sigs[slot] = KernelSignature(
-                *head,
-                vlayout=vl,
-                mask=mask,
-                bias=bias,
-                lse=lse,
-                dropout=dropout,
-                logits_soft_cap=logits,
-                skip_min_seqlen_q=skip,
-                qscale=qscale,
-                sink=sink,
-            )
+            # positional, in field order (keywords cost a lookup each): ..., vlayout, mask, bias, dbias, lse, dropout,
+            # logits_soft_cap, skip_min_seqlen_q, qscale, fp8_static_quant, sink
+            sigs[slot] = KernelSignature(*head, vl, mask, bias, False, lse, dropout, logits, skip, qscale, False, sink)
     return sigs
 
 
