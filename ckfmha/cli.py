@@ -58,61 +58,95 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ckfmha import __version__
+from ckfmha.backends import backend_names
 from ckfmha.families import FAMILY_ALIASES, PROBLEM_FAMILIES, STAGE_ONLY
 from ckfmha.kernel import Family
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROBLEM_COMMANDS = ("run", "explain")
-BACKEND_CHOICES = ("cpu", "triton", "hip", "auto")
+BACKEND_CHOICES = (*backend_names(), "auto")
 
 
 class CLIError(ValueError):
     """A bad command-line argument (exit status 2)."""
 
 
-def _selection_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", required=True, help="target arch (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...)")
-    p.add_argument(
-        "--api",
+def _mask_mode_help() -> str:
+    from ckfmha.kernel import MaskMode
+
+    return f"CK generator mask mode: {' or '.join(m.value for m in MaskMode)} (default simplified)"
+
+
+_SHARED_OPTIONS: dict[str, dict] = {
+    "arch": dict(default=None, help="kernel space (default: the arch data's default arch)"),
+    "api": dict(
         action="append",
         default=[],
         help="generator api (fwd, fwd_splitkv, fwd_appendkv, pagedkv_prefill, batch_prefill, bwd); repeatable",
-    )
-    p.add_argument(
-        "--family",
+    ),
+    "family": dict(
         action="append",
         default=[],
         help=f"family: a problem family ({', '.join(PROBLEM_FAMILIES)}; bwd = the three backward stages, "
         f"fwd_splitkv = split-KV + combine) or alias ({', '.join(FAMILY_ALIASES)}), or a single "
         f"stage ({', '.join(f.value for f in STAGE_ONLY)}); repeatable",
-    )
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
-    g.add_argument(
-        "--profile",
-        default=None,
-        help="receipt by profile name (ck_default, flash, pytorch, aiter_batch, fp32, fp8, ...)",
-    )
-    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
-    p.add_argument("--sweep", default=None, help="tile-engine sweep JSON file")
-    p.add_argument(
-        "--filter", dest="filter_expr", default=None, help='expression over c.<field>, e.g. "c.hdim_q == 128"'
-    )
-    p.add_argument(
-        "--filter-file",
-        default=None,
-        help="Python file defining filter_config(c) -> bool; runs Python: only use files you trust",
-    )
-    p.add_argument(
-        "--allow-empty",
+    ),
+    # --receipt and --profile: ckfmha.receipts.resolve_receipt takes one of them (its error otherwise)
+    "receipt": dict(default=None, help="CK receipt number (default 0)"),
+    "profile": dict(
+        default=None, help="receipt by profile name (ck_default, flash, pytorch, aiter_batch, fp32, fp8, ...)"
+    ),
+    "mask-mode": dict(default="simplified", help=_mask_mode_help),
+    "sweep": dict(default=None, help="tile-engine sweep JSON file"),
+    "filter": dict(dest="filter_expr", default=None, help='expression over c.<field>, e.g. "c.hdim_q == 128"'),
+    "filter-file": dict(
+        default=None, help="Python file defining filter_config(c) -> bool; runs Python: only use files you trust"
+    ),
+    "allow-empty": dict(
         action="store_true",
         help="an empty selection prints the empty result and exits 0 (default: an error, exit status 1)",
-    )
-    p.add_argument(
-        "--ck-root",
-        default=None,
-        help="a CK checkout: list its own generator's kernel space instead of ckfmha's enumeration "
-        "(default $CK_ROOT; unset: the enumeration)",
+    ),
+    "ck-root": dict(default=None, help="a CK checkout (holds example/ck_tile/01_fmha/generate.py; default $CK_ROOT)"),
+    "backend": dict(
+        choices=BACKEND_CHOICES,
+        default="cpu",
+        help="backend that runs the kernels (default cpu; auto: triton with a GPU, else cpu)",
+    ),
+    "seed": dict(type=int, default=0, help="seed of the inputs (default 0)"),
+}
+"""The options several sub-commands share, each defined once (:func:`add_options` attaches them)."""
+
+
+def add_options(p: argparse.ArgumentParser, *names: str, **changes: dict) -> frozenset[str]:
+    """Attach the shared options ``names`` (:data:`_SHARED_OPTIONS`) to ``p``; ``changes`` (by option name, ``-`` as
+    ``_``) are that command's own keyword changes (e.g. a required ``--arch``).  Returns the option strings that
+    take a value."""
+    takes_value = set()
+    for name in names:
+        kw = {**_SHARED_OPTIONS[name], **changes.get(name.replace("-", "_"), {})}
+        if callable(kw.get("help")):
+            kw["help"] = kw["help"]()
+        p.add_argument(f"--{name}", **kw)
+        if kw.get("action") != "store_true":
+            takes_value.add(f"--{name}")
+    return frozenset(takes_value)
+
+
+_SELECTION = ("arch", "api", "family", "receipt", "profile", "mask-mode", "sweep", "filter", "filter-file")
+
+
+def _selection_args(p: argparse.ArgumentParser) -> None:
+    """The options of ``list`` / ``count``."""
+    add_options(
+        p,
+        *_SELECTION,
+        "allow-empty",
+        "ck-root",
+        arch=dict(required=True, help="target arch (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...)"),
+        ck_root=dict(
+            help="a CK checkout: list its own generator's kernel space instead of ckfmha's enumeration "
+            "(default $CK_ROOT; unset: the enumeration)"
+        ),
     )
 
 
@@ -243,25 +277,14 @@ def _cmd_count(args: argparse.Namespace) -> int:
 def _problem_options(p: argparse.ArgumentParser) -> frozenset[str]:
     """Add the options of ``run`` / ``explain``; returns the option strings that take a value."""
     p.add_argument("--help", action="help", help="show this help and exit (-h=N is CK's head count)")
-    p.add_argument(
-        "--backend",
-        choices=BACKEND_CHOICES,
-        default="cpu",
-        help="backend that runs the kernels (default cpu; auto: triton with a GPU, else cpu)",
-    )
-    p.add_argument("--arch", default=None, help="kernel space (default: the arch data's default arch)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--receipt", default=None, help="CK receipt number (default 0)")
-    g.add_argument("--profile", default=None, help="receipt by profile name")
-    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    takes_value = add_options(p, "backend", "arch", "receipt", "profile", "mask-mode", "seed")
     p.add_argument(
         "--binary",
         choices=("fwd", "bwd"),
         default=None,
         help="tile_example binary the arguments are for (default: from the program name, else fwd)",
     )
-    return frozenset({"--backend", "--arch", "--receipt", "--profile", "--mask-mode", "--seed", "--binary"})
+    return takes_value | {"--binary"}
 
 
 _PROBLEM_HELP = {
@@ -337,9 +360,9 @@ def _settings(args: argparse.Namespace) -> dict:
     except BackendError as e:
         raise CLIError(f"--backend: {e}") from None
     if backend == "hip":  # CK's kernels of the checkout ($CK_ROOT) for this arch, receipt and mask mode
-        from ckfmha.backends.hip import configure_hip
+        from ckfmha.backends import configure_backend
 
-        configure_hip(arch=arch, receipt=receipt, mask_mode=mask_mode)
+        configure_backend("hip", arch=arch, receipt=receipt, mask_mode=mask_mode)
     return dict(backend=backend, arch=arch, receipt=receipt, mask_mode=mask_mode)
 
 
@@ -463,19 +486,24 @@ def _add_parity_enum(sub) -> None:
         help="diff ckfmha's enumeration with a CK checkout's generate.py "
         "(exit 1 on any difference, 2 when the checkout cannot be used)",
     )
-    p.add_argument("--ck-root", required=True, help="CK checkout (holds example/ck_tile/01_fmha/generate.py)")
+    add_options(
+        p, "ck-root", ck_root=dict(required=True, help="CK checkout (holds example/ck_tile/01_fmha/generate.py)")
+    )
     from ckfmha.archs import CK_ARCHS
 
-    p.add_argument(
-        "--arch",
-        action="append",
-        default=[],
-        help=f"CK target arch: {', '.join(CK_ARCHS)}, or all (every CK arch; those the checkout's "
-        "generator rejects are reported as skipped); repeatable; default: the arch data's default arch",
+    arch_help = (
+        f"CK target arch: {', '.join(CK_ARCHS)}, or all (every CK arch; those the checkout's generator rejects are "
+        "reported as skipped); repeatable; default: the arch data's default arch"
     )
-    p.add_argument("--api", action="append", default=[], help="generator api (repeatable; default: every api)")
-    p.add_argument("--receipt", default="0", help="CK receipt number or profile name (default 0)")
-    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
+    add_options(p, "arch", arch=dict(action="append", default=[], help=arch_help))
+    add_options(
+        p,
+        "api",
+        "receipt",
+        "mask-mode",
+        api=dict(help="generator api (repeatable; default: every api)"),
+        receipt=dict(default="0", help="CK receipt number or profile name (default 0)"),
+    )
     p.add_argument("--python", default=sys.executable, help="python that runs the generator (default: this one)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--show", type=int, default=20, help="names listed per missing/extra group (table format)")
@@ -495,12 +523,21 @@ def _add_codegen(sub) -> None:
         help="write one CK kernel's shared-library sources (the checkout's instance and api file, ckfmha's C ABI "
         "wrapper) and compile_commands.json with the exact compile and link commands",
     )
-    p.add_argument("--ck-root", default=None, help="CK checkout (default $CK_ROOT)")
-    p.add_argument("--arch", required=True, help="CK target arch (gfx90a, gfx942, gfx950, ...)")
+    add_options(
+        p,
+        "ck-root",
+        "arch",
+        ck_root=dict(help="CK checkout (default $CK_ROOT)"),
+        arch=dict(required=True, help="CK target arch (gfx90a, gfx942, gfx950, ...)"),
+    )
     p.add_argument("--kernel", required=True, help="the CK instance name (as `ckfmha list --format ck-names` prints)")
     p.add_argument("-o", "--output", required=True, help="directory to write into (created)")
-    p.add_argument("--receipt", default="0", help="CK receipt number or profile name the generator runs under")
-    p.add_argument("--mask-mode", default="simplified", help="simplified (default) or generic")
+    add_options(
+        p,
+        "receipt",
+        "mask-mode",
+        receipt=dict(default="0", help="CK receipt number or profile name the generator runs under"),
+    )
     p.add_argument(
         "--compiler", default=None, help="HIP compiler for the commands (default: $ROCM_PATH/bin/hipcc, amdclang++)"
     )

@@ -16,75 +16,26 @@ generator's kernels, so the lines are planned against the kernels that CK versio
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
-from pytest_ckfmha.items import ShapeCollector
+from pytest_ckfmha.ids import PARITY, SMOKE, SMOKE_ROOT, NodeId
+from pytest_ckfmha.items import ShapeCollector, item_of
 from pytest_ckfmha.parity_items import ParityItem
+from pytest_ckfmha.smoke_lines import BINARIES, CATEGORY, RefusedLine, SmokeSpec, line_id, smoke_specs
 
-SMOKE_ROOT = "ckfmha::ck-smoke"
-"""The collector's node id: under ``ckfmha::`` so report rows, sharding and scheduling treat the items as the
-matrix items."""
-CATEGORY = "ck_smoke"
-BINARIES = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}
+__all__ = [
+    "BINARIES",
+    "CATEGORY",
+    "PARITY_NAME",
+    "SMOKE",
+    "SMOKE_ROOT",
+    "RefusedLine",
+    "SmokeSpec",
+    "line_id",
+    "smoke_specs",
+]
 
-
-def line_id(binary: str, command: str) -> str:
-    """The item id of a smoke line: the binary and a hash of the whole line (stable while the line is)."""
-    return f"{binary}-{hashlib.sha256(command.encode()).hexdigest()[:12]}"
-
-
-@dataclass(frozen=True)
-class SmokeSpec:
-    """One runnable smoke line, shaped as :class:`pytest_ckfmha.collect.ShapeSpec` (no pinned kernels: the plan
-    item only) plus what CK said about it."""
-
-    shape: Any  # ckfmha.matrix.Shape (imported lazily: this module loads at every pytest start)
-    shape_id: str
-    kernels: tuple = ()
-    command: str = ""
-    normalizations: tuple[str, ...] = ()
-    known_fail: str | None = None  # the known-fails file listing the line
-    args: tuple[str, ...] = ()  # the line's arguments (without the program), as the script passed them
-    unannounced: tuple[str, ...] = ()  # what CK's runner changes without a word (ckfmha's words)
-
-
-@dataclass(frozen=True)
-class RefusedLine:
-    """A smoke line CK's runner refuses: nothing to run."""
-
-    shape_id: str
-    command: str
-    reason: str
-
-
-def smoke_specs(settings) -> list[SmokeSpec | RefusedLine]:
-    """Every recorded line of the selected scripts, read with CK's semantics (module doc)."""
-    from ckfmha.ck_args import CKRefusal, ck_run_from_args
-    from ckfmha.ck_smoke import SMOKE_SCRIPTS, known_fails, known_fails_path, record_smoke_lines
-    from ckfmha.matrix import Shape
-
-    out: list[SmokeSpec | RefusedLine] = []
-    for binary in BINARIES[settings.ck_smoke]:
-        script = SMOKE_SCRIPTS[binary][0]
-        fails = known_fails(settings.ck_root, binary, settings.arch)
-        fails_file = str(known_fails_path(settings.ck_root, binary, settings.arch))
-        for i, line in enumerate(record_smoke_lines(settings.ck_root, binary, settings.arch)):
-            sid = line_id(binary, line.command)
-            try:
-                run = ck_run_from_args(line.args, binary)
-            except CKRefusal as e:
-                out.append(RefusedLine(sid, line.command, f"CK's runner refuses the line ({e}): nothing to run"))
-                continue
-            shape = Shape(problem=run.problem, file=script, entry=line.command, category=CATEGORY, index=i)
-            known = fails_file if line.command in fails else None
-            out.append(
-                SmokeSpec(shape, sid, (), line.command, run.normalizations, known, tuple(line.args), run.unannounced)
-            )
-    return out
+PARITY_NAME = PARITY
 
 
 class SmokeCollector(pytest.Collector):
@@ -101,7 +52,7 @@ class SmokeCollector(pytest.Collector):
             raise pytest.UsageError(f"ckfmha: --ckfmha-ck-smoke {settings.ck_smoke}: {e}") from None
         for spec in specs:
             if isinstance(spec, RefusedLine):
-                yield RefusedLineItem.from_parent(self, name=spec.shape_id, spec=spec)
+                yield item_of(RefusedLineItem, self, NodeId.smoke(spec.shape_id, None), spec=spec)
             else:
                 yield SmokeLineCollector.from_parent(self, name=spec.shape_id, spec=spec)
 
@@ -113,20 +64,22 @@ class SmokeLineCollector(ShapeCollector):
     """One line: the plan item (with ``--ckfmha-parity`` the parity item), ``xfail`` when the checkout's
     known-fails file lists the line."""
 
+    def item_nodes(self) -> list[tuple[NodeId, object]]:
+        return [(NodeId.smoke_line(self.spec.shape_id, parity=False), None)]
+
     def collect(self):
         from pytest_ckfmha.state import get_state
 
-        if get_state(self.config).settings.parity is not None:
-            items = [SmokeParityItem.from_parent(self, name=PARITY_NAME, spec=self.spec)]
-        else:
-            items = list(super().collect())
+        parity = get_state(self.config).settings.parity is not None
+        items = (
+            [SmokeParityItem.of(self, NodeId.smoke_line(self.spec.shape_id, parity=True), spec=self.spec)]
+            if parity
+            else list(super().collect())
+        )
         for item in items:
             if self.spec.known_fail is not None:
                 item.add_marker(pytest.mark.xfail(reason=f"listed in {self.spec.known_fail}", strict=False))
             yield item
-
-
-PARITY_NAME = "parity"
 
 
 class LineSide:
@@ -147,12 +100,12 @@ class SmokeParityItem(ParityItem):
     script ran it; ``torch``: the effective problem) against ckfmha's plan on the effective problem."""
 
     def __init__(self, *, spec: SmokeSpec, **kw) -> None:
-        super().__init__(problem=spec.shape.problem, label=spec.shape_id, **kw)
+        super().__init__(problem=spec.shape.problem, **kw)
         self.spec = spec
 
     @property
-    def item_id(self) -> str:
-        return f"{self.spec.shape_id}::{self.name}"
+    def label(self) -> str:
+        return self.spec.shape_id
 
     def describe(self) -> str:
         return f"CK smoke line {self.spec.shape_id} ({self.spec.command})"
@@ -165,16 +118,16 @@ class SmokeParityItem(ParityItem):
             upstream = LineSide(upstream, self.spec.args)
         return upstream, ours
 
-    def reportinfo(self):
-        return self.path, None, f"{SMOKE_ROOT}::{self.item_id}"
-
 
 class RefusedLineItem(pytest.Item):
     """A line CK's runner refuses: skipped with the runner's words (CK's script would count it as a failure)."""
 
-    def __init__(self, *, spec: RefusedLine, **kw) -> None:
+    group: str | None = None  # a group of its own (NodeId.group_kernel)
+
+    def __init__(self, *, spec: RefusedLine, node_id: NodeId, **kw) -> None:
         super().__init__(**kw)
         self.spec = spec
+        self.node_id = node_id
         self.add_marker(pytest.mark.ckfmha)
 
     def runtest(self) -> None:

@@ -70,7 +70,7 @@ class Runtime:
                     from ckfmha.backends import auto_backend_name, get_backend
 
                     if name in ("hip", "auto"):
-                        configure_hip(self.settings)  # auto asks hip first: it must see --ckfmha-ck-root
+                        configure_hip_backend(self.settings)  # auto asks hip first: it must see --ckfmha-ck-root
                     be = get_backend(auto_backend_name() if name == "auto" else name)
                 self._backend = be
             except Exception as e:  # noqa: BLE001 - reported as the skip reason
@@ -80,13 +80,14 @@ class Runtime:
         return self._backend
 
 
-def configure_hip(settings) -> None:
+def configure_hip_backend(settings) -> None:
     """The hip backend builds from the session's CK checkout (``--ckfmha-ck-root``, else ``$CK_ROOT``) for its
-    arch, receipt and mask mode (the kernel space the session collected)."""
-    from ckfmha.backends.hip import configure_hip
+    arch, receipt and mask mode (the kernel space the session collected), set through the backend interface."""
+    from ckfmha.backends import configure_backend
     from ckfmha.receipts import resolve_receipt
 
-    configure_hip(
+    configure_backend(
+        "hip",
         ck_root=settings.ck_root,
         arch=settings.arch,
         receipt=resolve_receipt(settings.receipt, profile=settings.profile),
@@ -135,14 +136,14 @@ def make_plan(rt: Runtime, problem, kernel, backend):
         except NoKernelError:
             raise ItemSkip(
                 f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "
-                f"{_short_explanation(e, problem)}"
+                f"{short_explanation(e, problem)}"
             ) from None
         raise ItemSkip(
-            f"backend {backend.name} cannot realize the kernels that serve this shape: {_short_explanation(e, problem)}"
+            f"backend {backend.name} cannot realize the kernels that serve this shape: {short_explanation(e, problem)}"
         ) from None
 
 
-def _short_explanation(e, problem) -> str:
+def short_explanation(e, problem) -> str:
     """The two commonest reasons per unserved stage; a stage without a single kernel of the problem's dtype (the
     items' registry views are per dtype) says so, naming the family and the dtype."""
     from ckfmha.dispatcher import ROLE_FAMILY

@@ -11,14 +11,33 @@ Group mode lists the per-sequence lengths (``s1_17_100x1_17_100``).  Features, i
 (``bshd``/``ibshd``/``obshd``), ``vcol``, ``page{n}``, ``{kv_lookup}``, ``{kv_layout}``, ``cbi``, ``knew{n}``,
 ``rope{dim}{i|h}``, ``split{n}``, ``minq{n}``, ``det``, ``dbias``, ``kpad{...}``.
 
-Item ids: ``<shape id>::<kernel id>`` for a pinned kernel, ``<shape id>::plan`` for the dispatcher's own plan
-(pytest's node id adds the ``ckfmha::`` collector in front).
+Node ids (:class:`NodeId`, the one place they are rendered and read; xdist's ``loadgroup`` may append
+``@<group>``, which :meth:`NodeId.parse` drops):
+
+| item kind | node id | item id (the report's ``id``) | kernel group |
+|---|---|---|---|
+| kernel item | ``ckfmha::<shape id>::<kernel id>`` | ``<shape id>::<kernel id>`` | its kernel |
+| plan item | ``ckfmha::<shape id>::plan`` | ``<shape id>::plan`` | its shape's first (best-ranked) kernel item |
+| CK smoke line | ``ckfmha::ck-smoke::<line id>::plan`` | ``<line id>::plan`` | none (a group of its own) |
+| CK smoke line, parity mode | ``ckfmha::ck-smoke::<line id>::parity`` | ``<line id>::parity`` | none |
+| a line CK refuses | ``ckfmha::ck-smoke::<line id>`` | ``ck-smoke::<line id>`` | none |
+| parity item | ``ckfmha-parity::<upstream>::<label>`` | ``<upstream>::<label>`` | none |
+
+The kernel group (:meth:`NodeId.group_kernel`) is one rule for the ``xdist_group`` marker (:func:`group_name`) and
+ckfmha's own scheduler and shards (:func:`pytest_ckfmha.scheduling.kernel_groups`).
 """
 
 from __future__ import annotations
 
-from ckfmha.masking import MaskKind
-from ckfmha.problem import Layout, Problem
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ckfmha.problem import Problem
+
+# this module loads at every pytest start (reporting.py, through the options): ckfmha.problem (and NumPy) are
+# imported by the functions that read a Problem
 
 
 def _num(x: float) -> str:
@@ -63,6 +82,8 @@ def _dims(p: Problem) -> str:
 
 def _feature_tokens(p: Problem) -> list[str]:
     """The feature tokens, in the module doc's order: mask, bias, softmax features, then the storage ones."""
+    from ckfmha.masking import MaskKind
+
     parts: list[str] = []
     m = p.mask
     if m.kind is MaskKind.GENERIC:
@@ -94,6 +115,8 @@ def _feature_tokens(p: Problem) -> list[str]:
 def _storage_tokens(p: Problem) -> list[str]:
     """Layout, V layout, paging, append-KV, split, min seqlen, backward and padding tokens, in the module doc's
     order."""
+    from ckfmha.problem import Layout
+
     parts: list[str] = []
     if p.input_layout is Layout.BSHD and p.output_layout is Layout.BSHD:
         parts.append("bshd")
@@ -130,6 +153,124 @@ def _storage_tokens(p: Problem) -> list[str]:
 
 
 PLAN = "plan"
+"""The last part of a plan item's node id (the dispatcher's own plan)."""
+PARITY = "parity"
+"""The last part of a CK smoke line's node id in parity mode."""
+ROOT = "ckfmha"
+"""The matrix collector (and the first part of every matrix and CK smoke node id)."""
+SMOKE = "ck-smoke"
+"""The CK smoke collector, under :data:`ROOT`."""
+SEP = "::"
+SMOKE_ROOT = SEP.join((ROOT, SMOKE))
+"""The CK smoke collector's node id."""
+PARITY_ROOT = "ckfmha-parity"
+"""The parity collector."""
+
+
+@dataclass(frozen=True)
+class NodeId:
+    """A ckfmha item's pytest node id (module doc): ``root`` (:data:`ROOT` or :data:`PARITY_ROOT`) and the
+    parts after it; ``str()`` renders it, :meth:`parse` reads one back."""
+
+    root: str
+    parts: tuple[str, ...]
+
+    @classmethod
+    def kernel(cls, shape_id: str, kernel_id: str) -> "NodeId":
+        return cls(ROOT, (shape_id, kernel_id))
+
+    @classmethod
+    def plan(cls, shape_id: str) -> "NodeId":
+        return cls(ROOT, (shape_id, PLAN))
+
+    @classmethod
+    def smoke(cls, line_id: str, name: str | None) -> "NodeId":
+        """A CK smoke line's item: ``name`` :data:`PLAN` or :data:`PARITY`; None for a line CK refuses."""
+        return cls(ROOT, (SMOKE, line_id) if name is None else (SMOKE, line_id, name))
+
+    @classmethod
+    def shape_items(cls, shape_id: str, kernels: Iterable[Any]) -> list[tuple["NodeId", Any]]:
+        """A matrix shape's items, in collection order: ``(node id, pinned kernel)`` of each kernel, then ``(node
+        id, None)`` of the plan item (the collector and the state's descriptions of items both use this)."""
+        return [(cls.kernel(shape_id, k.kernel_id), k) for k in kernels] + [(cls.plan(shape_id), None)]
+
+    @classmethod
+    def smoke_line(cls, line_id: str, parity: bool) -> "NodeId":
+        """A runnable CK smoke line's one item: the plan item, with ``--ckfmha-parity`` the parity item."""
+        return cls.smoke(line_id, PARITY if parity else PLAN)
+
+    @classmethod
+    def parity(cls, upstream: str, label: str) -> "NodeId":
+        return cls(PARITY_ROOT, (upstream, label))
+
+    @classmethod
+    def parse(cls, nodeid: str) -> "NodeId | None":
+        """The node id ``nodeid`` (an xdist ``@group`` suffix dropped), or None when it is no ckfmha item's."""
+        root, *parts = nodeid.split("@", 1)[0].split(SEP)
+        if root not in (ROOT, PARITY_ROOT) or len(parts) < 2 or not all(parts):
+            return None
+        smoke = root == ROOT and parts[0] == SMOKE
+        if len(parts) > (3 if smoke else 2) or (smoke and len(parts) == 3 and parts[2] not in (PLAN, PARITY)):
+            return None
+        return cls(root, tuple(parts))
+
+    def __str__(self) -> str:
+        return SEP.join((self.root, *self.parts))
+
+    def relative_to(self, parent_nodeid: str) -> str:
+        """The item's pytest name under its collector ``parent_nodeid`` (ValueError when it is not under it)."""
+        text = str(self)
+        if not text.startswith(parent_nodeid + SEP):
+            raise ValueError(f"node id {text!r} is not under the collector {parent_nodeid!r}")
+        return text[len(parent_nodeid) + len(SEP) :]
+
+    @property
+    def is_smoke(self) -> bool:
+        return self.root == ROOT and self.parts[0] == SMOKE
+
+    @property
+    def kind(self) -> str:
+        """``kernel``, ``plan``, ``smoke`` (a CK smoke line's plan item), ``smoke-parity``, ``refused`` (a line CK
+        refuses) or ``parity``."""
+        if self.root == PARITY_ROOT:
+            return "parity"
+        if self.is_smoke:
+            return "refused" if len(self.parts) == 2 else "smoke" if self.parts[2] == PLAN else "smoke-parity"
+        return "plan" if self.parts[1] == PLAN else "kernel"
+
+    @property
+    def item_id(self) -> str:
+        """The report's ``id`` (the module doc's table): the last two parts."""
+        return SEP.join(self.parts[-2:])
+
+    @property
+    def scope(self) -> str:
+        """The shape id, line id or upstream the item belongs to (``ck-smoke`` for a refused line)."""
+        return self.parts[-2]
+
+    @property
+    def name(self) -> str:
+        """The item's own name under its scope: a kernel id, ``plan``, ``parity``, a parity label, a line id."""
+        return self.parts[-1]
+
+    @property
+    def kernel_id(self) -> str | None:
+        """The pinned kernel of a kernel item, else None."""
+        return self.name if self.kind == "kernel" else None
+
+    def group_kernel(self, first_kernel_of_shape: str | None) -> str | None:
+        """The kernel whose group this item joins (module doc): a kernel item its own, a matrix plan item its
+        shape's first kernel item's (``first_kernel_of_shape``; None: no kernel item), any other item none."""
+        kind = self.kind
+        return self.name if kind == "kernel" else first_kernel_of_shape if kind == "plan" else None
+
+    def describe(self) -> str:
+        """The item in words, for crash reasons: ``shape <shape id>, kernel <kernel id | the dispatcher's plan>``
+        for matrix and CK smoke items, the node id for parity items and refused lines."""
+        if self.kind not in ("kernel", "plan", "smoke"):
+            return str(self)
+        kernel = "the dispatcher's plan" if self.name == PLAN else self.name
+        return f"shape {self.scope}, kernel {kernel}"
 
 
 def group_name(kernel_id: str) -> str:

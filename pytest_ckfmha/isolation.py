@@ -339,6 +339,22 @@ def result_of(item, status: str, value, output: str, last_backend: str = "") -> 
     return ItemResult("failed", verdict, reason + last, props)
 
 
+def executor_of(state, session) -> ChildExecutor | InlineExecutor:
+    """This process's executor of items' work (kept in :attr:`pytest_ckfmha.state.State.executor`), made on first
+    use: ``--ckfmha-isolation`` picks the class; it finds an item's work by node id in the session's items."""
+    if state.executor is None:
+        items: dict = {}
+
+        def resolve(nodeid: str):
+            if not items:  # built lazily: in the child, from the collection it inherited
+                items.update((i.nodeid, i) for i in session.items)
+            return items[nodeid].work
+
+        cls = InlineExecutor if state.settings.isolation == "inline" else ChildExecutor
+        state.executor = cls(resolve)
+    return state.executor
+
+
 def run_contained(item) -> None:
     """``runtest`` of every ckfmha item: run ``item.work`` through the process's executor, record the result's
     report values on the item and turn it into the pytest outcome."""
@@ -350,7 +366,7 @@ def run_contained(item) -> None:
     from pytest_ckfmha.state import get_state
 
     st = get_state(item.config)
-    executor = st.executor(item.session)
+    executor = executor_of(st, item.session)
     status, value, output = executor.run(item.nodeid, st.settings.timeout or None)
     result = result_of(item, status, value, output, executor.last_backend)
     if status == "done" and result.props.get("backend"):

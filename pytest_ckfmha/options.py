@@ -1,253 +1,71 @@
 """Command-line options and ini keys of the plugin, and their validation into :class:`Settings`.
 
-Every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a
-project's ``pytest`` run never turns into a matrix or smoke-suite run by accident),
-``--ckfmha-filter``/``--ckfmha-filter-file``/``--ckfmha-sweep`` and ``--ckfmha-report``.  The command line wins over the ini file.  A bad value raises ``pytest.UsageError`` naming
-the option, the value and the rule.
+**One table.**  Each option is one row: a field of :class:`Settings` declared with :func:`option`, whose
+:class:`Option` names the option (``--ckfmha-<name>``), its help, its converter (or its ``choices``), its default
+(or the function computing it), its metavar and argparse action, its ini type and a rule it has with earlier
+options (``check``).  Everything else derives from the rows (:data:`OPTIONS`, in the fields' order):
+:func:`addoption` (the argparse options and ini keys), :func:`parse` (each value converted and checked, in the
+table's order, each ``check`` right after its option, so the first bad value is the error) and the
+:class:`Settings` object itself (the converted values; ``arch_source`` and ``gpu_marker`` are computed).
 
-Validation is one place: :data:`_CONVERTERS` maps each option to its converter (a given value -> its setting, or
-the ``UsageError`` ``--ckfmha-<option>: '<value>' <rule>``) and its default; :func:`parse` runs them in the table's
-order and each rule between options (:data:`_CROSS_CHECKS`) right after the later of its options, so the first
-bad value is the error.  The choices of ``category``, ``backend``, ``mask-mode`` and ``isolation`` are shown in
-their metavars but checked by the converters, not by argparse: ini values bypass argparse, and the message is
-ckfmha's own.
+| concern | rule |
+|---|---|
+| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-resume`` and ``--ckfmha-parity``; the command line wins over the ini file |
+| a bad value | ``pytest.UsageError`` ``--ckfmha-<option>: '<value>' <rule>``, naming the option, the value and the rule |
+| choices | ``category``, ``ck-smoke``, ``backend``, ``mask-mode`` and ``isolation`` show their choices in the metavar; the converter checks them, not argparse (ini values bypass argparse, and the message is ckfmha's own); an ini-able choice is stripped of blanks, a command-line-only one taken as given |
+| vocabularies | read when the options are added or parsed (importing this module imports no ckfmha module but the package and its categories): categories from :mod:`ckfmha.categories`, backends from :func:`ckfmha.backends.backend_names` (+ ``auto``), mask modes from :class:`ckfmha.kernel.MaskMode`, families from :mod:`ckfmha.families`, smoke suites from :mod:`pytest_ckfmha.smoke_lines`, the receipt/profile rule from :func:`ckfmha.receipts.resolve_receipt` |
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import pytest
 
-from ckfmha.categories import CATEGORIES  # noqa: E402  (imports nothing but the ckfmha package file)
+from ckfmha.categories import CATEGORIES
 from pytest_ckfmha.reporting import CHECKPOINT_SECONDS, check_writable
+from pytest_ckfmha.smoke_lines import BINARIES
 
-BACKENDS = ("auto", "cpu", "triton", "hip")
+CK_SMOKE_CHOICES = tuple(BINARIES)
+ISOLATIONS = ("process", "inline")
+PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 DEFAULT_MAX_KERNELS = 2
 DEFAULT_CPU_MAX_FLOPS = 5e9
 DEFAULT_BENCH_REPEAT = 10
 DEFAULT_TIMEOUT_S = 600.0
-ISOLATIONS = ("process", "inline")
-CK_SMOKE_CHOICES = ("fwd", "bwd", "all")
-MASK_MODES = ("simplified", "generic")
-PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 
 
-def _choices(allowed: tuple[str, ...]) -> str:
-    """A metavar listing an option's choices as argparse writes them: ``{a,b,c}``."""
-    return "{" + ",".join(allowed) + "}"
+# The vocabularies other modules own, read when the options are added or parsed (importing this module, at every
+# pytest start, imports no ckfmha module beyond the package file and its category list)
+def backends() -> tuple[str, ...]:
+    """``auto`` and :func:`ckfmha.backends.backend_names`."""
+    from ckfmha.backends import backend_names
+
+    return ("auto", *backend_names())
+
+
+def mask_modes() -> tuple[str, ...]:
+    """:class:`ckfmha.kernel.MaskMode`'s values."""
+    from ckfmha.kernel import MaskMode
+
+    return tuple(m.value for m in MaskMode)
+
+
+def problem_families() -> tuple[str, ...]:
+    """:data:`ckfmha.families.PROBLEM_FAMILIES`."""
+    from ckfmha.families import PROBLEM_FAMILIES
+
+    return PROBLEM_FAMILIES
 
 
 # the ini value types this plugin declares (a subset of what pytest's Parser.addini accepts)
 IniType = Literal["string", "linelist", "bool"]
-
-# (name, argparse keywords, ini type -- None: no ini key)
-_OPTIONS: list[tuple[str, dict[str, Any], IniType | None]] = [
-    (
-        "category",
-        dict(
-            metavar=_choices(CATEGORIES),
-            help="run the testing matrix of this category (smoke < full < nightly); without it the "
-            "plugin creates no items",
-        ),
-        None,
-    ),
-    (
-        "ck-smoke",
-        dict(
-            metavar=_choices(("fwd", "bwd", "all")),
-            help="run a CK checkout's own smoke scripts (--ckfmha-ck-root): every command line they give "
-            "tile_example_fmha_fwd / _bwd is an item (docs/ck_smoke.md)",
-        ),
-        None,
-    ),
-    (
-        "arch",
-        dict(
-            metavar="ARCH",
-            help="kernel space to test (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...); "
-            "default: detected from the GPU through torch when importable, else the arch data's default "
-            "arch",
-        ),
-        "string",
-    ),
-    (
-        "backend",
-        dict(
-            metavar=_choices(BACKENDS),
-            help="backend running the kernels; auto: hip on ROCm with a HIP compiler and a CK checkout "
-            "(--ckfmha-ck-root / $CK_ROOT), else triton with a GPU, else cpu (default auto)",
-        ),
-        "string",
-    ),
-    (
-        "family",
-        dict(
-            action="append",
-            metavar="FAMILY",
-            help="only these problem families (fwd, fwd_splitkv, fwd_pagedkv, fwd_appendkv, batch_prefill, "
-            "bwd); repeatable or comma-separated",
-        ),
-        "linelist",
-    ),
-    ("receipt", dict(metavar="N", help="CK receipt selecting the kernel set (default 0)"), "string"),
-    (
-        "profile",
-        dict(metavar="NAME", help="receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)"),
-        "string",
-    ),
-    ("mask-mode", dict(metavar=_choices(MASK_MODES), help="CK generator mask mode (default simplified)"), "string"),
-    ("sweep", dict(metavar="FILE", help="tile-engine sweep JSON narrowing the kernel set"), None),
-    ("filter", dict(metavar="EXPR", help="filter expression over c.<field> narrowing the kernel set"), None),
-    ("filter-file", dict(metavar="FILE", help="Python file defining filter_config(c) -> bool"), None),
-    (
-        "max-kernels-per-shape",
-        dict(
-            metavar="N",
-            help="kernel items per shape (best-ranked first, then spread over "
-            "distinct pipeline/tile); 0 = all (default 2)",
-        ),
-        "string",
-    ),
-    ("seed", dict(metavar="N", help="seed of the inputs (default 0)"), "string"),
-    (
-        "report",
-        dict(action="append", metavar="PATH", help="write the report to PATH (.json or .csv); repeatable"),
-        None,
-    ),
-    (
-        "bench",
-        dict(
-            action="store_true",
-            default=None,
-            help="time each item: a warm-up, then --ckfmha-bench-repeat runs (the L2 cache flushed before each on "
-            "GPUs); the report gets the median, the fastest and the slowest",
-        ),
-        "bool",
-    ),
-    (
-        "bench-repeat",
-        dict(metavar="N", help=f"timed runs per item with --ckfmha-bench (default {DEFAULT_BENCH_REPEAT})"),
-        "string",
-    ),
-    (
-        "shard",
-        dict(
-            metavar="K/N",
-            help="run shard K of N (1 <= K <= N): the items are split by kernel (each kernel's items in one shard), "
-            "balanced by estimated cost, the same way on every machine; merge the reports with ckfmha merge",
-        ),
-        None,
-    ),
-    (
-        "resume",
-        dict(
-            metavar="REPORT",
-            help="skip the items an earlier (interrupted) report of the same run already completed and carry their "
-            "rows into this report",
-        ),
-        None,
-    ),
-    (
-        "ck-root",
-        dict(
-            metavar="PATH",
-            help="a CK checkout (holds example/ck_tile/01_fmha/generate.py): its kernel space, its smoke scripts "
-            "and its kernels for the hip backend (default $CK_ROOT)",
-        ),
-        "string",
-    ),
-    (
-        "heuristics",
-        dict(
-            metavar="FILE",
-            help="the dispatcher's tie-break table (heuristics YAML, e.g. from ckfmha tune) instead of the packaged "
-            "one",
-        ),
-        "string",
-    ),
-    (
-        "cpu-max-flops",
-        dict(
-            metavar="F",
-            help=f"skip shapes above this many FLOPs on the cpu backend (default {DEFAULT_CPU_MAX_FLOPS:g})",
-        ),
-        "string",
-    ),
-    (
-        "matrix",
-        dict(
-            action="append",
-            metavar="PATH",
-            help="matrix YAML files or directories to use instead of the packaged ones; repeatable",
-        ),
-        "linelist",
-    ),
-    (
-        "cache-dir",
-        dict(metavar="DIR", help="build + reference cache root (default $CKFMHA_CACHE_DIR, else ~/.cache/ckfmha)"),
-        "string",
-    ),
-    (
-        "parity",
-        dict(
-            metavar="UPSTREAM",
-            help="parity against an upstream: tile_example or "
-            f"torch[:{'|'.join(PARITY_TORCH_BACKENDS)}]; items: upstream's 14 parity configurations plus "
-            "the category's shapes; with --ckfmha-ck-smoke the smoke lines instead (tile_example runs each line "
-            "as the script did)",
-        ),
-        None,
-    ),
-    (
-        "upstream-bin",
-        dict(metavar="DIR", help="directory of tile_example_fmha_fwd/_bwd (default $CK_TILE_EXAMPLE_DIR)"),
-        "string",
-    ),
-    (
-        "timeout",
-        dict(
-            metavar="SECONDS",
-            help="fail an item whose kernel work runs longer than this and kill its "
-            f"process (default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)",
-        ),
-        "string",
-    ),
-    (
-        "isolation",
-        dict(
-            metavar=_choices(ISOLATIONS),
-            help="process (default): every item's kernel work runs in a "
-            "child process, so a crash or hang fails that item alone; inline: in the pytest process "
-            "(for --pdb and profilers; no containment, no timeout)",
-        ),
-        "string",
-    ),
-    (
-        "report-every",
-        dict(
-            metavar="SECONDS",
-            help="while the run goes on, rewrite the report files (atomically) "
-            f"at most this often, so a killed run leaves a report (default {CHECKPOINT_SECONDS:g})",
-        ),
-        "string",
-    ),
-    (
-        "allow-empty",
-        dict(
-            action="store_true",
-            default=None,
-            help="let a run whose selection matches no kernel, or "
-            "whose every item is skipped, pass (default: that is an error)",
-        ),
-        "bool",
-    ),
-]
 
 
 def _dest(name: str) -> str:
@@ -255,60 +73,14 @@ def _dest(name: str) -> str:
     return f"ckfmha_{name.replace('-', '_')}"
 
 
-def addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("ckfmha", "ckfmha FMHA testing matrix")
-    for name, kw, ini_type in _OPTIONS:
-        kw = dict(kw)
-        kw.setdefault("default", None)
-        group.addoption(f"--ckfmha-{name}", dest=_dest(name), **kw)
-        if ini_type is not None:
-            parser.addini(_dest(name), help=f"default of --ckfmha-{name}", type=ini_type, default=None)
-
-
-@dataclass(frozen=True)
-class Settings:
-    category: str | None
-    arch: str
-    arch_source: str  # option | ini | detected | default | controller
-    backend: str
-    families: tuple[str, ...] | None
-    receipt: str | None
-    profile: str | None
-    mask_mode: str
-    sweep: str | None
-    filter: str | None
-    filter_file: str | None
-    max_kernels_per_shape: int
-    seed: int
-    reports: tuple[Path, ...]
-    bench: bool
-    cpu_max_flops: float
-    matrices: tuple[str, ...] | None
-    cache_dir: Path
-    gpu_marker: bool = field(default=False)
-    parity: str | None = None
-    upstream_bin: str | None = None
-    timeout: float = DEFAULT_TIMEOUT_S  # 0 = no limit
-    report_every: float = CHECKPOINT_SECONDS
-    bench_repeat: int = DEFAULT_BENCH_REPEAT
-    shard: tuple[int, int] | None = None  # (K, N)
-    resume: str | None = None
-    heuristics: str | None = None
-    ck_root: Path | None = None
-    isolation: str = "process"
-    allow_empty: bool = False
-    ck_smoke: str | None = None  # fwd | bwd | all: the checkout's smoke scripts (pytest_ckfmha/ck_smoke.py)
-
-    @property
-    def active(self) -> bool:
-        return self.category is not None or self.parity is not None or self.ck_smoke is not None
-
-
+# ---------------------------------------------------------------------- converters: a given value -> its setting
 def _bad(option: str, value: Any, rule: str) -> pytest.UsageError:
     return pytest.UsageError(f"--ckfmha-{option}: {value!r} {rule}")
 
 
-def _raw(config: pytest.Config, name: str) -> tuple[Any, str]:
+def raw_value(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """The option ``name``'s value as given and where: ``option`` (command line), ``ini``, or ``(None,
+    "default")`` (not given; an ini key left empty counts as not given)."""
     dest = _dest(name)
     v = config.getoption(dest, None)
     if v is not None:
@@ -332,13 +104,9 @@ def _int(option: str, v: Any, lo: int = 0) -> int:
     return n
 
 
-def any_given(config: pytest.Config) -> bool:
-    return any(_raw(config, name)[1] == "option" for name, _, _ in _OPTIONS)
-
-
 # ---------------------------------------------------------------------- converters: a given value -> its setting
 @dataclass(frozen=True)
-class _Given:
+class Given:
     """One option's value as given (``None``: not given) and where: ``option`` (command line), ``ini`` or
     ``default``."""
 
@@ -358,29 +126,14 @@ class _Given:
         )
 
 
-_Converter = Callable[[_Given], Any]
+Converter = Callable[[Given], Any]
 
 
-def _one_of(allowed: tuple[str, ...], noun: str, empty: str | None = None) -> _Converter:
-    """A converter to one of ``allowed`` (``... is not <noun>; allowed: ...``).  With ``empty`` (the ini-able
-    backend, mask-mode, isolation) surrounding blanks are stripped; an empty value given on the command line is an
-    error like any other (an ini key left empty counts as not given, see :func:`_raw`); without it (category, a
-    command-line-only option) the value is taken exactly as given."""
-
-    def convert(given: _Given) -> str:
-        value = given.value if empty is None else str(given.value).strip()
-        if value not in allowed:
-            raise _bad(given.option, value, f"is not {noun}; allowed: {', '.join(allowed)}")
-        return value
-
-    return convert
-
-
-def _number(what: str, in_range: Callable[[float], bool], rule: str) -> _Converter:
+def _number(what: str, in_range: Callable[[float], bool], rule: str) -> Converter:
     """A converter to a finite float: ``is not <what>`` when the value is no number, ``rule`` when it is not
     finite or not ``in_range``."""
 
-    def convert(given: _Given) -> float:
+    def convert(given: Given) -> float:
         try:
             x = float(str(given.value).strip())
         except ValueError:
@@ -398,15 +151,15 @@ def _items(values: Iterable[Any]) -> list[str]:
     return [part.strip() for value in values for part in str(value).split(",") if part.strip()]
 
 
-def _as_given(given: _Given) -> Any:
+def _as_given(given: Given) -> Any:
     return given.value
 
 
-def _as_text(given: _Given) -> str:
+def _as_text(given: Given) -> str:
     return str(given.value)
 
 
-def _to_known_arch(given: _Given) -> str:
+def _to_known_arch(given: Given) -> str:
     from ckfmha.archs import known_archs
 
     archs = known_archs()
@@ -416,7 +169,7 @@ def _to_known_arch(given: _Given) -> str:
     return arch
 
 
-def _to_families(given: _Given) -> tuple[str, ...]:
+def _to_families(given: Given) -> tuple[str, ...]:
     from ckfmha.families import FamilyError, problem_family
 
     out: list[str] = []
@@ -430,7 +183,7 @@ def _to_families(given: _Given) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _to_sweep(given: _Given) -> str:
+def _to_sweep(given: Given) -> str:
     from ckfmha.sweep import load_sweep
 
     try:
@@ -440,7 +193,7 @@ def _to_sweep(given: _Given) -> str:
     return given.value
 
 
-def _to_filter(given: _Given) -> str:
+def _to_filter(given: Given) -> str:
     from ckfmha.filters import FilterError, compile_filter
 
     try:
@@ -450,7 +203,7 @@ def _to_filter(given: _Given) -> str:
     return given.value
 
 
-def _to_filter_file(given: _Given) -> str:
+def _to_filter_file(given: Given) -> str:
     from ckfmha.filters import load_filter_file
 
     if not Path(given.value).is_file():
@@ -462,15 +215,15 @@ def _to_filter_file(given: _Given) -> str:
     return given.value
 
 
-def _to_count(given: _Given) -> int:
+def _to_count(given: Given) -> int:
     return _int(given.option, given.value, 0)
 
 
-def _to_repeat(given: _Given) -> int:
+def _to_repeat(given: Given) -> int:
     return _int(given.option, given.value, 1)
 
 
-def _to_shard(given: _Given) -> tuple[int, int]:
+def _to_shard(given: Given) -> tuple[int, int]:
     import re
 
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(given.value))
@@ -482,7 +235,7 @@ def _to_shard(given: _Given) -> tuple[int, int]:
     return k, n
 
 
-def _to_resume(given: _Given) -> str:
+def _to_resume(given: Given) -> str:
     from ckfmha.runreport import ReportError, load_report
 
     try:
@@ -492,7 +245,7 @@ def _to_resume(given: _Given) -> str:
     return str(given.value)
 
 
-def _to_heuristics(given: _Given) -> str:
+def _to_heuristics(given: Given) -> str:
     from ckfmha.dispatcher import HeuristicsError, load_heuristics
 
     try:
@@ -502,7 +255,7 @@ def _to_heuristics(given: _Given) -> str:
     return str(given.value)
 
 
-def _to_ck_root(given: _Given) -> Path:
+def _to_ck_root(given: Given) -> Path:
     from ckfmha.cktree import CKTreeError, resolve_ck_root
 
     try:
@@ -521,14 +274,14 @@ def _default_ck_root() -> Path | None:
         raise pytest.UsageError(str(e)) from None
 
 
-def _to_seed(given: _Given) -> int:
+def _to_seed(given: Given) -> int:
     seed = _int("seed", given.value, 0)
     if seed >= 2**32:
         raise _bad("seed", given.value, "must be < 2**32")
     return seed
 
 
-def _to_reports(given: _Given) -> tuple[Path, ...]:
+def _to_reports(given: Given) -> tuple[Path, ...]:
     reports: list[Path] = []
     for part in _items(given.value):
         p = Path(part)
@@ -545,7 +298,7 @@ _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off")
 
 
-def _to_flag(given: _Given) -> bool:
+def _to_flag(given: Given) -> bool:
     """``store_true`` options and ``bool`` ini keys (a string: 1/true/yes/on or 0/false/no/off; anything else is an
     error, never a silent false)."""
     v = given.value
@@ -557,7 +310,7 @@ def _to_flag(given: _Given) -> bool:
     return word in _TRUE_WORDS
 
 
-def _to_matrices(given: _Given) -> tuple[str, ...]:
+def _to_matrices(given: Given) -> tuple[str, ...]:
     matrices: list[str] = []
     for part in _items(given.value):
         p = given.path(part)
@@ -579,7 +332,7 @@ def _usable_cache_dir(path: Path, where: str) -> Path:
     return path
 
 
-def _to_cache_dir(given: _Given) -> Path:
+def _to_cache_dir(given: Given) -> Path:
     return _usable_cache_dir(Path(given.value), "--ckfmha-cache-dir")
 
 
@@ -589,7 +342,7 @@ def _default_cache_dir() -> Path:
     return _usable_cache_dir(cache_root(), _DEFAULT_CACHE_DIR)
 
 
-def _to_parity(given: _Given) -> str:
+def _to_parity(given: Given) -> str:
     parity = str(given.value).strip()
     kind, _, torch_backend = parity.partition(":")
     if not (
@@ -604,7 +357,7 @@ def _to_parity(given: _Given) -> str:
     return parity
 
 
-def _to_upstream_bin(given: _Given) -> str:
+def _to_upstream_bin(given: Given) -> str:
     ub = given.path(str(given.value))
     if not ub.is_dir():
         raise _bad(
@@ -615,65 +368,17 @@ def _to_upstream_bin(given: _Given) -> str:
     return str(ub)
 
 
-class _Option(NamedTuple):
-    convert: _Converter  # a given value -> its setting, or the UsageError
-    default: Any = None  # the setting when not given
-    default_from: Callable[[], Any] | None = None  # or: computes (and checks) the setting when not given
-
-
-def _choice(allowed: tuple[str, ...], noun: str, default: str) -> _Option:
-    """An ini-able choice: not given or empty, it is ``default``."""
-    return _Option(_one_of(allowed, noun, empty=default), default)
-
-
-_CONVERTERS: dict[str, _Option] = {  # in the order parse checks them
-    "category": _Option(_one_of(CATEGORIES, "a category")),
-    "ck-smoke": _Option(_one_of(CK_SMOKE_CHOICES, "a smoke suite")),
-    "arch": _Option(_to_known_arch),  # not given: the detected arch or the arch data's default (parse)
-    "backend": _choice(BACKENDS, "a backend", "auto"),
-    "family": _Option(_to_families),
-    "receipt": _Option(_as_text),
-    "profile": _Option(_as_given),
-    "mask-mode": _choice(MASK_MODES, "a mask mode", "simplified"),
-    "sweep": _Option(_to_sweep),
-    "filter": _Option(_to_filter),
-    "filter-file": _Option(_to_filter_file),
-    "max-kernels-per-shape": _Option(_to_count, DEFAULT_MAX_KERNELS),
-    "seed": _Option(_to_seed, 0),
-    "report": _Option(_to_reports, ()),
-    "bench": _Option(_to_flag, False),
-    "bench-repeat": _Option(_to_repeat, DEFAULT_BENCH_REPEAT),
-    "shard": _Option(_to_shard),
-    "resume": _Option(_to_resume),
-    "heuristics": _Option(_to_heuristics),
-    "ck-root": _Option(_to_ck_root, default_from=_default_ck_root),
-    "allow-empty": _Option(_to_flag, False),
-    "timeout": _Option(
-        _number("a number of seconds", lambda s: s >= 0, "must be a finite number of seconds >= 0 (0 = no limit)"),
-        DEFAULT_TIMEOUT_S,
-    ),
-    "report-every": _Option(
-        _number("a number of seconds", lambda s: s > 0, "must be a finite number of seconds > 0"), CHECKPOINT_SECONDS
-    ),
-    "isolation": _choice(ISOLATIONS, "an isolation", "process"),
-    "cpu-max-flops": _Option(
-        _number("a number", lambda f: f > 0, "must be a finite number > 0"), DEFAULT_CPU_MAX_FLOPS
-    ),
-    "matrix": _Option(_to_matrices),
-    "cache-dir": _Option(_to_cache_dir, default_from=_default_cache_dir),
-    "parity": _Option(_to_parity),
-    "upstream-bin": _Option(_to_upstream_bin),
-}
-
-
 # ---------------------------------------------------------------------- rules between options
-def _check_receipt_or_profile(given: dict[str, _Given], values: dict[str, Any]) -> None:
-    """One of --ckfmha-receipt and --ckfmha-profile, naming a known receipt."""
-    receipt, profile = given["receipt"].value, given["profile"].value
-    if receipt is not None and profile is not None:
-        raise _bad("profile", profile, f"cannot be combined with --ckfmha-receipt={receipt!r}; give one of them")
+CrossCheck = Callable[[dict[str, Given], dict[str, Any]], None]
+"""A rule between options: (the given values, the converted values so far) -> None or the UsageError."""
+
+
+def _check_receipt_or_profile(given: dict[str, Given], values: dict[str, Any]) -> None:
+    """The receipt and profile resolve to a known receipt (:func:`ckfmha.receipts.resolve_receipt`: its rules,
+    one of them only among them); its error names the profile when one is given, else the receipt."""
     from ckfmha.receipts import resolve_receipt
 
+    receipt, profile = given["receipt"].value, given["profile"].value
     try:
         resolve_receipt(receipt, profile=profile)
     except ValueError as e:
@@ -681,7 +386,7 @@ def _check_receipt_or_profile(given: dict[str, _Given], values: dict[str, Any]) 
         raise _bad(which, profile if profile is not None else receipt, f"is not valid: {e}") from None
 
 
-def _check_timeout_is_enforceable(given: dict[str, _Given], values: dict[str, Any]) -> None:
+def _check_timeout_is_enforceable(given: dict[str, Given], values: dict[str, Any]) -> None:
     """A --ckfmha-timeout on the command line needs the process isolation."""
     if values["isolation"] == "inline" and given["timeout"].source == "option" and values["timeout"]:
         raise _bad(
@@ -692,7 +397,7 @@ def _check_timeout_is_enforceable(given: dict[str, _Given], values: dict[str, An
         )
 
 
-def _check_ck_smoke_has_a_checkout(given: dict[str, _Given], values: dict[str, Any]) -> None:
+def _check_ck_smoke_has_a_checkout(given: dict[str, Given], values: dict[str, Any]) -> None:
     """--ckfmha-ck-smoke runs a checkout's scripts: it needs --ckfmha-ck-root (or $CK_ROOT)."""
     if values["ck-smoke"] is not None and values["ck-root"] is None:
         raise _bad(
@@ -702,66 +407,333 @@ def _check_ck_smoke_has_a_checkout(given: dict[str, _Given], values: dict[str, A
         )
 
 
-_CROSS_CHECKS: dict[str, Callable[[dict[str, _Given], dict[str, Any]], None]] = {
-    "ck-root": _check_ck_smoke_has_a_checkout,
-    "profile": _check_receipt_or_profile,
-    "isolation": _check_timeout_is_enforceable,
-}
-"""Rules between options, each run right after the option it is keyed by (the later of its options)."""
+# ---------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Option:
+    """One row of the option table (module doc)."""
+
+    name: str  # --ckfmha-<name>; the dest and ini key are ckfmha_<name> with _ for -
+    help: str
+    convert: Converter | None = None  # a given value -> its setting, or the UsageError; None: one of ``choices``
+    choices: Callable[[], tuple[str, ...]] | None = None  # the allowed values (in the metavar, checked by convert)
+    noun: str = ""  # what a choice is, for the error: "is not <noun>; allowed: ..."
+    default: Any = None  # the setting when not given
+    default_from: Callable[[], Any] | None = None  # or: computes (and checks) the setting when not given
+    metavar: str | None = None
+    action: str | None = None  # argparse action (append, store_true)
+    ini: IniType | None = None  # the ini key's type; None: no ini key
+    check: CrossCheck | None = None  # a rule with earlier options, run right after this option
+
+    @property
+    def dest(self) -> str:
+        return _dest(self.name)
+
+    @property
+    def flag(self) -> str:
+        return f"--ckfmha-{self.name}"
+
+    @property
+    def shown_metavar(self) -> str | None:
+        """The metavar: the choices as argparse writes them (``{a,b,c}``), else the row's."""
+        return "{" + ",".join(self.choices()) + "}" if self.choices is not None else self.metavar
+
+    @property
+    def help_text(self) -> str:
+        """The help, its ``{families}`` replaced by the problem families."""
+        return self.help.replace("{families}", ", ".join(problem_families()))
+
+    def setting(self, given: Given) -> Any:
+        """The setting of the value ``given`` (not given: the default)."""
+        if given.value is None:
+            return self.default_from() if self.default_from is not None else self.default
+        if self.convert is not None:
+            return self.convert(given)
+        # an ini-able choice is stripped of blanks (and, empty in the ini file, not given); a command-line-only
+        # one is taken exactly as given
+        value = given.value if self.ini is None else str(given.value).strip()
+        allowed = self.choices() if self.choices is not None else ()
+        if value not in allowed:
+            raise _bad(self.name, value, f"is not {self.noun}; allowed: {', '.join(allowed)}")
+        return value
+
+    def add_to(self, parser: pytest.Parser, group: Any) -> None:
+        kw: dict[str, Any] = {"dest": self.dest, "help": self.help_text, "default": None}
+        if self.action is not None:
+            kw["action"] = self.action
+        if self.action != "store_true":
+            kw["metavar"] = self.shown_metavar
+        group.addoption(self.flag, **kw)
+        if self.ini is not None:
+            parser.addini(self.dest, help=f"default of {self.flag}", type=self.ini, default=None)
+
+
+def option(name: str, help: str, **row: Any) -> Any:
+    """A :class:`Settings` field that is an option: the field's default is the option's (module doc)."""
+    return dataclasses.field(default=row.get("default"), metadata={"option": Option(name, help, **row)})
+
+
+def _seconds(rule: str, in_range: Callable[[float], bool]) -> Converter:
+    return _number("a number of seconds", in_range, rule)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated options (each field with an :class:`Option` is one row of the table, in check order)."""
+
+    category: str | None = option(
+        "category",
+        "run the testing matrix of this category (smoke < full < nightly); without it the plugin creates no items",
+        choices=lambda: CATEGORIES,
+        noun="a category",
+    )
+    ck_smoke: str | None = option(
+        "ck-smoke",
+        "run a CK checkout's own smoke scripts (--ckfmha-ck-root): every command line they give "
+        "tile_example_fmha_fwd / _bwd is an item (docs/ck_smoke.md)",
+        choices=lambda: CK_SMOKE_CHOICES,
+        noun="a smoke suite",
+    )
+    arch: str = option(  # not given: the detected arch or the arch data's default (parse)
+        "arch",
+        "kernel space to test (gfx90a, gfx942, gfx950, gfx1100, gfx1201, ...); default: detected from the GPU "
+        "through torch when importable, else the arch data's default arch",
+        convert=_to_known_arch,
+        metavar="ARCH",
+        ini="string",
+    )
+    backend: str = option(
+        "backend",
+        "backend running the kernels; auto: hip on ROCm with a HIP compiler and a CK checkout "
+        "(--ckfmha-ck-root / $CK_ROOT), else triton with a GPU, else cpu (default auto)",
+        choices=backends,
+        noun="a backend",
+        default="auto",
+        ini="string",
+    )
+    families: tuple[str, ...] | None = option(
+        "family",
+        "only these problem families ({families}); repeatable or comma-separated",
+        convert=_to_families,
+        metavar="FAMILY",
+        action="append",
+        ini="linelist",
+    )
+    receipt: str | None = option(
+        "receipt", "CK receipt selecting the kernel set (default 0)", convert=_as_text, metavar="N", ini="string"
+    )
+    profile: str | None = option(
+        "profile",
+        "receipt by profile name (ck_default, flash, pytorch, fp32, fp8, ...)",
+        convert=_as_given,
+        metavar="NAME",
+        ini="string",
+        check=_check_receipt_or_profile,
+    )
+    mask_mode: str = option(
+        "mask-mode",
+        "CK generator mask mode (default simplified)",
+        choices=mask_modes,
+        noun="a mask mode",
+        default="simplified",  # MaskMode.SIMPLIFIED
+        ini="string",
+    )
+    sweep: str | None = option(
+        "sweep", "tile-engine sweep JSON narrowing the kernel set", convert=_to_sweep, metavar="FILE"
+    )
+    filter: str | None = option(
+        "filter", "filter expression over c.<field> narrowing the kernel set", convert=_to_filter, metavar="EXPR"
+    )
+    filter_file: str | None = option(
+        "filter-file", "Python file defining filter_config(c) -> bool", convert=_to_filter_file, metavar="FILE"
+    )
+    max_kernels_per_shape: int = option(
+        "max-kernels-per-shape",
+        "kernel items per shape (best-ranked first, then spread over distinct pipeline/tile); 0 = all "
+        f"(default {DEFAULT_MAX_KERNELS})",
+        convert=_to_count,
+        default=DEFAULT_MAX_KERNELS,
+        metavar="N",
+        ini="string",
+    )
+    seed: int = option("seed", "seed of the inputs (default 0)", convert=_to_seed, default=0, metavar="N", ini="string")
+    reports: tuple[Path, ...] = option(
+        "report",
+        "write the report to PATH (.json or .csv); repeatable",
+        convert=_to_reports,
+        default=(),
+        metavar="PATH",
+        action="append",
+    )
+    bench: bool = option(
+        "bench",
+        "time each item: a warm-up, then --ckfmha-bench-repeat runs (the L2 cache flushed before each on GPUs); "
+        "the report gets the median, the fastest and the slowest",
+        convert=_to_flag,
+        default=False,
+        action="store_true",
+        ini="bool",
+    )
+    bench_repeat: int = option(
+        "bench-repeat",
+        f"timed runs per item with --ckfmha-bench (default {DEFAULT_BENCH_REPEAT})",
+        convert=_to_repeat,
+        default=DEFAULT_BENCH_REPEAT,
+        metavar="N",
+        ini="string",
+    )
+    shard: tuple[int, int] | None = option(  # (K, N)
+        "shard",
+        "run shard K of N (1 <= K <= N): the items are split by kernel (each kernel's items in one shard), "
+        "balanced by estimated cost, the same way on every machine; merge the reports with ckfmha merge",
+        convert=_to_shard,
+        metavar="K/N",
+    )
+    resume: str | None = option(
+        "resume",
+        "skip the items an earlier (interrupted) report of the same run already completed and carry their rows "
+        "into this report",
+        convert=_to_resume,
+        metavar="REPORT",
+    )
+    heuristics: str | None = option(
+        "heuristics",
+        "the dispatcher's tie-break table (heuristics YAML, e.g. from ckfmha tune) instead of the packaged one",
+        convert=_to_heuristics,
+        metavar="FILE",
+        ini="string",
+    )
+    ck_root: Path | None = option(
+        "ck-root",
+        "a CK checkout (holds example/ck_tile/01_fmha/generate.py): its kernel space, its smoke scripts and its "
+        "kernels for the hip backend (default $CK_ROOT)",
+        convert=_to_ck_root,
+        default_from=_default_ck_root,
+        metavar="PATH",
+        ini="string",
+        check=_check_ck_smoke_has_a_checkout,
+    )
+    allow_empty: bool = option(
+        "allow-empty",
+        "let a run whose selection matches no kernel, or whose every item is skipped, pass (default: that is an error)",
+        convert=_to_flag,
+        default=False,
+        action="store_true",
+        ini="bool",
+    )
+    timeout: float = option(  # 0 = no limit
+        "timeout",
+        "fail an item whose kernel work runs longer than this and kill its process "
+        f"(default {DEFAULT_TIMEOUT_S:g}; 0 = no limit)",
+        convert=_seconds("must be a finite number of seconds >= 0 (0 = no limit)", lambda s: s >= 0),
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        ini="string",
+    )
+    report_every: float = option(
+        "report-every",
+        "while the run goes on, rewrite the report files (atomically) at most this often, so a killed run "
+        f"leaves a report (default {CHECKPOINT_SECONDS:g})",
+        convert=_seconds("must be a finite number of seconds > 0", lambda s: s > 0),
+        default=CHECKPOINT_SECONDS,
+        metavar="SECONDS",
+        ini="string",
+    )
+    isolation: str = option(
+        "isolation",
+        "process (default): every item's kernel work runs in a child process, so a crash or hang fails that "
+        "item alone; inline: in the pytest process (for --pdb and profilers; no containment, no timeout)",
+        choices=lambda: ISOLATIONS,
+        noun="an isolation",
+        default="process",
+        ini="string",
+        check=_check_timeout_is_enforceable,
+    )
+    cpu_max_flops: float = option(
+        "cpu-max-flops",
+        f"skip shapes above this many FLOPs on the cpu backend (default {DEFAULT_CPU_MAX_FLOPS:g})",
+        convert=_number("a number", lambda f: f > 0, "must be a finite number > 0"),
+        default=DEFAULT_CPU_MAX_FLOPS,
+        metavar="F",
+        ini="string",
+    )
+    matrices: tuple[str, ...] | None = option(
+        "matrix",
+        "matrix YAML files or directories to use instead of the packaged ones; repeatable",
+        convert=_to_matrices,
+        metavar="PATH",
+        action="append",
+        ini="linelist",
+    )
+    cache_dir: Path = option(
+        "cache-dir",
+        "build + reference cache root (default $CKFMHA_CACHE_DIR, else ~/.cache/ckfmha)",
+        convert=_to_cache_dir,
+        default_from=_default_cache_dir,
+        metavar="DIR",
+        ini="string",
+    )
+    parity: str | None = option(
+        "parity",
+        f"parity against an upstream: tile_example or torch[:{'|'.join(PARITY_TORCH_BACKENDS)}]; items: "
+        "upstream's 14 parity configurations plus the category's shapes; with --ckfmha-ck-smoke the smoke lines "
+        "instead (tile_example runs each line as the script did)",
+        convert=_to_parity,
+        metavar="UPSTREAM",
+    )
+    upstream_bin: str | None = option(
+        "upstream-bin",
+        "directory of tile_example_fmha_fwd/_bwd (default $CK_TILE_EXAMPLE_DIR)",
+        convert=_to_upstream_bin,
+        metavar="DIR",
+        ini="string",
+    )
+    # computed by parse, not options
+    arch_source: str = "default"  # option | ini | detected | default | controller
+    gpu_marker: bool = False  # the items get the gpu marker (--ckfmha-backend triton|hip)
+
+    @property
+    def active(self) -> bool:
+        return self.category is not None or self.parity is not None or self.ck_smoke is not None
+
+
+def _rows() -> Iterator[tuple[str, Option]]:
+    """(Settings field, its Option), in the table's order."""
+    for f in dataclasses.fields(Settings):
+        if "option" in f.metadata:
+            yield f.name, f.metadata["option"]
+
+
+OPTIONS: tuple[Option, ...] = tuple(row for _, row in _rows())
+"""The option table, in check (and ``--help``) order."""
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ckfmha", "ckfmha FMHA testing matrix")
+    for row in OPTIONS:
+        row.add_to(parser, group)
+
+
+def any_given(config: pytest.Config) -> bool:
+    return any(raw_value(config, row.name)[1] == "option" for row in OPTIONS)
 
 
 def parse(config: pytest.Config, detected_arch: str | None = None) -> Settings:
-    """Validate every option (UsageError on the first bad one, in :data:`_CONVERTERS`' order) and return the
-    settings."""
-    given: dict[str, _Given] = {}
-    v: dict[str, Any] = {}
-    for name, option in _CONVERTERS.items():
-        g = given[name] = _Given(name, *_raw(config, name), config)
-        if g.value is not None:
-            v[name] = option.convert(g)
-        else:
-            v[name] = option.default_from() if option.default_from is not None else option.default
-        if name in _CROSS_CHECKS:
-            _CROSS_CHECKS[name](given, v)
-    arch, src = v["arch"], given["arch"].source
-    if arch is None:
+    """Validate every option (UsageError on the first bad one, in the table's order) and return the settings."""
+    given: dict[str, Given] = {}
+    values: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for field_name, row in _rows():
+        g = given[row.name] = Given(row.name, *raw_value(config, row.name), config)
+        fields[field_name] = values[row.name] = row.setting(g)
+        if row.check is not None:
+            row.check(given, values)
+    src = given["arch"].source
+    if fields["arch"] is None:
         from ckfmha.archs import default_arch, known_archs
 
-        archs = known_archs()
-        arch, src = (detected_arch, "detected") if detected_arch in archs else (default_arch(), "default")
-    return Settings(
-        category=v["category"],
-        arch=arch,
-        arch_source=src,
-        backend=v["backend"],
-        families=v["family"],
-        receipt=v["receipt"],
-        profile=v["profile"],
-        mask_mode=v["mask-mode"],
-        sweep=v["sweep"],
-        filter=v["filter"],
-        filter_file=v["filter-file"],
-        max_kernels_per_shape=v["max-kernels-per-shape"],
-        seed=v["seed"],
-        reports=v["report"],
-        bench=v["bench"],
-        cpu_max_flops=v["cpu-max-flops"],
-        matrices=v["matrix"],
-        cache_dir=v["cache-dir"],
-        gpu_marker=v["backend"] in ("triton", "hip"),
-        parity=v["parity"],
-        upstream_bin=v["upstream-bin"],
-        timeout=v["timeout"],
-        isolation=v["isolation"],
-        allow_empty=v["allow-empty"],
-        report_every=v["report-every"],
-        bench_repeat=v["bench-repeat"],
-        shard=v["shard"],
-        resume=v["resume"],
-        heuristics=v["heuristics"],
-        ck_root=v["ck-root"],
-        ck_smoke=v["ck-smoke"],
-    )
+        detected = detected_arch in known_archs()
+        fields["arch"], src = (detected_arch, "detected") if detected else (default_arch(), "default")
+    return Settings(**fields, arch_source=src, gpu_marker=fields["backend"] in ("triton", "hip"))
 
 
 _DETECT_SCRIPT = """

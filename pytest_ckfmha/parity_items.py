@@ -10,9 +10,14 @@ report rows carry both sides' verdicts and words.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-PARITY_ROOT = "ckfmha-parity"
+from pytest_ckfmha.ids import PARITY_ROOT, NodeId
+from pytest_ckfmha.items import item_of
+
+__all__ = ["PARITY_ROOT", "ParityCollector", "ParityItem"]
 
 
 class ParityCollector(pytest.Collector):
@@ -20,24 +25,35 @@ class ParityCollector(pytest.Collector):
         from pytest_ckfmha.state import get_state
 
         st = get_state(self.config)
-        for name, problem in st.parity_problems():
-            yield ParityItem.from_parent(self, name=f"{st.settings.parity}::{name}", problem=problem, label=name)
+        for label, problem in st.parity_problems():
+            yield ParityItem.of(self, NodeId.parity(st.settings.parity, label), problem=problem)
 
     def reportinfo(self):
         return self.path, None, PARITY_ROOT
 
 
 class ParityItem(pytest.Item):
-    def __init__(self, *, problem, label: str, **kw) -> None:
+    def __init__(self, *, problem, node_id: NodeId, **kw) -> None:
         super().__init__(**kw)
         self.problem = problem
-        self.label = label
+        self.node_id = node_id
         self.add_marker(pytest.mark.ckfmha)
         self.add_marker(pytest.mark.ckfmha_parity)
 
+    @classmethod
+    def of(cls, parent, node: NodeId, **kw) -> "ParityItem":
+        return item_of(cls, parent, node, **kw)
+
+    spec: Any = None  # a CK smoke line's parity item has one (SmokeParityItem)
+    group: str | None = None  # a group of its own (NodeId.group_kernel)
+
+    @property
+    def label(self) -> str:
+        return self.node_id.name
+
     @property
     def item_id(self) -> str:
-        return f"{self.settings().parity}::{self.label}"
+        return self.node_id.item_id
 
     def settings(self):
         from pytest_ckfmha.state import get_state
@@ -47,7 +63,7 @@ class ParityItem(pytest.Item):
     def base_report_props(self) -> dict:
         from pytest_ckfmha.reporting import parity_base_props
 
-        return parity_base_props(self, self.settings())
+        return parity_base_props(self.item_id, self.problem, self.settings(), self.spec)
 
     def describe(self) -> str:
         return f"parity problem {self.label} ({self.problem})"
@@ -68,7 +84,7 @@ class ParityItem(pytest.Item):
         st = get_state(self.config)
         upstream, ours = self.sides()
         row = compare_one(self.problem, upstream, ours, seed=st.settings.seed, name=self.label)
-        props = parity_props(self, st.settings, row)
+        props = parity_props(self.item_id, self.problem, st.settings, row, self.spec)
         outcome, message = row.pytest_outcome()
         if outcome == "skipped":
             return ItemResult("skipped", "skipped", f"{self.label}: {message}", props)
@@ -87,4 +103,4 @@ class ParityItem(pytest.Item):
         run_contained(self)
 
     def reportinfo(self):
-        return self.path, None, f"{PARITY_ROOT}::{self.name}"
+        return self.path, None, str(self.node_id)

@@ -5,7 +5,8 @@ load time (no numpy, no torch, not even ckfmha): hooks import what they need whe
 does anything when ``--ckfmha-category`` is given (docs/plugin.md).
 
 One module per concern: options.py (options, ini keys, validation), collect.py (shapes -> kernels), items.py
-(collector tree), ids.py, execute.py (one item), isolation.py (the kernel child process: crashes and timeouts),
+(collector tree), parity_items.py and ck_smoke.py (the other item kinds), smoke_lines.py (a CK checkout's smoke
+lines as specs), ids.py (shape ids and :class:`~pytest_ckfmha.ids.NodeId`, the node-id grammar), execute.py (one item), isolation.py (the kernel child process: crashes and timeouts),
 refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
 scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
 hookspecs.py (hooks for conftests), state.py.
@@ -81,7 +82,7 @@ def pytest_configure(config) -> None:
     detected = None
     if worker:
         detected = config.workerinput.get("ckfmha_arch")
-    elif category is not None and options._raw(config, "arch")[0] is None:
+    elif category is not None and options.raw_value(config, "arch")[0] is None:
         detected = options.detect_arch()
     settings = options.parse(config, detected)
     if worker and detected is not None:
@@ -169,36 +170,37 @@ def pytest_make_collect_report(collector):
         from pytest_ckfmha.state import has_state
 
         if has_state(collector.config):
-            from pytest_ckfmha.state import get_state
-
-            settings = get_state(collector.config).settings
-            if settings.category is not None:
-                from pytest_ckfmha.items import ROOT_NAME, MatrixCollector
-
-                rep.result.append(
-                    MatrixCollector.from_parent(
-                        collector, name=ROOT_NAME, nodeid=ROOT_NAME, path=collector.config.rootpath
-                    )
-                )
-            if settings.ck_smoke is not None:
-                from pytest_ckfmha.ck_smoke import SMOKE_ROOT, SmokeCollector
-
-                rep.result.append(
-                    SmokeCollector.from_parent(
-                        collector, name="ck-smoke", nodeid=SMOKE_ROOT, path=collector.config.rootpath
-                    )
-                )
-            # with --ckfmha-ck-smoke the smoke lines are the parity items (pytest_ckfmha/ck_smoke.py); the parity
-            # collector adds a category's shapes only
-            if settings.parity is not None and (settings.ck_smoke is None or settings.category is not None):
-                from pytest_ckfmha.parity_items import PARITY_ROOT, ParityCollector
-
-                rep.result.append(
-                    ParityCollector.from_parent(
-                        collector, name=PARITY_ROOT, nodeid=PARITY_ROOT, path=collector.config.rootpath
-                    )
-                )
+            rep.result.extend(_top_collectors(collector))
     return rep
+
+
+def _top_collectors(session: pytest.Session) -> list[pytest.Collector]:
+    """The session's ckfmha collectors (their node ids are :mod:`pytest_ckfmha.ids`' roots): the matrix with
+    ``--ckfmha-category``, the CK smoke lines with ``--ckfmha-ck-smoke``, the parity items with ``--ckfmha-parity``
+    -- with ``--ckfmha-ck-smoke`` the smoke lines are the parity items (ck_smoke.py), so the parity collector is
+    added only for a category's shapes."""
+    from pytest_ckfmha.ck_smoke import SmokeCollector
+    from pytest_ckfmha.ids import PARITY_ROOT, ROOT, SMOKE, SMOKE_ROOT
+    from pytest_ckfmha.items import MatrixCollector
+    from pytest_ckfmha.parity_items import ParityCollector
+    from pytest_ckfmha.state import get_state
+
+    settings = get_state(session.config).settings
+    wanted: list[tuple[bool, type[pytest.Collector], str, str]] = [
+        (settings.category is not None, MatrixCollector, ROOT, ROOT),
+        (settings.ck_smoke is not None, SmokeCollector, SMOKE, SMOKE_ROOT),
+        (
+            settings.parity is not None and (settings.ck_smoke is None or settings.category is not None),
+            ParityCollector,
+            PARITY_ROOT,
+            PARITY_ROOT,
+        ),
+    ]
+    return [
+        cls.from_parent(session, name=name, nodeid=nodeid, path=session.config.rootpath)
+        for on, cls, name, nodeid in wanted
+        if on
+    ]
 
 
 def pytest_report_header(config):

@@ -28,6 +28,11 @@ _MEMO_SIZE = 4
 REFERENCE_SOURCES = ("reference", "rng.py", "inputs.py", "masking.py", "problem.py")
 
 
+def clear_memo() -> None:
+    """Forget the references kept in memory (the next lookup reads the cache directory)."""
+    _MEMO.clear()
+
+
 @lru_cache(maxsize=1)
 def reference_version() -> str:
     """A digest of the source files that decide the reference's values."""

@@ -29,6 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pytest_ckfmha.ids import NodeId
+
 REPORT_SCHEMA = "ckfmha.report"
 REPORT_VERSION = 2
 #: row verdicts, in summary order
@@ -103,7 +105,9 @@ def __getattr__(name: str) -> tuple[str, ...]:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-NODE_PREFIXES = ("ckfmha::", "ckfmha-parity::")
+def is_ckfmha_item(nodeid: str) -> bool:
+    """Whether ``nodeid`` is a ckfmha item's (:meth:`NodeId.parse`): only those get report rows."""
+    return NodeId.parse(nodeid) is not None
 
 
 def plain(v: Any) -> Any:
@@ -151,20 +155,23 @@ def ck_line_props(spec) -> dict[str, str]:
     }
 
 
-def base_props(item, settings) -> dict[str, Any]:
-    shape = item.spec.shape
+def base_props(node: NodeId, spec, kernel, settings) -> dict[str, Any]:
+    """A kernel or plan item's report values before (or without) a run: ``node`` its node id, ``spec`` its shape
+    (:class:`pytest_ckfmha.collect.ShapeSpec` or a CK smoke line's spec), ``kernel`` its pinned kernel (None: the
+    plan item)."""
+    shape = spec.shape
     props: dict[str, Any] = {
-        "id": item.item_id,
-        "kind": "plan" if item.kernel is None else "kernel",
+        "id": node.item_id,
+        "kind": "plan" if kernel is None else "kernel",
         "matrix": shape.file,
         "entry": shape.entry,
         "category": shape.category,
-        **ck_line_props(item.spec),
+        **ck_line_props(spec),
     }
     props.update(problem_props(shape.problem))
     props.update(
         {
-            "kernel_id": item.kernel.kernel_id if item.kernel is not None else "",
+            "kernel_id": kernel.kernel_id if kernel is not None else "",
             "plan_kernels": "",
             "backend": settings.backend,
             "arch": settings.arch,
@@ -175,19 +182,18 @@ def base_props(item, settings) -> dict[str, Any]:
     return props
 
 
-def parity_base_props(item, settings) -> dict[str, Any]:
+def parity_base_props(item_id: str, problem, settings, spec=None) -> dict[str, Any]:
     """A parity item's report values before (or without) a comparison; a CK smoke line's item (one with a
     ``spec``) names its script, line and CK's normalizations."""
-    spec = getattr(item, "spec", None)
     props: dict[str, Any] = {
-        "id": item.item_id,
+        "id": item_id,
         "kind": "parity",
         "matrix": spec.shape.file if spec is not None else "",
         "entry": spec.shape.entry if spec is not None else "",
         "category": spec.shape.category if spec is not None else settings.category or "",
         **ck_line_props(spec),
     }
-    props.update(problem_props(item.problem))
+    props.update(problem_props(problem))
     props.update(
         {
             "kernel_id": "",
@@ -202,11 +208,11 @@ def parity_base_props(item, settings) -> dict[str, Any]:
     return props
 
 
-def parity_props(item, settings, row) -> dict[str, Any]:
+def parity_props(item_id: str, problem, settings, row, spec=None) -> dict[str, Any]:
     """Report values of a parity item: the problem, both sides' verdicts and words, what was compared, and the
     output comparison under both rules (the rule that decided it, CK's elementwise verdict, the noise-floor verdict
     and the worst error ratio; empty when no outputs were compared)."""
-    props = parity_base_props(item, settings)
+    props = parity_base_props(item_id, problem, settings, spec)
     right_kernels = row.right.fields.get("kernels") or ()
     props.update(
         {
@@ -284,7 +290,7 @@ class RowBook:
 
     def set_collected(self, nodeids: Sequence[str]) -> None:
         if not self.collected:
-            self.collected = [n for n in nodeids if n.startswith(NODE_PREFIXES)]
+            self.collected = [n for n in nodeids if is_ckfmha_item(n)]
 
     def _base(self, nodeid: str) -> dict[str, Any]:
         try:
@@ -296,7 +302,7 @@ class RowBook:
     def add(self, report) -> dict[str, Any] | None:
         """Take one report; returns the item's row when the report changed it."""
         nodeid = report.nodeid
-        if not nodeid.startswith(NODE_PREFIXES):
+        if not is_ckfmha_item(nodeid):
             return None
         props = dict(report.user_properties)
         when = report.when

@@ -4,7 +4,7 @@ Registered through ``pytest_xdist_make_scheduler`` when a ckfmha run uses ``-n``
 
 | concern | rule |
 |---|---|
-| work units | kernel groups (:func:`kernel_groups`): a kernel item's group is its kernel id (the last part of its node id); a plan item joins the first kernel item of its shape in the collection (its best-ranked kernel, which its plan normally uses); other items are groups of one |
+| work units | kernel groups (:func:`kernel_groups`, the rule of :meth:`pytest_ckfmha.ids.NodeId.group_kernel` that the ``xdist_group`` marker follows too): a kernel item's group is its kernel (``kernel:<kernel id>``); a plan item joins the first kernel item of its shape in the collection (its best-ranked kernel, which its plan normally uses); other items are groups of one |
 | order | larger groups first, then collection order; a worker is given its next group when it has fewer than two items pending (xdist runs an item only once it knows the next one) |
 | a worker dies | the item it was running is reported failed (``crashed``, the worker's exit status -- see :func:`crash_description`) and is **not** re-run; the rest of its work goes back to the front of the queue; xdist replaces the worker (``--max-worker-restart``) and the run goes on |
 | ``mark_test_pending`` | the item is queued again as a group of one (for rerun plugins) |
@@ -19,8 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-PLAN_NAME = "plan"
-KERNEL_ROOT = "ckfmha::"
+from pytest_ckfmha.ids import NodeId
 
 
 def kernel_groups(nodeids: Sequence[str]) -> dict[str, str]:
@@ -28,15 +27,11 @@ def kernel_groups(nodeids: Sequence[str]) -> dict[str, str]:
     groups: dict[str, str] = {}
     first_of_shape: dict[str, str] = {}
     for nid in nodeids:
-        if not nid.startswith(KERNEL_ROOT):
-            groups[nid] = nid
-            continue
-        shape, _, name = nid[len(KERNEL_ROOT) :].rpartition("::")
-        if name != PLAN_NAME:
-            groups[nid] = "kernel:" + name
-            first_of_shape.setdefault(shape, groups[nid])
-        else:
-            groups[nid] = first_of_shape.get(shape, nid)
+        node = NodeId.parse(nid)
+        if node is not None and node.kernel_id is not None:
+            first_of_shape.setdefault(node.scope, node.kernel_id)
+        kernel = node.group_kernel(first_of_shape.get(node.scope)) if node is not None else None
+        groups[nid] = nid if kernel is None else "kernel:" + kernel
     return groups
 
 

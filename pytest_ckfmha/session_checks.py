@@ -125,6 +125,9 @@ def end_of_session_problems(s: "Settings", rows: list[dict]) -> tuple[list[str],
 
 def _why(row: dict) -> str:
     """A skip reason without its shape id prefix, so equal reasons are counted together."""
+    from pytest_ckfmha.ids import NodeId
+
     reason = str(row.get("reason") or "")
-    sid = str(row.get("id") or "").split("::", 1)[0]
+    node = NodeId.parse(str(row.get("nodeid") or ""))
+    sid = node.scope if node is not None else ""
     return reason[len(sid) + 2 :] if sid and reason.startswith(sid + ": ") else reason

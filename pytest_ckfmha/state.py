@@ -1,10 +1,20 @@
-"""Per-config state kept in ``config.stash``: settings, and (lazily) the kernel set, the specs and the runtime."""
+"""Per-config state kept in ``config.stash``: settings, and (lazily) the kernel set, the specs and the runtime.
+
+This module imports none of the item modules (items.py, parity_items.py, ck_smoke.py, isolation.py import it):
+the specs are plain data (collect.py, smoke_lines.py), the node ids and report values of items that never
+reported come from :class:`pytest_ckfmha.ids.NodeId` and reporting.py, and isolation.py keeps its executor in
+:attr:`State.executor`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
+
+from pytest_ckfmha.ids import NodeId
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_ckfmha.isolation import ChildExecutor, InlineExecutor
@@ -20,8 +30,8 @@ class State:
         self._specs = None
         self._smoke_specs: list | None = None
         self._runtime = None
-        self._executor: ChildExecutor | InlineExecutor | None = None
-        self._by_nodeid: dict | None = None
+        self.executor: ChildExecutor | InlineExecutor | None = None  # this process's, made by isolation.py
+        self._by_nodeid: dict[NodeId, Callable[[], dict]] | None = None
         self._resumed: list[dict] | None = None
         self.collect_seconds: float | None = None
 
@@ -73,31 +83,15 @@ class State:
                 self._resumed = load_report(self.settings.resume).rows
         return self._resumed
 
-    def executor(self, session: pytest.Session) -> ChildExecutor | InlineExecutor:
-        """This process's executor of items' work (isolation.py), made on first use."""
-        if self._executor is None:
-            from pytest_ckfmha.isolation import ChildExecutor, InlineExecutor
-
-            items: dict = {}
-
-            def resolve(nodeid: str):
-                if not items:  # built lazily: in the child, from the collection it inherited
-                    items.update((i.nodeid, i) for i in session.items)
-                return items[nodeid].work
-
-            cls = InlineExecutor if self.settings.isolation == "inline" else ChildExecutor
-            self._executor = cls(resolve)
-        return self._executor
-
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.close()
-            self._executor = None
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
 
     def smoke_specs(self) -> list:
         """The ``--ckfmha-ck-smoke`` lines (:func:`pytest_ckfmha.ck_smoke.smoke_specs`), read once."""
         if self._smoke_specs is None:
-            from pytest_ckfmha.ck_smoke import smoke_specs
+            from pytest_ckfmha.smoke_lines import smoke_specs
 
             self._smoke_specs = smoke_specs(self.settings)
         return self._smoke_specs
@@ -117,49 +111,40 @@ class State:
     def describe(self, nodeid: str) -> dict:
         """Report values of the item ``nodeid`` computed here (for items whose own values never arrived: a crashed
         xdist worker's item, an item that never ran)."""
-        from types import SimpleNamespace
-
-        from pytest_ckfmha.ck_smoke import PARITY_NAME
-        from pytest_ckfmha.ids import PLAN
-        from pytest_ckfmha.reporting import base_props, parity_base_props
-
         if self._by_nodeid is None:
-            self._by_nodeid = {}
-            from pytest_ckfmha.items import ROOT_NAME
-            from pytest_ckfmha.parity_items import PARITY_ROOT
-
-            if self.settings.category is not None:
-                for spec in self.specs():
-                    for k in (*spec.kernels, None):
-                        name = PLAN if k is None else k.kernel_id
-                        self._by_nodeid[f"{ROOT_NAME}::{spec.shape_id}::{name}"] = (spec, k)
-            if self.settings.parity is not None:
-                for label, problem in self.parity_problems():
-                    self._by_nodeid[f"{PARITY_ROOT}::{self.settings.parity}::{label}"] = (label, problem)
-            if self.settings.ck_smoke is not None:
-                self._describe_smoke_lines()
-        found = self._by_nodeid.get(nodeid.split("@", 1)[0])
+            self._by_nodeid = self._describers()
+        node = NodeId.parse(nodeid)
+        found = self._by_nodeid.get(node) if node is not None else None
+        if found is not None:
+            return found()
         s = self.settings
-        if found is None:
-            return {"id": nodeid.split("::", 1)[-1], "backend": s.backend, "arch": s.arch, "seed": s.seed}
-        a, b = found
-        if isinstance(a, str):  # a parity item: (label, problem)
-            return parity_base_props(SimpleNamespace(item_id=f"{s.parity}::{a}", problem=b), s)
-        if b == PARITY_NAME:  # a smoke line's parity item
-            return parity_base_props(SimpleNamespace(item_id=f"{a.shape_id}::{b}", problem=a.shape.problem, spec=a), s)
-        item = SimpleNamespace(spec=a, kernel=b, item_id=f"{a.shape_id}::{PLAN if b is None else b.kernel_id}")
-        return base_props(item, s)
+        item_id = node.item_id if node is not None else nodeid
+        return {"id": item_id, "backend": s.backend, "arch": s.arch, "seed": s.seed}
 
-    def _describe_smoke_lines(self) -> None:
-        """The smoke lines' node ids for :meth:`describe` (a line CK refuses has no report values to add)."""
-        from pytest_ckfmha.ck_smoke import PARITY_NAME, SMOKE_ROOT, SmokeSpec
-        from pytest_ckfmha.ids import PLAN
+    def _describers(self) -> dict[NodeId, Callable[[], dict]]:
+        """Every item's node id -> its report values before it runs (the items' own NodeId constructors)."""
+        from pytest_ckfmha.reporting import base_props, parity_base_props
+        from pytest_ckfmha.smoke_lines import SmokeSpec
 
-        assert self._by_nodeid is not None
-        name = PLAN if self.settings.parity is None else PARITY_NAME
-        for spec in self.smoke_specs():
-            if isinstance(spec, SmokeSpec):
-                self._by_nodeid[f"{SMOKE_ROOT}::{spec.shape_id}::{name}"] = (spec, None if name == PLAN else name)
+        s = self.settings
+        out: dict[NodeId, Callable[[], dict]] = {}
+        if s.category is not None:
+            for spec in self.specs():
+                for node, k in NodeId.shape_items(spec.shape_id, spec.kernels):
+                    out[node] = partial(base_props, node, spec, k, s)
+        if s.parity is not None:
+            for label, problem in self.parity_problems():
+                node = NodeId.parity(s.parity, label)
+                out[node] = partial(parity_base_props, node.item_id, problem, s)
+        for line in self.smoke_specs() if s.ck_smoke is not None else ():
+            if not isinstance(line, SmokeSpec):  # a line CK refuses has no report values to add
+                continue
+            node = NodeId.smoke_line(line.shape_id, parity=s.parity is not None)
+            if s.parity is None:
+                out[node] = partial(base_props, node, line, None, s)
+            else:
+                out[node] = partial(parity_base_props, node.item_id, line.shape.problem, s, line)
+        return out
 
     def runtime(self):
         if self._runtime is None:

@@ -99,10 +99,10 @@ class XdistHooks:
         return KernelGroupScheduling.from_config(config, log)
 
     def pytest_handlecrashitem(self, crashitem, report, sched) -> None:
+        from pytest_ckfmha.ids import NodeId
         from pytest_ckfmha.scheduling import crash_description
 
         what = crash_description(getattr(report, "node", None))
-        shape, _, name = crashitem.partition("::")[2].rpartition("::")
-        kernel = "the dispatcher's plan" if name == "plan" else name
-        item = f"shape {shape}, kernel {kernel}" if crashitem.startswith("ckfmha::") else crashitem
+        node = NodeId.parse(crashitem)
+        item = node.describe() if node is not None else crashitem
         report.longrepr = f"{crashitem}: crashed: {what} while running {item}; the item is not re-run"

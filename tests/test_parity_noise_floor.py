@@ -319,15 +319,14 @@ def test_report_fields_of_a_parity_item():
     assert ROW_FIELDS[-4:] == ("parity_rule", "elementwise_passed", "noise_passed", "error_ratio")
     truth, same = noise_references(BWD, 0)
     row = compare_one(BWD, OutputsSide("torch:fake", same, Rule.NOISE_FLOOR), make_side("ckfmha:cpu"))
-    item = SimpleNamespace(item_id="ckfmha-parity::torch::x", problem=BWD)
     settings = SimpleNamespace(category="smoke", backend="cpu", arch="gfx942", seed=0, parity="torch:fake")
-    props = parity_props(item, settings, row)
+    props = parity_props("torch::x", BWD, settings, row)
     assert props["parity_rule"] == "noise_floor" and props["noise_passed"] is True
     assert props["error_ratio"] == pytest.approx(row.error_ratio) and isinstance(props["elementwise_passed"], bool)
     none = compare_one(
         BWD, OutputsSide("a", {}, None, Verdict.UNSUPPORTED), OutputsSide("b", {}, None, Verdict.UNSUPPORTED)
     )
-    props = parity_props(item, settings, none)
+    props = parity_props("torch::x", BWD, settings, none)
     assert (props["parity_rule"], props["noise_passed"], props["error_ratio"]) == ("", "", "")
 
 

@@ -28,7 +28,7 @@ pytest_plugins = ["pytester"]
         (["--ckfmha-cpu-max-flops", "0"], "--ckfmha-cpu-max-flops: '0' must be a finite number > 0"),
         (["--ckfmha-receipt", "12345"], "--ckfmha-receipt: '12345' is not valid"),
         (["--ckfmha-profile", "nosuch"], "--ckfmha-profile: 'nosuch' is not valid"),
-        (["--ckfmha-receipt", "2", "--ckfmha-profile", "flash"], "--ckfmha-profile: 'flash' cannot be combined"),
+        (["--ckfmha-receipt", "2", "--ckfmha-profile", "flash"], "--ckfmha-profile: 'flash' is not valid: receipt/"),
         (["--ckfmha-filter", "__import__('os')"], "--ckfmha-filter: \"__import__('os')\" is not a valid filter"),
         (["--ckfmha-filter-file", "nope.py"], "--ckfmha-filter-file: 'nope.py' does not exist"),
         (["--ckfmha-mask-mode", "fancy"], "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
@@ -104,11 +104,11 @@ class _FakeConfig:
     """What options.parse reads of a pytest.Config: command-line options, ini values, the two base directories."""
 
     def __init__(self, tmp_path, opts=(), ini=()):
-        from pytest_ckfmha.options import _OPTIONS
+        from pytest_ckfmha.options import OPTIONS
 
         self.opts = {f"ckfmha_{k.replace('-', '_')}": v for k, v in dict(opts).items()}
         self.ini = {f"ckfmha_{k.replace('-', '_')}": v for k, v in dict(ini).items()}
-        self.ini_keys = {f"ckfmha_{n.replace('-', '_')}" for n, _, ini_type in _OPTIONS if ini_type}
+        self.ini_keys = {row.dest for row in OPTIONS if row.ini}
         self.rootpath = tmp_path
         self.invocation_params = type("InvocationParams", (), {"dir": tmp_path})()
 
@@ -128,12 +128,16 @@ def _parse(tmp_path, monkeypatch, opts=(), ini=(), detected=None):
     return parse(_FakeConfig(tmp_path, opts, ini), detected)
 
 
-def test_every_option_has_one_converter_and_choices_show_in_the_metavar():
-    from pytest_ckfmha.options import _CONVERTERS, _CROSS_CHECKS, _OPTIONS
+def test_every_option_is_one_row_and_choices_show_in_the_metavar():
+    import dataclasses
 
-    assert sorted(_CONVERTERS) == sorted(name for name, _, _ in _OPTIONS)
-    assert set(_CROSS_CHECKS) <= set(_CONVERTERS)
-    metavars = {name: kw.get("metavar") for name, kw, _ in _OPTIONS}
+    from pytest_ckfmha.options import OPTIONS, Settings
+
+    names = [row.name for row in OPTIONS]
+    assert len(names) == len(set(names)) and all(row.convert or row.choices for row in OPTIONS)
+    computed = {f.name for f in dataclasses.fields(Settings) if "option" not in f.metadata}
+    assert computed == {"arch_source", "gpu_marker"}  # every other setting is an option's
+    metavars = {row.name: row.shown_metavar for row in OPTIONS}
     assert (metavars["category"], metavars["backend"], metavars["mask-mode"], metavars["isolation"]) == (
         "{smoke,full,nightly}",
         "{auto,cpu,triton,hip}",
@@ -218,7 +222,8 @@ def test_ini_values_go_through_the_same_converters(tmp_path, monkeypatch):
         # the first bad option in the table's order; a rule between options right after the later of them
         (
             {"receipt": "999", "profile": "flash", "mask-mode": "fancy"},
-            "--ckfmha-profile: 'flash' cannot be combined with --ckfmha-receipt='999'; give one of them",
+            "--ckfmha-profile: 'flash' is not valid: receipt/profile: give one of them, not both (receipt='999', "
+            "profile='flash')",
         ),
         ({"mask-mode": "fancy", "seed": "x"}, "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
         (

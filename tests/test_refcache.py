@@ -15,15 +15,15 @@ P = Problem(dtype="bf16", batch=1, nhead_q=2, seqlen_q=16, hdim_q=32, lse=True)
 
 @pytest.fixture(autouse=True)
 def _no_memo():
-    refcache._MEMO.clear()
+    refcache.clear_memo()
     yield
-    refcache._MEMO.clear()
+    refcache.clear_memo()
 
 
 def test_roundtrip_keeps_dtypes_and_values(tmp_path) -> None:
     inp = make_inputs(P, 0)
     ref, cached = refcache.get_reference(P, inp, 0, tmp_path)
-    refcache._MEMO.clear()
+    refcache.clear_memo()
     again, cached2 = refcache.get_reference(P, inp, 0, tmp_path)
     assert (cached, cached2) == (False, True)
     assert again["o"].dtype == ref["o"].dtype and np.array_equal(again["o"].view(np.uint16), ref["o"].view(np.uint16))
@@ -41,12 +41,12 @@ def test_a_corrupt_file_is_recomputed_with_one_warning(tmp_path, damage) -> None
         i = data.index(b"NUMPY") + 200
         data[i] ^= 0xFF
     path.write_bytes(bytes(data))
-    refcache._MEMO.clear()
+    refcache.clear_memo()
     with pytest.warns(CacheWarning, match=f"corrupt reference cache file {path}") as caught:
         again, cached = refcache.get_reference(P, inp, 0, tmp_path)
     assert [type(w.message) for w in caught].count(CacheWarning) == 1 and cached is False
     assert np.array_equal(again["lse"], ref["lse"])
-    refcache._MEMO.clear()
+    refcache.clear_memo()
     assert refcache.get_reference(P, inp, 0, tmp_path)[1] is True  # healed
 
 
