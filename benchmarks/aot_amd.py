@@ -200,7 +200,7 @@ def compile_only_for(arch: str) -> Iterator[list]:
     from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
-    from ckfmha.backends.triton import launch
+    from ckfmha.backends.triton import device
 
     _, wave = ARCHS[arch]
     compiled: list = []
@@ -215,10 +215,10 @@ def compile_only_for(arch: str) -> Iterator[list]:
         compiled.append((self.__name__, kernel))
         return kernel
 
-    saved_device, saved_driver = launch.DEVICE, driver._active  # no public getter that works without a GPU
+    saved_device, saved_driver = device.DEVICE, driver._active  # no public getter that works without a GPU
     driver.set_active(_TargetDriver(GPUTarget("hip", arch, wave)))
     JITFunction.run = compile_run  # type: ignore[method-assign, unused-ignore]
-    launch.DEVICE = "cpu"  # the launchers' tensors: torch CPU tensors (only their dtypes and strides matter)
+    device.DEVICE = "cpu"  # the launchers' tensors: torch CPU tensors (only their dtypes and strides matter)
     try:
         yield compiled
     finally:
@@ -226,7 +226,7 @@ def compile_only_for(arch: str) -> Iterator[list]:
         for kern, caches in saved_caches.items():
             kern.device_caches = caches
         driver._active = saved_driver
-        launch.DEVICE = saved_device
+        device.DEVICE = saved_device
 
 
 def representative_configs(registry: Iterable | None = None) -> list[tuple[Representative, Any]]:

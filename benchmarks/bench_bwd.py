@@ -49,7 +49,8 @@ def our_backward(disp: Dispatcher, p: Problem, t: dict[str, torch.Tensor], main=
     """(kernel id of dq_dk_dv, a callable running the backward plan on ``t``): the forward's O and LSE first come
     from the dispatcher's forward kernel. ``main``: a dq_dk_dv kernel to run instead of the plan's."""
     fwd = p.replace(family="fwd", lse=True)
-    launch_fwd = attention_launcher(disp.select(fwd).stages[0].kernel, fwd, t)
+    fwd_stage = disp.select(fwd).stages[0]
+    launch_fwd = attention_launcher(fwd_stage.kernel, fwd, t, variant=fwd_stage.launch.variant)
     launch_fwd()
     plan = disp.select(p)
     kernels = [main if main is not None and st.role.value == "dq_dk_dv" else st.kernel for st in plan.stages]

@@ -32,7 +32,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckfmha.backends.triton.launch import LaunchShape, attention_launcher, combine_launcher
 from ckfmha.dispatcher import Dispatcher
-from ckfmha.heuristics import LaunchVariant
 from ckfmha.problem import Problem
 from ckfmha.registry import Registry
 
@@ -80,7 +79,7 @@ def prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
                     k = torch.randn_like(q)
                     v = torch.randn_like(q)
                     o = torch.full_like(q, float("nan"))
-                    variant = LaunchVariant.from_stage_args(plan.stages[0].args)  # the plan's launch variants
+                    variant = plan.stages[0].launch.variant  # the plan's launch variants
                     launch = attention_launcher(cfg, p, {"q": q, "k": k, "v": v, "o": o}, variant=variant)
                     launch()
                     torch.cuda.synchronize()
@@ -169,7 +168,7 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
             "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
             "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
         }
-        l1 = attention_launcher(split.kernel, p, t, split=True, num_splits=n)
+        l1 = attention_launcher(split.kernel, p, t, split=True, num_splits=n, variant=split.launch.variant)
         l2 = combine_launcher(comb.kernel, p, t, n)
 
         def both(l1=l1, l2=l2):
@@ -302,7 +301,8 @@ def batch_prefill_row(
         page_block_size=page,
         mask="b" if causal else "0",
     )
-    kernel = disp.select(p).stages[0].kernel
+    stage = disp.select(p).stages[0]
+    kernel, variant = stage.kernel, stage.launch.variant  # the plan's launch variant, given to every launch
     npp = s // page
     kc, vc = _pools(layout, b * npp, hk, page, d, tdt)
     bt = torch.randperm(b * npp, device="cuda", dtype=torch.int32).reshape(b, npp)
@@ -323,12 +323,12 @@ def batch_prefill_row(
         t["kv_indptr"] = torch.arange(0, (b + 1) * npp, npp, device="cuda", dtype=torch.int32)
         t["kv_page_indices"] = bt.reshape(-1).contiguous()
         t["kv_last_page_lens"] = torch.full((b,), page, device="cuda", dtype=torch.int32)
-    ours = attention_launcher(kernel, p, t)
+    ours = attention_launcher(kernel, p, t, variant=variant)
     shape_tflops = {}
     for text in shapes:  # the same kernel with other launch shapes (tile tuning for sm90.yaml's batch_prefill)
         bm, bn, w, st = parse_shape(text)
         try:
-            alt = attention_launcher(kernel, p, t, shape=LaunchShape(bm, bn, d, d, w, st))
+            alt = attention_launcher(kernel, p, t, shape=LaunchShape(bm, bn, d, d, w, st), variant=variant)
             alt()
             shape_tflops[text] = flops(b, hq, s, d, causal) / bench(alt) * 1e-9
         except Exception as e:  # noqa: BLE001 - a shape that does not compile or fit: reported, the row goes on
@@ -428,17 +428,17 @@ def appendkv_decode_row(disp: Dispatcher, copy_gbps: float, b: int, hq: int, hk:
         cache_bytes = 2 * t["k"].numel() * 2
     l0, after = appendkv_launcher(append.kernel, p, t)
     ta = {**t, **after, "o": torch.empty(b, hq, 1, d, **dev)}
-    n = int(attn[0].args.get("num_splits", 1))
+    n = int(attn[0].launch.num_splits or 1)
     launches = [l0]
     if attn[0].role.value == "splitkv":
         ta["o_acc"] = torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32)
         ta["lse_acc"] = torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32)
         launches += [
-            attention_launcher(attn[0].kernel, p, ta, split=True, num_splits=n),
+            attention_launcher(attn[0].kernel, p, ta, split=True, num_splits=n, variant=attn[0].launch.variant),
             combine_launcher(attn[1].kernel, p, ta, n),
         ]
     else:
-        launches.append(attention_launcher(attn[0].kernel, p, ta))
+        launches.append(attention_launcher(attn[0].kernel, p, ta, variant=attn[0].launch.variant))
 
     def whole(launches=launches):
         for f in launches:

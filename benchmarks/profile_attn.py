@@ -40,7 +40,8 @@ def ours(direction: str, p: Problem, t: dict):
     reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
     disp = Dispatcher(reg, get_backend("triton"), num_cus=torch.cuda.get_device_properties(0).multi_processor_count)
     fwd = p.replace(family="fwd", lse=True)
-    launch_fwd = attention_launcher(disp.select(fwd).stages[0].kernel, fwd, t)
+    stage = disp.select(fwd).stages[0]
+    launch_fwd = attention_launcher(stage.kernel, fwd, t, variant=stage.launch.variant)  # the plan's launch variant
     if direction == "fwd":
         print("kernel", disp.select(fwd).stages[0].kernel.kernel_id, flush=True)
         return launch_fwd

@@ -20,6 +20,7 @@ import torch
 import triton
 
 from ckfmha.backends.triton.launch import LaunchShape, attention_launcher, combine_launcher
+from ckfmha.heuristics import load_heuristics
 from ckfmha.kernel import KernelConfig
 from ckfmha.problem import Problem
 
@@ -95,6 +96,7 @@ def tune_prefill(rows: list, tma_mode: bool = False) -> None:
                                 warp_specialize=ws,
                                 tma=use_tma,
                                 tma_edges=edges,
+                                variant=load_heuristics().launch_variant(c),  # the table's, as a plan would carry
                             )
                             launch()
                             ms = med(launch)
@@ -150,6 +152,7 @@ def tune_causal(rows: list) -> None:
                             {"q": q, "k": k, "v": v, "o": o},
                             shape=LaunchShape(bm, bn, d, d, w, st),
                             fuse_tail=fuse,
+                            variant=load_heuristics().launch_variant(c),  # the table's, as a plan would carry
                         )
                         o.fill_(float("nan"))
                         launch()
@@ -252,7 +255,8 @@ def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, in
     for d, causal, s in cases:
         b, h = 32768 // s, 2048 // d
         p = Problem(dtype="bf16", batch=b, nhead_q=h, seqlen_q=s, seqlen_k=s, hdim_q=d, mask="b" if causal else "0")
-        c = disp.select(p).stages[0].kernel
+        stage = disp.select(p).stages[0]
+        c, variant = stage.kernel, stage.launch.variant  # "base": the dispatcher's launch, its variant included
         ls = launch_shape(c)
         torch.manual_seed(0)
         q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
@@ -279,7 +283,7 @@ def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, in
                 bm, bn, w, st = kw.pop("shape")
                 kw["shape"] = LaunchShape(bm, bn, d, d, w, st)
             try:
-                launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o}, **kw)
+                launch = attention_launcher(c, p, {"q": q, "k": k, "v": v, "o": o}, variant=variant, **kw)
                 o.fill_(float("nan"))
                 launch()
                 err = ((o.float() - ref).norm() / ref.norm()).item()
@@ -369,7 +373,7 @@ def tune_decode(rows: list) -> None:
                     "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
                     "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
                 }
-                l1 = attention_launcher(c, p, t, split=True, num_splits=n)
+                l1 = attention_launcher(c, p, t, split=True, num_splits=n, variant=load_heuristics().launch_variant(c))
                 l2 = combine_launcher(comb, p, t, n)
 
                 def both(l1=l1, l2=l2):

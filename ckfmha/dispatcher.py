@@ -3,7 +3,8 @@
 Plans per problem family
 ------------------------
 ============  ==================================================================================================
-fwd           ``fwd``
+fwd           ``fwd``; ``splitkv`` -> ``combine`` where a CK finding refuses the fwd kernels for the problem
+              (:mod:`ckfmha.ck_findings`: ALiBi positions at or beyond 2^16; split-KV kernels use 32 bits)
 fwd_splitkv   ``splitkv`` (num_splits partial O + LSE) -> ``combine``
 fwd_pagedkv   ``pagedkv``
 fwd_appendkv  ``appendkv`` (write knew/vnew into the cache, RoPE) -> attention over the cache: split-KV
@@ -39,6 +40,8 @@ Rules 1-9 are :mod:`ckfmha.rules` (:func:`ckfmha.rules.fits`), which the backend
    ``seqlen_k_ptr`` for every KV-cache run, and fmha_fwd_splitkv.py's ``skcheck`` admits a kernel without
    seqlen_k padding only when ``a.seqlen_k_ptr == nullptr``);
 9. bwd ``max_seq_len_q``: a kernel specialized for short queries only where seqlen_q <= maxq;
+9b. CK findings: a CK kernel a finding affects (``data/ck_findings.yaml``) is refused for a problem that
+    triggers it, naming the finding (:mod:`ckfmha.ck_findings`);
 10. the backend can realize the config (``backend.supports``), when a backend is given.
 
 Ranking of the candidates that pass
@@ -58,8 +61,9 @@ Ranking of the candidates that pass
 The table is ``data/heuristics.yaml`` unless a Dispatcher is given another (``heuristics=``,
 ``--ckfmha-heuristics FILE``). Its ``launch_variants`` (how the Triton backend launches a forward-attention
 kernel) travel on the plan: a stage whose kernel a rule matches carries ``qk_ahead`` / ``lpt_heads`` in its
-``args`` (``fwd: <kernel> qk_ahead=True lpt_heads=8``), and the launcher applies them where the problem can take
-them.
+``launch.variant`` (printed ``fwd: <kernel> qk_ahead=True lpt_heads=8``), and the launcher applies them where the
+problem can take them.  Each stage also carries its other launch choices (``launch.num_splits``,
+``launch.workspace_bytes``) and the outputs it writes (``stage.outputs``, from :mod:`ckfmha.family_records`).
 
 Public API: :meth:`Dispatcher.select` (the plan), :meth:`Dispatcher.explain` (every candidate with its verdict),
 :meth:`Dispatcher.ranked_candidates` (the kernels that can serve one stage, best first; fast for many problems),
@@ -74,13 +78,17 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
+from ckfmha.ck_findings import triggered_findings
+from ckfmha.family_records import stage_outputs
 from ckfmha.heuristics import DEFAULT_PRIORITY, Heuristics, HeuristicsError, load_heuristics  # noqa: F401
 from ckfmha.kernel import Dropout, DType, Family, KernelConfig, KVLoad
 from ckfmha.plan import (  # noqa: F401  (re-exported: older imports)
     PAIRED_ROLE,
     ROLE_FAMILY,
+    Launch,
+    LaunchVariant,
     Plan,
     Stage,
     StageRole,
@@ -291,7 +299,7 @@ class Dispatcher:
             if s.chosen is None:
                 raise NoKernelError(explanation)
             chosen[s.role] = s.chosen
-        stages = [Stage(role, chosen[role], args) for role, args in self._stage_args(problem, chosen)]
+        stages = [self._stage(problem, role, c) for role, c in chosen.items()]
         return Plan(problem, tuple(stages))
 
     def explain(self, problem: "Problem") -> Explanation:
@@ -333,7 +341,9 @@ class Dispatcher:
         """The plan structures that can serve the problem, in order of preference."""
         f = problem.family
         if f is Family.FWD:
-            return [[StageRole.FWD]]
+            # a CK finding that refuses the fwd kernels (ckfmha.ck_findings: ALiBi past 2^16) leaves split-KV
+            fallback = [[StageRole.SPLITKV, StageRole.COMBINE]] if triggered_findings(problem, Family.FWD) else []
+            return [[StageRole.FWD], *fallback]
         if f is Family.FWD_SPLITKV:
             return [[StageRole.SPLITKV, StageRole.COMBINE]]
         if f is Family.FWD_PAGEDKV:
@@ -372,28 +382,26 @@ class Dispatcher:
             return [split]
         return [[StageRole.PAGEDKV] if problem.page_block_size else [StageRole.FWD], split]
 
-    def _stage_args(self, problem: "Problem", chosen: dict[StageRole, KernelConfig]):
-        for role in chosen:
-            args: dict[str, Any] = {}
-            if role in (StageRole.SPLITKV, StageRole.COMBINE):
-                args["num_splits"] = (
-                    problem.num_splits if problem.family is Family.FWD_SPLITKV else self.plan_num_splits(problem)
-                )
-            if role in LAUNCH_VARIANT_ROLES:
-                args.update(self.heuristics.launch_variant(chosen[role]).as_stage_args())
-            if role is StageRole.DQ_DK_DV:
-                c = chosen[role]
-                # Allocated once from host-known maxima: no device-to-host read of seqstart arrays.
-                args["workspace_bytes"] = bwd_workspace_upper_bound(
-                    problem.batch,
-                    problem.hdim_q,
-                    problem.nhead_q,
-                    problem.seqlen_q,
-                    problem.seqlen_k,
-                    deterministic=problem.deterministic,
-                    bn0=c.algorithm.tile[1],
-                )
-            yield role, args
+    def _stage(self, problem: "Problem", role: StageRole, c: KernelConfig) -> Stage:
+        """The plan stage of ``role`` played by ``c``: its launch choices (:class:`~ckfmha.plan.Launch`) and the
+        outputs it writes (:func:`ckfmha.family_records.stage_outputs`)."""
+        num_splits = workspace = None
+        if role in (StageRole.SPLITKV, StageRole.COMBINE):
+            num_splits = problem.num_splits if problem.family is Family.FWD_SPLITKV else self.plan_num_splits(problem)
+        variant = self.heuristics.launch_variant(c) if role in LAUNCH_VARIANT_ROLES else LaunchVariant()
+        if role is StageRole.DQ_DK_DV:
+            # Allocated once from host-known maxima: no device-to-host read of seqstart arrays.
+            workspace = bwd_workspace_upper_bound(
+                problem.batch,
+                problem.hdim_q,
+                problem.nhead_q,
+                problem.seqlen_q,
+                problem.seqlen_k,
+                deterministic=problem.deterministic,
+                bn0=c.algorithm.tile[1],
+            )
+        launch = Launch(num_splits=num_splits, workspace_bytes=workspace, variant=variant)
+        return Stage(role, c, launch, stage_outputs(problem, role, c, num_splits))
 
     # ------------------------------------------------------------------ matching
     def _explain_stage(

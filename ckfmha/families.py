@@ -25,7 +25,8 @@ Accepted aliases (:data:`FAMILY_ALIASES`): ``splitkv``, ``pagedkv``, ``appendkv`
   ``fwd_pagedkv`` the split-KV + combine fallback where no paged-KV kernel serves the problem.
 
 A name that is none of these raises :class:`FamilyError` naming the value, the allowed names and the aliases.
-This module imports only :mod:`ckfmha.kernel` (no NumPy).
+This module imports only :mod:`ckfmha.kernel` at import time (no NumPy); :func:`plan_families` reads the family
+records (:mod:`ckfmha.family_records`) when called.
 """
 
 from __future__ import annotations
@@ -59,15 +60,6 @@ def _api_of(problem_token: str) -> Api:
 
 # problem family -> its generator api's kernel families, derived from ckfmha.kernel.API_FAMILIES
 _GENERATED: dict[str, tuple[Family, ...]] = {f: API_FAMILIES[_api_of(f)] for f in PROBLEM_FAMILIES}
-
-# fwd_appendkv's plan: appendkv, then attention over the updated cache (ckfmha/dispatcher.py structures():
-# split-KV + combine, paged-KV or fwd; CK's tile_example_fmha_fwd runs fmha_fwd_appendkv then fmha_fwd_splitkv).
-# fwd_pagedkv's plan falls back to split-KV + combine where no paged-KV kernel serves the problem (CK's run_fwd in
-# fmha_fwd_runner.hpp: "fallback to fmha_fwd_splitkv"; ckfmha/dispatcher.py structures()).
-_PLAN_EXTRA: dict[str, tuple[Family, ...]] = {
-    "fwd_appendkv": (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV),
-    "fwd_pagedkv": (Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE),
-}
 
 # kernel-stage tokens that name no problem family: selected alone
 STAGE_ONLY: tuple[Family, ...] = tuple(
@@ -121,9 +113,11 @@ def kernel_families(name: Any, field: str = "family") -> tuple[Family, ...]:
 
 
 def plan_families(name: Any, field: str = "family") -> tuple[Family, ...]:
-    """Every kernel family a plan for problem family ``name`` may use (see the module doc)."""
-    tok = problem_family(name, field)
-    return _GENERATED[tok] + _PLAN_EXTRA.get(tok, ())
+    """Every kernel family a plan for problem family ``name`` may use (see the module doc): the kernel families of
+    the roles its family record lists (:attr:`ckfmha.family_records.FamilyRecord.roles`)."""
+    from ckfmha.family_records import ROLE_FAMILY, family_record
+
+    return tuple(ROLE_FAMILY[role] for role in family_record(problem_family(name, field)).roles)
 
 
 __all__ = [

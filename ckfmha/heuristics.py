@@ -19,7 +19,7 @@ Schema (``data/schemas/heuristics.schema.yaml``)::
 A **launch variant** (:class:`LaunchVariant`) changes how the Triton backend launches a kernel, not which kernel
 runs: ``qk_ahead`` issues Q.K one key block ahead of the softmax, ``lpt_heads`` orders the grid longest-first over
 groups of that many heads. The dispatcher puts the first matching rule's variant on the plan's stage
-(:meth:`LaunchVariant.as_stage_args`); ckfmha/backends/triton/launch.py applies each where the problem can take it
+(``stage.launch.variant``, :class:`ckfmha.plan.Launch`); the Triton launcher applies each where the problem can take it
 (Q.K ahead for plain problems, the longest-first grid in batch mode without packed GQA rows). No matching rule:
 neither.
 
@@ -37,11 +37,13 @@ class (or, when none is, on the most shapes).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ckfmha.plan import LaunchVariant  # the type lives with the plan it travels on; re-exported here
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.kernel import KernelConfig
@@ -99,24 +101,6 @@ def row_class(row: dict[str, Any]) -> tuple:
         bucket(int(row["seqlen_q"])),
         bucket(int(row["seqlen_k"])),
     )
-
-
-@dataclass(frozen=True)
-class LaunchVariant:
-    """How the Triton backend launches a forward kernel (the module docstring says what each field does)."""
-
-    qk_ahead: bool = False
-    lpt_heads: int = 0
-
-    def as_stage_args(self) -> dict[str, Any]:
-        """The plan stage's ``args`` entries (none for the default: no variant)."""
-        return {} if self == LaunchVariant() else {"qk_ahead": self.qk_ahead, "lpt_heads": self.lpt_heads}
-
-    @classmethod
-    def from_stage_args(cls, args: Mapping[str, Any]) -> "LaunchVariant":
-        """The variant a plan stage carries (:meth:`as_stage_args`), or a ``launch_variants`` entry (the same keys);
-        none there: the default."""
-        return cls(bool(args.get("qk_ahead", False)), int(args.get("lpt_heads", 0)))
 
 
 @dataclass(frozen=True)

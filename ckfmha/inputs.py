@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -46,6 +47,17 @@ def output_dtype(dtype: DType, fp8_format: str = "ocp") -> np.dtype:
     if dtype is DType.FP8FP32:
         return np.dtype(np.float32)
     return storage_dtype(dtype, fp8_format)
+
+
+def fp8_format_of(tensors: Any) -> str:
+    """The fp8 encoding of a run's NumPy inputs: ``fnuz`` when ``q`` (else ``k_cache``, else ``k``) is
+    ``ml_dtypes.float8_e4m3fnuz`` (:func:`make_inputs`' ``fp8_format="fnuz"``), else ``ocp`` -- the one rule
+    (plain fp8 O is stored in the inputs' encoding)."""
+    for name in ("q", "k_cache", "k"):
+        a = tensors.get(name)
+        if isinstance(a, np.ndarray):
+            return "fnuz" if a.dtype.name == "float8_e4m3fnuz" else "ocp"
+    return "ocp"
 
 
 def seq_shape(layout: Layout, batch: int, heads: int, seq: int, dim: int) -> tuple[int, int, int, int]:

@@ -1,7 +1,7 @@
-"""Which outputs of a problem are compared with the reference -- the one definition.
+"""Which outputs of a problem are compared with the reference: :func:`compared_outputs`, read from the family
+records (:mod:`ckfmha.family_records`, ``FamilyRecord.compared``) -- the one definition.
 
-:func:`compared_outputs` is used by ``ckfmha run`` (the CLI), the pytest plugin's items
-(:mod:`pytest_ckfmha.execute`) and, for its plan form, the parity sides:
+It is used by ``ckfmha run`` (the CLI), the pytest plugin's items and, for its plan form, the parity sides:
 
 * forward family: ``o``, plus ``lse`` when the problem asks for it; append-KV also the updated caches
   (``k_cache`` / ``v_cache`` when paged, else ``k`` / ``v``);
@@ -14,22 +14,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from ckfmha.family_records import compared_outputs
 
-from ckfmha.kernel import Family
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.problem import Problem
-
-
-def compared_outputs(problem: "Problem", *, kernel_item: bool = False) -> tuple[str, ...]:
-    """The outputs ``problem`` is judged on (see the module doc); ``kernel_item``: one pinned dq_dk_dv kernel is
-    judged (the backward's raw layouts) rather than a plan."""
-    if problem.is_backward:
-        if kernel_item:
-            return ("dq", "dk_raw", "dv_raw") + (("dbias_raw",) if problem.dbias else ())
-        return ("dq", "dk", "dv") + (("dbias",) if problem.dbias else ())
-    names: tuple[str, ...] = ("o",) + (("lse",) if problem.lse else ())
-    if problem.family is Family.FWD_APPENDKV:
-        names += ("k_cache", "v_cache") if problem.page_block_size else ("k", "v")
-    return names
+__all__ = ["compared_outputs"]

@@ -1,4 +1,5 @@
-"""Plan types: the stage roles, which kernel family serves each, a stage (role + kernel + arguments) and a plan.
+"""Plan types: a stage (role + kernel + launch choices + outputs) and a plan; the stage roles and their tables,
+which :mod:`ckfmha.family_records` defines, are re-exported here.
 
 These types are shared by the dispatcher (which makes plans), the rules (:mod:`ckfmha.rules`, which say whether
 a kernel fits a role), the backends (which run stages) and the runner (which runs plans); they live here so none
@@ -15,88 +16,101 @@ of those modules has to import another for them (``ckfmha.dispatcher`` re-export
   requires, the dispatcher passes the chosen kernel);
 * :func:`needs_convert` -- whether a backward plan ends with a convert_dq stage (the one place of that rule: the
   dispatcher's plan structure and the backends' dq_dk_dv stages read it);
-* :class:`Stage`, :class:`Plan`.
+* :class:`OutputSpec` -- one output a stage writes (name, shape, dtype; allocated NaN-poisoned);
+* :class:`LaunchVariant` and :class:`Launch` -- the backend-neutral launch choices the dispatcher makes for a stage
+  (``num_splits`` of a split-KV pair, the backward's ``workspace_bytes``, the forward's launch variant);
+* :class:`Stage` (role + kernel + launch + the outputs it writes), :class:`Plan`.
+
+The stage contract (:meth:`ckfmha.backends.base.Backend.run_stage`): a backend reads the plan's tensors as a
+read-only mapping and returns every :attr:`Stage.outputs` entry as a new array of the spec's shape and dtype; the
+runner (:func:`ckfmha.runner.execute`) checks them against the specs and alone merges them into the plan's tensors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckfmha.kernel import DType, Family, KernelConfig, TokenEnum
+from ckfmha.family_records import (  # the role vocabulary and its tables, re-exported: plans speak in them
+    FAMILY_ROLE,
+    MAIN_ROLE,
+    PAIRED_ROLE,
+    ROLE_FAMILY,
+    OutputSpec,
+    StageRole,
+    main_role,
+    needs_convert,
+)
+from ckfmha.kernel import KernelConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.problem import Problem
 
 
-class StageRole(TokenEnum):
-    FWD = "fwd"
-    SPLITKV = "splitkv"
-    COMBINE = "combine"
-    PAGEDKV = "pagedkv"
-    APPENDKV = "appendkv"
-    BATCH_PREFILL = "batch_prefill"
-    DOT_DO_O = "dot_do_o"
-    DQ_DK_DV = "dq_dk_dv"
-    CONVERT_DQ = "convert_dq"
+@dataclass(frozen=True)
+class LaunchVariant:
+    """How a GPU backend launches a forward-attention kernel, not which kernel runs (:mod:`ckfmha.heuristics`
+    chooses it per kernel from data): ``qk_ahead`` -- Q.K of the next key block issued before the softmax of the
+    current one; ``lpt_heads`` -- longest-first grid over groups of that many heads (0: the plain grid)."""
+
+    qk_ahead: bool = False
+    lpt_heads: int = 0
+
+    def as_stage_args(self) -> dict[str, Any]:
+        """The variant as ``key: value`` entries (none for the default: no variant), the words plans print."""
+        return {} if self == LaunchVariant() else {"qk_ahead": self.qk_ahead, "lpt_heads": self.lpt_heads}
+
+    @classmethod
+    def from_stage_args(cls, args: Any) -> "LaunchVariant":
+        """The variant of a ``launch_variants`` entry of a heuristics file (the keys of :meth:`as_stage_args`);
+        none there: the default."""
+        return cls(bool(args.get("qk_ahead", False)), int(args.get("lpt_heads", 0)))
 
 
-ROLE_FAMILY: dict[StageRole, Family] = {
-    StageRole.FWD: Family.FWD,
-    StageRole.SPLITKV: Family.FWD_SPLITKV,
-    StageRole.COMBINE: Family.FWD_SPLITKV_COMBINE,
-    StageRole.PAGEDKV: Family.FWD_PAGEDKV,
-    StageRole.APPENDKV: Family.FWD_APPENDKV,
-    StageRole.BATCH_PREFILL: Family.BATCH_PREFILL,
-    StageRole.DOT_DO_O: Family.BWD_DOT_DO_O,
-    StageRole.DQ_DK_DV: Family.BWD_DQ_DK_DV,
-    StageRole.CONVERT_DQ: Family.BWD_CONVERT_DQ,
-}
+@dataclass(frozen=True)
+class Launch:
+    """The dispatcher's backend-neutral launch choices for one stage: ``num_splits`` (split-KV and its combine;
+    None elsewhere), ``workspace_bytes`` (the backward dq_dk_dv stage's host-known workspace bound; None
+    elsewhere) and ``variant`` (the forward launch variant)."""
 
-#: the role a kernel of each family plays (ROLE_FAMILY is one-to-one)
-FAMILY_ROLE: dict[Family, StageRole] = {family: role for role, family in ROLE_FAMILY.items()}
+    num_splits: int | None = None
+    workspace_bytes: int | None = None
+    variant: LaunchVariant = LaunchVariant()
 
-#: role -> the earlier role whose chosen kernel a kernel of this role must match (ckfmha.rules: a combine kernel
-#: reuses its split kernel's pads, fmha_fwd_splitkv.py; a deterministic two-entry convert_dq tile's kN0 is its
-#: dq_dk_dv kernel's bn0, codegen/ops/fmha_bwd.py ``convert_dq_bn0``)
-PAIRED_ROLE: dict[StageRole, StageRole] = {
-    StageRole.COMBINE: StageRole.SPLITKV,
-    StageRole.CONVERT_DQ: StageRole.DQ_DK_DV,
-}
-
-#: problem family -> the role of the kernel the family is named after
-MAIN_ROLE: dict[Family, StageRole] = {
-    Family.FWD: StageRole.FWD,
-    Family.FWD_SPLITKV: StageRole.SPLITKV,
-    Family.FWD_PAGEDKV: StageRole.PAGEDKV,
-    Family.FWD_APPENDKV: StageRole.APPENDKV,
-    Family.BATCH_PREFILL: StageRole.BATCH_PREFILL,
-    Family.BWD_DQ_DK_DV: StageRole.DQ_DK_DV,
-}
-
-
-def main_role(problem: "Problem") -> StageRole:
-    """The main stage's role of ``problem``'s plan (see :data:`MAIN_ROLE`)."""
-    return MAIN_ROLE[problem.family]
-
-
-def needs_convert(problem: "Problem") -> bool:
-    """Whether a convert_dq stage follows dq_dk_dv: the fp32 dq accumulator is converted to the input dtype, and
-    a deterministic run's per-key-tile slices summed -- so for every dtype but fp32, and for fp32 when
-    deterministic.  fp32 non-deterministic: the dq_dk_dv kernel's accumulator is dQ, which the backends' dq_dk_dv
-    stages then write directly (cpu stages.run_dq_dk_dv, triton launch_bwd)."""
-    return problem.dtype is not DType.FP32 or problem.deterministic
+    def as_args(self) -> dict[str, Any]:
+        """The non-default choices as ``key: value`` entries, in the order plans print them."""
+        out: dict[str, Any] = {}
+        if self.num_splits is not None:
+            out["num_splits"] = self.num_splits
+        out.update(self.variant.as_stage_args())
+        if self.workspace_bytes is not None:
+            out["workspace_bytes"] = self.workspace_bytes
+        return out
 
 
 @dataclass(frozen=True)
 class Stage:
+    """One stage of a plan: the ``role``, the ``kernel`` that plays it, the dispatcher's ``launch`` choices and
+    the ``outputs`` the stage writes (:class:`OutputSpec`, derived from the family records,
+    :func:`ckfmha.family_records.stage_outputs`)."""
+
     role: StageRole
     kernel: KernelConfig
-    args: Mapping[str, Any] = field(default_factory=dict)
+    launch: Launch = Launch()
+    outputs: tuple[OutputSpec, ...] = ()
+
+    def output(self, name: str) -> OutputSpec:
+        """The output spec called ``name`` (a KeyError naming the stage's outputs otherwise)."""
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(
+            f"stage {self.role.value} declares no output {name!r}; it writes: "
+            f"{', '.join(s.name for s in self.outputs) or 'nothing'}"
+        )
 
     def __str__(self) -> str:
-        extra = "".join(f" {k}={v}" for k, v in self.args.items())
+        extra = "".join(f" {k}={v}" for k, v in self.launch.as_args().items())
         return f"{self.role.value}: {self.kernel.kernel_id}{extra}"
 
 
@@ -111,3 +125,19 @@ class Plan:
     @property
     def kernels(self) -> tuple[KernelConfig, ...]:
         return tuple(s.kernel for s in self.stages)
+
+
+__all__ = [
+    "FAMILY_ROLE",
+    "Launch",
+    "LaunchVariant",
+    "MAIN_ROLE",
+    "OutputSpec",
+    "PAIRED_ROLE",
+    "Plan",
+    "ROLE_FAMILY",
+    "Stage",
+    "StageRole",
+    "main_role",
+    "needs_convert",
+]

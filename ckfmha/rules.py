@@ -3,7 +3,7 @@
 :func:`fits` answers with ``None`` (it fits) or the first failed rule in the dispatcher's words (what
 :meth:`ckfmha.dispatcher.Dispatcher.explain` shows); :func:`misfit` returns the same failure as a :class:`Misfit`,
 which also names the launch argument at fault for the host checks of the backends (the cpu backend raises
-``PreconditionError`` / ``BackendError`` and the Triton backend ``PreconditionError`` with it). The dispatcher,
+:class:`ckfmha.backends.base.PreconditionError` / ``BackendError`` with it, every backend alike). The dispatcher,
 the backends' host checks and the pytest plugin's collection all use these rules, so a kernel the dispatcher
 would never choose for a problem is also refused when it is launched on it.
 
@@ -29,7 +29,10 @@ The rules, in the order they are checked (numbers as in :mod:`ckfmha.dispatcher`
    tile_example passes ``seqlen_k_ptr`` for every KV-cache run and fmha_fwd_splitkv.py's ``skcheck`` admits a
    kernel without seqlen_k padding only when ``a.seqlen_k_ptr == nullptr``); a kernel without a seqlen pad only
    where every such length is a positive multiple of its tile (``bm0``/``bn0``; append-KV ``bs``/``bsk``);
-9. bwd ``max_seq_len_q``: a short-query dq_dk_dv kernel only where seqlen_q <= its limit.
+9. bwd ``max_seq_len_q``: a short-query dq_dk_dv kernel only where seqlen_q <= its limit;
+9b. CK findings (:mod:`ckfmha.ck_findings`, ``data/ck_findings.yaml``): a CK kernel a finding affects is refused
+   for a problem that triggers the finding (``ck_finding alibi_sad_u16: ...``: ALiBi positions at or beyond 2^16
+   wrap in the fwd, paged-KV, batch-prefill and bwd kernels); the rule names the finding.
 
 (Head dims are checked before the feature requirements, as the dispatcher always has; the numbering follows the
 dispatcher's table.) Whether a backend can realize a kernel at all (rule 10) is the backend's ``supports``.
@@ -47,6 +50,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ckfmha.ck_findings import finding_misfit, load_findings
 from ckfmha.kernel import Dropout, Family, KernelConfig, MaskImpl, Mode, QScale, Rope
 from ckfmha.plan import ROLE_FAMILY, StageRole
 
@@ -255,6 +259,7 @@ class RoleRules:
         self.head_dims = head_dims(role)
         qs, ks = sequence_lengths(problem)
         self.lengths = {"seqlen_q": qs, "seqlen_k": ks, "seqlen_knew": (problem.seqlen_knew,)}
+        self.findings = tuple(f for f in load_findings() if f.bias is problem.bias)  # those it can trigger
         self.after_append = problem.family is Family.FWD_APPENDKV and role is not StageRole.APPENDKV
 
     def reason(self, c: KernelConfig) -> str | None:
@@ -292,6 +297,10 @@ class RoleRules:
                 p.seqlen_q,
                 f"exceeds the kernel's max_seq_len_q={a.max_seq_len_q}",
             )
+        if self.findings:
+            found = finding_misfit(p, c, self.findings)
+            if found is not None:
+                return Misfit(found)
         return None
 
     def _head_dim_misfit(self, c: KernelConfig) -> Misfit | None:

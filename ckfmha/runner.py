@@ -5,9 +5,10 @@ the one execution loop (:func:`execute`) that the pytest plugin's items run too.
    arguments; ``arch`` defaults to the arch data's default, :func:`ckfmha.archs.default_arch`) and a
    :class:`~ckfmha.dispatcher.Dispatcher` bound to the backend select the plan; when no kernel serves a stage,
    the :class:`~ckfmha.dispatcher.NoKernelError` carries the dispatcher's explanation.
-2. Every output of the plan is allocated and poisoned with NaN (:func:`output_specs`, :func:`prepare_tensors`);
-   inputs are never modified (append-KV's in-place cache update and rotated ``q`` work on copies, returned as
-   outputs).
+2. Every stage of the plan declares its outputs (``stage.outputs``: :class:`~ckfmha.plan.OutputSpec`, from the
+   family records; :func:`plan_outputs`); a backend allocates each NaN-poisoned and returns it; inputs are never
+   modified (stages read read-only views; append-KV returns its updated caches and rotated ``q`` as new arrays
+   that replace those inputs for the later stages).
 3. :func:`execute` runs the stages in order through ``backend.build`` (cached on disk, and per call in
    ``built``) and ``backend.run_stage`` on any :class:`~ckfmha.backends.base.Backend` object, recording per
    stage the cold build time, the wall time and the device time the backend reports (:class:`Execution`);
@@ -31,33 +32,23 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, cast
 
 import numpy as np
 
 from ckfmha.backends import BackendError, get_backend
-from ckfmha.backends.base import Backend, BuiltKernel
+from ckfmha.backends.base import Backend, BuiltKernel, RunContext, StageResult
 from ckfmha.dispatcher import Dispatcher, Explanation
-from ckfmha.inputs import (
-    bias_shape,
-    dbias_raw_shape,
-    dk_raw_shape,
-    dv_raw_shape,
-    kv_shapes,
-    lse_shape,
-    o_shape,
-    output_dtype,
-    q_shape,
-    storage_dtype,
-)
-from ckfmha.kernel import Family, Mode
-from ckfmha.plan import Plan, StageRole
-from ckfmha.poison import Census, census, is_float, poisoned
+from ckfmha.family_records import bind_to_inputs, reduced_outputs, stage_outputs
+from ckfmha.inputs import fp8_format_of, storage_dtype
+from ckfmha.kernel import Mode
+from ckfmha.plan import OutputSpec, Plan, Stage, StageRole
+from ckfmha.poison import Census, census, is_float
 from ckfmha.problem import Layout, Problem
 from ckfmha.registry import Registry
-from ckfmha.workspace import dq_acc_shape
 
 
 class UnwrittenOutputError(BackendError):
@@ -86,14 +77,14 @@ def dispatcher_for(
 ) -> Dispatcher:
     """A dispatcher over ``registry`` or the enumeration of ``arch`` (None: :func:`ckfmha.archs.default_arch`)
     under ``receipt`` and ``mask_mode``, bound to the backend called ``backend``.  The hip backend with a CK
-    checkout plans over that checkout's own kernel space (:meth:`Registry.from_checkout`): it builds those kernels."""
+    checkout plans over that checkout's own kernel space (:meth:`Registry.from_checkout`): it builds those kernels
+    (:meth:`~ckfmha.backends.base.Backend.kernel_source`)."""
     be = get_backend(backend)
     if registry is None:
         from ckfmha.archs import default_arch
-        from ckfmha.backends.hip import configure_hip
 
         arch = default_arch() if arch is None else arch
-        ck_root = configure_hip().ck_root() if backend == "hip" else None
+        ck_root = be.kernel_source()  # a configured hip backend's CK checkout; None: the built-in enumeration
         if ck_root is not None:
             registry = Registry.from_checkout(ck_root, arch, receipt=receipt, mask_mode=mask_mode)
         else:
@@ -128,37 +119,36 @@ def explain(
     return dispatcher_for(backend, arch, registry, receipt, mask_mode).explain(problem)
 
 
-def output_specs(problem: Problem, plan: Plan) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Name -> (shape, dtype) of every output the plan's stages write (NaN-poisoned before the run)."""
-    p = problem
-    f32 = np.dtype(np.float32)
-    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-    nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
+def plan_outputs(plan: Plan) -> dict[str, OutputSpec]:
+    """Name -> :class:`~ckfmha.plan.OutputSpec` of every output the plan's stages write (``stage.outputs``, from
+    the family records) and of what the backward's host reduction writes
+    (:func:`ckfmha.family_records.reduced_outputs`); a name two stages write keeps its last spec."""
+    out: dict[str, OutputSpec] = {}
     for st in plan.stages:
-        c = st.kernel
-        if st.role in (StageRole.FWD, StageRole.PAGEDKV, StageRole.BATCH_PREFILL, StageRole.COMBINE):
-            out["o"] = (o_shape(p), output_dtype(p.dtype))
-            if c.lse:
-                out["lse"] = (lse_shape(p), f32)
-        elif st.role is StageRole.SPLITKV:
-            n = int(st.args["num_splits"])
-            out["o_acc"] = ((n, nb, p.nhead_q, ns, p.hdim_v), f32)
-            out["lse_acc"] = ((n, nb, p.nhead_q, ns), f32)
-        elif st.role is StageRole.DOT_DO_O:
-            out["d"] = (lse_shape(p), f32)
-        elif st.role is StageRole.DQ_DK_DV:
-            sdt = storage_dtype(p.dtype)
-            k_shape, v_shape = kv_shapes(p)
-            out["dq_acc"] = (dq_acc_shape(p, c.tile[1]), f32)
-            out["dq"] = (q_shape(p), sdt)
-            out["dk_raw"] = (dk_raw_shape(p), sdt)  # the kernel's, per q-head
-            out["dv_raw"] = (dv_raw_shape(p), sdt)
-            out["dk"] = (k_shape, sdt)  # the host reduction's (reduce_gradients)
-            out["dv"] = (v_shape, sdt)
-            if p.dbias:  # dtype: the bias's (prepare_tensors)
-                out["dbias_raw"] = (dbias_raw_shape(p), sdt)
-                out["dbias"] = (bias_shape(p), sdt)
+        out.update((spec.name, spec) for spec in st.outputs)
+    out.update((spec.name, spec) for spec in reduced_outputs(plan.problem))
     return out
+
+
+def output_specs(problem: Problem, plan: Plan) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Name -> (shape, dtype) of every output the plan writes (:func:`plan_outputs`)."""
+    return {n: (s.shape, np.dtype(s.dtype)) for n, s in plan_outputs(plan).items()}
+
+
+def bind_plan(plan: Plan, inputs: Mapping[str, Any]) -> Plan:
+    """``plan`` with every stage's outputs derived for ``inputs``: in their fp8 encoding (plain fp8 O is stored in
+    the inputs' encoding, :func:`ckfmha.inputs.fp8_format_of`; the dispatcher derives the ``ocp`` form), and an
+    output that updates an input shaped as that input (:func:`ckfmha.family_records.bind_to_inputs`); the plan
+    itself when nothing changes."""
+    fp8 = fp8_format_of(inputs)
+    stages = tuple(
+        replace(
+            st,
+            outputs=bind_to_inputs(stage_outputs(plan.problem, st.role, st.kernel, st.launch.num_splits, fp8), inputs),
+        )
+        for st in plan.stages
+    )
+    return plan if stages == plan.stages else replace(plan, stages=stages)
 
 
 def reduce_gradients(problem: Problem, tensors: dict) -> list[str]:
@@ -166,9 +156,8 @@ def reduce_gradients(problem: Problem, tensors: dict) -> list[str]:
     ``tensors`` to the user-facing ``dk`` / ``dv`` (K/V's shapes, summed over each K/V head's q-heads) and
     ``dbias`` (the bias's shape, summed over its broadcast axes) with
     :func:`ckfmha.reference.backward.reduce_raw_gradients`: sums in float32, rounded once to K/V's (the bias's)
-    dtype, written into the arrays ``tensors`` holds under those names when their shapes and dtypes fit.
-    Returns the names written; a :class:`~ckfmha.reference.backward.RawLayoutError` when a raw buffer is missing
-    or not in CK's raw shape."""
+    dtype, stored in ``tensors`` under those names (new arrays).  Returns the names written; a
+    :class:`~ckfmha.reference.backward.RawLayoutError` when a raw buffer is missing or not in CK's raw shape."""
     from ckfmha.reference.backward import RAW_NAMES, RawLayoutError, reduce_raw_gradients
 
     p = problem
@@ -184,16 +173,13 @@ def reduce_gradients(problem: Problem, tensors: dict) -> list[str]:
         dtypes["dbias"] = np.asarray(tensors["bias"]).dtype
     bias = np.shape(tensors["bias"]) if p.dbias else None
     reduced = reduce_raw_gradients(p, {n: tensors[n] for n in wanted}, bias, dtypes)
-    for name, value in reduced.items():
-        dst = tensors.get(name)
-        if isinstance(dst, np.ndarray) and dst.shape == value.shape and dst.dtype == value.dtype:
-            dst[...] = value
-        else:
-            tensors[name] = value
+    tensors.update(reduced)
     return [n for n in RAW_NAMES if n in reduced]
 
 
-def _forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+def forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The forward's ``(o, lse)`` the backward reads, from the NumPy reference forward (as CK's
+    tile_example_fmha_bwd computes them on the host): ``o`` in the storage dtype, ``lse`` float32."""
     from ckfmha.reference import reference_forward
 
     ref = reference_forward(problem, inputs, np.float32)
@@ -203,26 +189,15 @@ def _forward_for_backward(problem: Problem, inputs: dict) -> tuple[np.ndarray, n
 def prepare_tensors(
     problem: Problem, plan: Plan, inputs: dict, forward: tuple[np.ndarray, np.ndarray] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """The tensors a plan runs on: the inputs (copies of those a stage updates in place: append-KV's caches and
-    rotated q), the backward's forward outputs (``forward`` = (o, lse), stored in the input precision) and every
-    output allocated and poisoned with NaN. Returns (tensors, names the plan writes)."""
+    """The tensors a plan runs on: a new dict of the inputs (never modified: stages read them and return new
+    arrays) and the backward's forward outputs (``forward`` = (o, lse), stored in the input precision).
+    Returns (tensors, the names the plan writes: :func:`plan_outputs`); :func:`execute` fills them in."""
     p = problem
     tensors: dict[str, Any] = dict(inputs)
     if forward is not None:
         tensors["o"] = np.asarray(forward[0]).astype(storage_dtype(p.dtype))
         tensors["lse"] = np.asarray(forward[1]).astype(np.float32)
-    in_place: list[str] = []
-    if p.family is Family.FWD_APPENDKV:
-        for name in ("q", "k", "v", "k_cache", "v_cache"):
-            if name in tensors:
-                tensors[name] = np.array(tensors[name], copy=True)
-                in_place.append(name)
-    specs = output_specs(p, plan)
-    for name, (shape, dtype) in specs.items():
-        if name in ("dbias", "dbias_raw"):
-            dtype = tensors["bias"].dtype
-        tensors[name] = poisoned(shape, dtype)
-    return tensors, list(specs) + in_place
+    return tensors, list(plan_outputs(plan))
 
 
 def written_elements(p: Problem, name: str) -> np.ndarray | None:
@@ -323,6 +298,49 @@ def _call(what: str, contain: bool, passthrough: tuple[type[BaseException], ...]
         raise StageCrash(what, e) from None
 
 
+def _readonly(a: Any) -> Any:
+    """A read-only view of a NumPy array (anything else as it is): what a stage may read but not write."""
+    if not isinstance(a, np.ndarray):
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def _merge(st: Stage, res: StageResult | None, specs: Mapping[str, OutputSpec], tensors: dict, views: dict) -> set:
+    """Check a stage's result against the plan's output specs and store its arrays in ``tensors`` (and their
+    read-only views in ``views``, what later stages read).  Returns the names it stored; a
+    :class:`StageContractError` names the stage and what is wrong."""
+    outputs = res.outputs if res is not None else {}
+    problems = []
+    for name, a in outputs.items():
+        spec = specs.get(name)
+        why = f"{name}: not an output of this plan" if spec is None else spec.mismatch(a)
+        if why is not None:
+            problems.append(why)
+    if problems:
+        raise StageContractError(f"stage {st.role.value} ({st.kernel.kernel_id}) returned: " + "; ".join(problems))
+    for name, a in outputs.items():
+        tensors[name] = a
+        views[name] = _readonly(a)
+    return set(outputs)
+
+
+class StageContractError(BackendError):
+    """A backend's stage broke the stage contract (:mod:`ckfmha.backends.base`): an output the plan does not
+    declare, of another shape or dtype than its spec, or a required output no stage returned."""
+
+
+def _check_complete(plan: Plan, returned: set) -> None:
+    missing = [(st, spec.name) for st in plan.stages for spec in st.outputs if spec.required]
+    missing = [(st, n) for st, n in missing if n not in returned]
+    if missing:
+        raise StageContractError(
+            "no stage returned "
+            + "; ".join(f"{n} (declared by stage {st.role.value}, {st.kernel.kernel_id})" for st, n in missing)
+        )
+
+
 def execute(
     backend: Backend,
     plan: Plan,
@@ -335,42 +353,46 @@ def execute(
     passthrough: tuple[type[BaseException], ...] = (),
 ) -> Execution:
     """Build and run ``plan``'s stages on ``backend`` (any :class:`~ckfmha.backends.base.Backend` object) over
-    ``tensors`` (:func:`prepare_tensors`'s dict: stages read their inputs and write their outputs there; arrays a
-    stage returns instead of writing in place are stored there), then, for the backward with ``reduce``, the host
-    reduction :func:`reduce_gradients`.
+    ``tensors`` (:func:`prepare_tensors`'s dict), then, for the backward with ``reduce``, the host reduction
+    :func:`reduce_gradients`.  The stage contract (:mod:`ckfmha.backends.base`): each stage reads read-only views
+    of ``tensors`` and returns its outputs; this loop alone stores them in ``tensors`` after checking each against
+    its :class:`~ckfmha.plan.OutputSpec` (an output the plan does not declare, a wrong shape or dtype, or a
+    required output no stage returned raises :class:`StageContractError`).  The stages' specs are first bound to
+    the inputs' fp8 encoding (:func:`bind_plan`).  One :class:`~ckfmha.backends.base.RunContext` serves the
+    stages of this call.
 
     ``timing``: ask the backend for device time. ``built``: kernel id -> built kernel, reused and filled (repeated
-    runs of one plan build once). ``contain``: an exception of a build or a stage -- anything but
-    KeyboardInterrupt and the ``passthrough`` types -- becomes a :class:`StageCrash`; without it the exception
-    propagates as raised. The reduction's errors (:class:`~ckfmha.reference.backward.RawLayoutError`) always
-    propagate as raised."""
+    runs of one plan build once). ``contain``: an exception of a build or a stage (or a broken contract) --
+    anything but KeyboardInterrupt and the ``passthrough`` types -- becomes a :class:`StageCrash`; without it the
+    exception propagates as raised. The reduction's errors (:class:`~ckfmha.reference.backward.RawLayoutError`)
+    always propagate as raised."""
+    plan = bind_plan(plan, tensors)
     problem = plan.problem
     built = {} if built is None else built
+    specs = plan_outputs(plan)
+    views = {n: _readonly(a) for n, a in tensors.items()}
+    returned: set = set()
     runs = []
-    for st in plan.stages:
-        kid = st.kernel.kernel_id
-        cold, build_s = False, 0.0
-        if kid not in built:
-            bk = built[kid] = _call(f"build of {kid}", contain, passthrough, backend.build, st.kernel)
-            cold = not bk.cached
-            build_s = float(bk.build_seconds or 0.0) if cold else 0.0
-        t0 = time.perf_counter()
-        res = _call(
-            f"stage {st.role.value} ({kid})",
-            contain,
-            passthrough,
-            backend.run_stage,
-            built[kid],
-            st,
-            problem,
-            tensors,
-            timing=timing,
-        )
-        wall = (time.perf_counter() - t0) * 1e3
-        for name, a in (res.outputs if res is not None else {}).items():
-            if isinstance(a, np.ndarray) and tensors.get(name) is not a:
-                tensors[name] = a
-        runs.append(StageRun(st.role, kid, cold, build_s, wall, res.device_ms if res is not None else None))
+    context = RunContext(plan)
+    try:
+        for st in plan.stages:
+            kid = st.kernel.kernel_id
+            cold, build_s = False, 0.0
+            if kid not in built:
+                bk = built[kid] = _call(f"build of {kid}", contain, passthrough, backend.build, st.kernel)
+                cold = not bk.cached
+                build_s = float(bk.build_seconds or 0.0) if cold else 0.0
+            what = f"stage {st.role.value} ({kid})"
+            t0 = time.perf_counter()
+            run_stage = backend.run_stage
+            res = _call(what, contain, passthrough, run_stage, built[kid], st, problem, MappingProxyType(views),
+                        timing=timing, context=context)  # fmt: skip
+            wall = (time.perf_counter() - t0) * 1e3
+            returned |= _call(what, contain, passthrough, _merge, st, res, specs, tensors, views)
+            runs.append(StageRun(st.role, kid, cold, build_s, wall, res.device_ms if res is not None else None))
+        _call("the plan", contain, passthrough, _check_complete, plan, returned)
+    finally:
+        context.close()
     if reduce and problem.is_backward:
         reduce_gradients(problem, tensors)
     return Execution(tuple(runs), timing)
@@ -432,19 +454,18 @@ def run(
     p = problem
     forward = None
     if p.is_backward and ("o" not in inputs or "lse" not in inputs):
-        forward = _forward_for_backward(p, inputs)
+        forward = forward_for_backward(p, inputs)
     tensors, written = prepare_tensors(p, plan, inputs, forward)
-    specs = output_specs(p, plan)
     backend_impl = cast(Backend, disp.backend)  # dispatcher_for always binds a backend
     ex = execute(backend_impl, plan, tensors, timing=timing)
-    outputs = {n: tensors[n] for n in written}
+    outputs = {n: tensors[n] for n in written if n in tensors}  # optional outputs (randval) may be absent
     inputs_finite = all(
         np.all(np.isfinite(np.asarray(a, dtype=np.float64)))
         for a in inputs.values()
         if isinstance(a, np.ndarray) and is_float(a)
     )
     if inputs_finite:  # then the reference is finite wherever the plan must write
-        msgs = [m for c in unwritten_census(p, outputs, specs) for m in c.messages()]
+        msgs = [m for c in unwritten_census(p, outputs, outputs) for m in c.messages()]
         if msgs:
             raise UnwrittenOutputError("\n".join(msgs) + f"\n{plan}")
     return RunResult(outputs, plan, ex.total_ms if timing else None, [s.device_ms for s in ex.stages])

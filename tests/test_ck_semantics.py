@@ -241,7 +241,7 @@ def test_appendkv_with_splits_partials_match_reference(seqlen_k: int, seqlen_kne
     inp = make_inputs(p, 4)
     res = run(p, inp, backend="cpu")
     assert [s.role.value for s in res.plan.stages] == ["appendkv", "splitkv", "combine"]
-    assert res.plan.stages[1].args["num_splits"] == num_splits
+    assert res.plan.stages[1].launch.num_splits == num_splits
     ref = reference(p, inp)
     assert all(validate(p, res.outputs, ref).values())
     # the reference's partials over the appended cache

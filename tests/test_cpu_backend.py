@@ -17,9 +17,11 @@ from ckfmha.backends import get_backend
 from ckfmha.backends.base import BackendError, UnsupportedConfig
 from ckfmha.backends.cpu import PreconditionError, make_backend, split_key_ranges
 from ckfmha.dispatcher import Dispatcher, Stage, StageRole
+from ckfmha.family_records import stage_outputs
 from ckfmha.inputs import make_inputs
 from ckfmha.kernel import Family, KernelConfig, Pipeline
 from ckfmha.naming import parse_ck_instance_name
+from ckfmha.plan import Launch
 from ckfmha.problem import Problem
 from ckfmha.reference import reference, split_ranges, splitkv_combine
 from ckfmha.reference._core import Extras, attend
@@ -483,16 +485,17 @@ def test_splitkv_partials_match_the_reference_for_any_key_tile(
     c = _splitkv_kernel(bn0, mask=mask != "0", sink=True)
     inp = make_inputs(p, 5)
     be = make_backend()
-    tensors = dict(inp)
-    be.run_stage(be.build(c), _stage(c, StageRole.SPLITKV, num_splits=num_splits), p, tensors)
+    tensors = be.run_stage(be.build(c), _stage(c, StageRole.SPLITKV, p, num_splits), p, dict(inp)).outputs
     ref = reference(p, inp)
     np.testing.assert_allclose(tensors["lse_acc"], ref["lse_acc"], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(tensors["o_acc"], ref["o_acc"], rtol=2e-3, atol=2e-3)
 
 
 # ------------------------------------------------------------------------------------------- pads / preconditions
-def _stage(c: KernelConfig, role: StageRole, **args) -> Stage:
-    return Stage(role, c, args)
+def _stage(c: KernelConfig, role: StageRole, p: Problem | None = None, num_splits: int | None = None) -> Stage:
+    """A stage of ``role`` played by ``c``; with ``p`` it declares the outputs ``p`` needs (the dispatcher's)."""
+    outputs = stage_outputs(p, role, c, num_splits) if p is not None else ()
+    return Stage(role, c, Launch(num_splits=num_splits), outputs)
 
 
 def _one(api: str, *tokens: str, pred=lambda c: True) -> KernelConfig:
@@ -537,7 +540,7 @@ def test_unaligned_seqlen_on_nopad_kernel_raises_precondition() -> None:
         assert isinstance(ei.value, BackendError)
     # aligned lengths run
     p = Problem(batch=1, nhead_q=1, seqlen_q=bm0, seqlen_k=bn0, hdim_q=64)
-    out = be.run_stage(k, _stage(c, StageRole.FWD), p, dict(make_inputs(p, 0)), timing=True)
+    out = be.run_stage(k, _stage(c, StageRole.FWD, p), p, dict(make_inputs(p, 0)), timing=True)
     assert out.device_ms is not None and np.isfinite(out.outputs["o"].astype(np.float32)).all()
 
 

@@ -4,28 +4,26 @@
 * injected faults: a wrong ``alibi_bias`` / ``apply_rope`` / ``kv_sources`` / ``write_cache`` in the reference
   changes the reference and leaves the cpu backend's outputs bit for bit unchanged, so comparing the two catches
   the fault; with every function of the forward references made to raise, every family still runs on the cpu;
-* the cpu package imports nothing from ``ckfmha.reference`` (an allow-list of neutral names, empty today);
+* (that the backends import nothing of ``ckfmha.reference`` is the import contract
+  ``backends-independent-of-reference`` of pyproject.toml, checked by tests/test_import_contracts.py);
 * the backend's own input checks (page tables, cache rows, rotary tables) name the tensor, index, value and rule.
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 import types
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-import ckfmha.backends.cpu
+from ckfmha.backends.common.kv import KVAddressing, PageBlockNavigator, PoolLayout, sequence_kv
+from ckfmha.backends.common.rope import rotate, table_rows
 from ckfmha.backends.cpu import stages
 from ckfmha.backends.cpu.backend import make_plan
 from ckfmha.backends.cpu.bias import Alibi, AlibiMode, alibi_mode
 from ckfmha.backends.cpu.errors import KernelInputError
-from ckfmha.backends.cpu.kv import KVAddressing, PageBlockNavigator, PoolLayout, sequence_kv
-from ckfmha.backends.cpu.rope import rotate, table_rows
 from ckfmha.inputs import alibi_slopes, make_inputs, rotary_tables
 from ckfmha.masking import MaskSpec
 from ckfmha.problem import Problem
@@ -40,89 +38,6 @@ from tests.test_cpu_backend import cpu_registry
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CKFMHA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ckfmha-cache"))
-
-
-# ------------------------------------------------------------------------------------ imports of the package
-NEUTRAL_REFERENCE_NAMES: frozenset[str] = frozenset()
-"""Names the cpu backend may import from ckfmha.reference: pure helpers that encode no FMHA semantics.  None
-today -- the layout views live in ckfmha/backends/cpu/layout.py."""
-
-CPU_PACKAGE = Path(ckfmha.backends.cpu.__file__).parent
-
-
-def reference_imports(source: str, module: str) -> list[tuple[str, str]]:
-    """``(module, name)`` of every import from ``ckfmha.reference`` in ``source`` (the code of ``module``):
-    ``import`` / ``from ... import`` (absolute or relative, at any depth, lazy ones inside functions too) and
-    ``importlib.import_module`` / ``__import__`` calls with a literal name; ``name`` is ``*`` for a whole
-    module."""
-    found: list[tuple[str, str]] = []
-    package = module.split(".")[:-1]
-
-    def is_reference(name: str) -> bool:
-        return name == "ckfmha.reference" or name.startswith("ckfmha.reference.")
-
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [(a.name, "*") for a in node.names if is_reference(a.name)]
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            full = ".".join(base + ([node.module] if node.module else []))
-            for a in node.names:
-                if is_reference(full):
-                    found.append((full, a.name))
-                elif is_reference(f"{full}.{a.name}"):
-                    found.append((f"{full}.{a.name}", "*"))
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            fn = node.func
-            fname = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-            arg = node.args[0].value
-            if fname in ("import_module", "__import__") and isinstance(arg, str) and is_reference(arg):
-                found.append((arg, "*"))
-    return found
-
-
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(CPU_PACKAGE.parents[2]).with_suffix("")
-    return ".".join(rel.parts)
-
-
-def test_the_cpu_package_imports_no_semantic_helper_from_the_reference() -> None:
-    files = sorted(CPU_PACKAGE.rglob("*.py"))
-    assert {"stages.py", "engine.py", "kv.py", "rope.py", "bias.py", "sequences.py"} <= {f.name for f in files}
-    offending = [
-        (f.name, mod, name)
-        for f in files
-        for mod, name in reference_imports(f.read_text(), _module_name(f))
-        if name == "*" or name not in NEUTRAL_REFERENCE_NAMES
-    ]
-    assert offending == []
-
-
-@pytest.mark.parametrize(
-    "source, found",
-    [
-        (
-            "from ckfmha.reference._core import alibi_bias, to_hsd",
-            [("ckfmha.reference._core", "alibi_bias"), ("ckfmha.reference._core", "to_hsd")],
-        ),
-        ("from ckfmha.reference.pagedkv import kv_sources as ks", [("ckfmha.reference.pagedkv", "kv_sources")]),
-        ("import ckfmha.reference.appendkv", [("ckfmha.reference.appendkv", "*")]),
-        ("from ckfmha import reference", [("ckfmha.reference", "*")]),
-        ("from ...reference.forward import sequences", [("ckfmha.reference.forward", "sequences")]),
-        ("from ... import reference", [("ckfmha.reference", "*")]),
-        (
-            "def f():\n    from ckfmha.reference.appendkv import apply_rope\n",
-            [("ckfmha.reference.appendkv", "apply_rope")],
-        ),
-        (
-            "import importlib\nm = importlib.import_module('ckfmha.reference.pagedkv')",
-            [("ckfmha.reference.pagedkv", "*")],
-        ),
-        ("from ckfmha.inputs import storage_dtype\nfrom . import kv\nfrom ckfmha.masking import MaskKind", []),
-    ],
-)
-def test_the_import_scan_finds_every_form_of_import(source: str, found) -> None:
-    assert reference_imports(source, "ckfmha.backends.cpu.stages") == found
 
 
 # ------------------------------------------------------------------------------------ ALiBi

@@ -170,7 +170,7 @@ def test_plans_per_family() -> None:
         )
     )
     assert [s.role for s in sp.stages] == [StageRole.SPLITKV, StageRole.COMBINE]
-    assert all(s.args["num_splits"] == 4 for s in sp.stages)
+    assert all(s.launch.num_splits == 4 for s in sp.stages)
     main, comb = sp.kernels
     assert (comb.pad_s, comb.pad_dv) == (main.pad_s, main.pad_dv)  # combine reuses the split kernel's pads
     pk = d.select(
@@ -204,7 +204,7 @@ def test_plans_per_family() -> None:
     assert [s.role for s in bp.stages] == [StageRole.BATCH_PREFILL]
     bw = d.select(Problem(family="bwd", dtype="fp16", batch=2, nhead_q=4, seqlen_q=128, seqlen_k=128, hdim_q=64))
     assert [s.role for s in bw.stages] == [StageRole.DOT_DO_O, StageRole.DQ_DK_DV, StageRole.CONVERT_DQ]
-    assert bw.stages[1].args["workspace_bytes"] > 0
+    assert bw.stages[1].launch.workspace_bytes > 0
 
 
 def test_kv_cache_decode_plan_appends_then_attends() -> None:

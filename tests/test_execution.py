@@ -7,23 +7,25 @@ import numpy as np
 import pytest
 
 from ckfmha.backends.base import Availability, Backend, BuiltKernel, StageResult
+from ckfmha.family_records import stage_outputs
 from ckfmha.inputs import make_inputs
 from ckfmha.outputs import compared_outputs
 from ckfmha.plan import Plan, Stage, StageRole
 from ckfmha.poison import poisoned
 from ckfmha.problem import Problem
-from ckfmha.runner import StageCrash, execute, prepare_tensors, unwritten_census
+from ckfmha.runner import StageContractError, StageCrash, execute, prepare_tensors, unwritten_census
 from ckfmha.workspace import dq_acc_shape
 from tests.test_rules import P64, fwd_kernel
 
 
 class FakeBackend(Backend):
-    """Writes o = 1 (in place or as a new array), reports 2.5 ms of device time, can raise in build or stage."""
+    """Returns o = 1 as a new array, reports 2.5 ms of device time, can raise in build or stage, or break the stage
+    contract (``fault``: write into an input, return o of the wrong shape, an undeclared output, or nothing)."""
 
     name = "fake"
 
-    def __init__(self, *, fail: str = "", in_place: bool = True, cached: bool = False) -> None:
-        self.fail, self.in_place, self.cached, self.builds = fail, in_place, cached, 0
+    def __init__(self, *, fail: str = "", fault: str = "", cached: bool = False) -> None:
+        self.fail, self.fault, self.cached, self.builds = fail, fault, cached, 0
 
     def available(self):
         return Availability.yes()
@@ -37,19 +39,27 @@ class FakeBackend(Backend):
             raise OSError("disk full")
         return BuiltKernel(config, self.name, build_seconds=0.75, cached=self.cached)
 
-    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
         if self.fail == "stage":
             raise RuntimeError("boom: illegal memory access")
         if self.fail == "skip":
             raise KeyError("passed through")
-        if self.in_place:
-            tensors["o"][...] = 1
+        assert context is not None and isinstance(context.state(self.name), dict)
+        o = np.ones_like(stage.output("o").allocate())
+        if self.fault == "mutate":
+            inputs["q"][...] = 0  # the runner's read-only views refuse this
+        if self.fault == "shape":
+            o = o[..., :-1]
+        if self.fault == "undeclared":
+            return StageResult({"o": o, "scratch": np.zeros(3)}, 2.5)
+        if self.fault == "nothing":
             return StageResult({}, 2.5)
-        return StageResult({"o": np.ones_like(tensors["o"])}, 2.5)
+        return StageResult({"o": o}, 2.5)
 
 
 def _plan_and_tensors(problem=P64):
-    plan = Plan(problem, (Stage(StageRole.FWD, fwd_kernel()),))
+    c = fwd_kernel()
+    plan = Plan(problem, (Stage(StageRole.FWD, c, outputs=stage_outputs(problem, StageRole.FWD, c)),))
     return plan, prepare_tensors(problem, plan, make_inputs(problem, 0))[0]
 
 
@@ -68,8 +78,30 @@ def test_execute_records_cold_builds_once_and_the_stage_times() -> None:
 
 def test_execute_stores_the_arrays_a_stage_returns() -> None:
     plan, tensors = _plan_and_tensors()
-    execute(FakeBackend(in_place=False), plan, tensors)
-    assert np.all(tensors["o"].astype(np.float32) == 1)
+    q = tensors["q"]
+    execute(FakeBackend(), plan, tensors)
+    assert np.all(tensors["o"].astype(np.float32) == 1) and tensors["q"] is q
+
+
+@pytest.mark.parametrize(
+    "fault, match",
+    [
+        ("mutate", "read-only"),
+        ("shape", r"output o: shape \(1, 1, 128, 63\) dtype float16, the stage declares shape \(1, 1, 128, 64\)"),
+        ("undeclared", "scratch: not an output of this plan"),
+        ("nothing", r"no stage returned o \(declared by stage fwd, "),
+    ],
+)
+def test_a_stage_that_breaks_the_contract_is_caught(fault, match) -> None:
+    """The runner alone stores results: a stage that writes into its inputs, returns an array of another shape,
+    an output the plan does not declare, or nothing, fails with a message that says so."""
+    plan, tensors = _plan_and_tensors()
+    q_before = tensors["q"].copy()
+    with pytest.raises((StageContractError, ValueError), match=match):
+        execute(FakeBackend(fault=fault), plan, tensors)
+    with pytest.raises(StageCrash, match=match):
+        execute(FakeBackend(fault=fault), plan, tensors, contain=True)
+    assert np.array_equal(tensors["q"], q_before) and "o" not in tensors
 
 
 @pytest.mark.parametrize(

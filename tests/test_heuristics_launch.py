@@ -64,18 +64,18 @@ def test_malformed_launch_variant_names_the_entry(tmp_path, entry: str, words: s
 def test_the_plan_carries_the_dispatchers_variants() -> None:
     from ckfmha.dispatcher import Dispatcher
     from ckfmha.heuristics import Heuristics
+    from ckfmha.plan import Launch
     from ckfmha.problem import Problem
     from ckfmha.registry import Registry
 
     reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
     p = Problem(dtype="bf16", batch=2, nhead_q=4, seqlen_q=512, seqlen_k=512, hdim_q=256, mask="b")
     plan = Dispatcher(reg, num_cus=132).select(p)
-    assert dict(plan.stages[0].args) == {"qk_ahead": True, "lpt_heads": 8}
+    assert plan.stages[0].launch == Launch(variant=LaunchVariant(True, 8))
     assert str(plan).endswith(" qk_ahead=True lpt_heads=8")
-    assert LaunchVariant.from_stage_args(plan.stages[0].args) == LaunchVariant(True, 8)
     real = load_heuristics()
     bare = Heuristics("test: no launch_variants", real.rules, real.short_query_tiles)
-    assert dict(Dispatcher(reg, num_cus=132, heuristics=bare).select(p).stages[0].args) == {}
+    assert Dispatcher(reg, num_cus=132, heuristics=bare).select(p).stages[0].launch == Launch()
     unmasked = Problem(dtype="bf16", batch=2, nhead_q=4, seqlen_q=512, seqlen_k=512, hdim_q=256)
-    assert dict(Dispatcher(reg, num_cus=132).select(unmasked).stages[0].args) == {}
+    assert Dispatcher(reg, num_cus=132).select(unmasked).stages[0].launch.as_args() == {}
     assert LaunchVariant().as_stage_args() == {} and LaunchVariant.from_stage_args({}) == LaunchVariant()

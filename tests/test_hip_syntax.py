@@ -218,13 +218,14 @@ def test_descriptors_reach_the_real_ck_structs_of_every_api(ck_tree, toolchain, 
     host_hipcc: ckfmha's wrapper compiled with clang-19 against the real fmha_fwd.hpp / fmha_bwd.hpp; CK's api
     functions replaced by stubs that record every member they receive), each stage's descriptor sent through the
     wrapper, and every recorded member of CK's traits, args and stream config compared with the descriptor."""
+    from ckfmha.backends.base import RunContext
     from ckfmha.backends.hip.backend import ROLE_API, HipBackend
     from ckfmha.backends.hip.descriptor import stage_descriptor
     from ckfmha.backends.hip.memory import HostMemory
     from ckfmha.dispatcher import Dispatcher
     from ckfmha.inputs import make_inputs
     from ckfmha.registry import Registry
-    from ckfmha.runner import _forward_for_backward, prepare_tensors
+    from ckfmha.runner import forward_for_backward, prepare_tensors
 
     clang, hip_include = toolchain
     install_host_rocm(tmp_path / "rocm", tmp_path / "stubs", clang, hip_include, monkeypatch)
@@ -243,13 +244,15 @@ def test_descriptors_reach_the_real_ck_structs_of_every_api(ck_tree, toolchain, 
     for name, plan in plans.items():
         p = plan.problem
         inputs = make_inputs(p, seed=0)
-        forward = _forward_for_backward(p, inputs) if p.family.value.startswith("bwd") else None  # (o, lse)
+        forward = forward_for_backward(p, inputs) if p.family.value.startswith("bwd") else None  # (o, lse)
         tensors, _ = prepare_tensors(p, plan, inputs, forward)
+        # what the backend puts on the device: the inputs and every output of the plan, NaN-poisoned
+        tensors.update((s.name, s.allocate()) for st in plan.stages for s in st.outputs if not s.updates)
         for st in plan.stages:
             if st.role not in ROLE_API:
                 continue
             bk = backend.build(st.kernel)
-            backend.run_stage(bk, st, p, tensors)  # raises KernelCallError with the wrapper's message
+            backend.run_stage(bk, st, p, tensors, context=RunContext(plan))  # raises KernelCallError on failure
             report_fn = bk.artifact._lib.ckfmha_stub_report
             report_fn.restype = ctypes.c_char_p
             report = report_fn().decode()
@@ -261,7 +264,7 @@ def test_descriptors_reach_the_real_ck_structs_of_every_api(ck_tree, toolchain, 
                 p,
                 api,
                 arrays,
-                num_splits=int(st.args.get("num_splits", 1)),
+                num_splits=st.launch.num_splits or 1,
                 is_deterministic=bool(st.kernel.signature.deterministic) if api == "bwd" else False,
             )
             mismatches, checked = _check_record(report, desc)

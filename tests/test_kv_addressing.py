@@ -1,4 +1,4 @@
-"""The cpu backend's K/V addressing (ckfmha.backends.cpu.kv): a paged addressing without pool layouts is refused
+"""The backends' K/V addressing (ckfmha.backends.common.kv): a paged addressing without pool layouts is refused
 with a message naming the fields, and the page checks name the offending table entry."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ckfmha import make_inputs
+from ckfmha.backends.common.kv import KVAddressing, PoolLayout, sequence_kv
 from ckfmha.backends.cpu.errors import KernelInputError
-from ckfmha.backends.cpu.kv import KVAddressing, PoolLayout, sequence_kv
 from ckfmha.kernel import KVLookupTable, KVMemoryLayout
 from ckfmha.problem import Problem
 

@@ -77,13 +77,14 @@ class TestBackend(Backend):
     def build(self, c):
         return BuiltKernel(c, self.name, build_seconds=0.25)
 
-    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
         from ckfmha.reference import reference
         if self.mode == "crash" or (self.mode == "raise_on" and os.environ["CKT_DIE_ON"] in kernel.config.kernel_id):
             raise RuntimeError("boom: illegal memory access")
         if os.environ.get("CKT_DIE", "") and os.environ.get("CKT_DIE_ON", "@") in kernel.config.kernel_id:
             die(os.environ["CKT_DIE"])
-        ref = reference(problem, tensors)
+        ref = reference(problem, dict(inputs))
+        tensors = {s.name: s.allocate() for s in stage.outputs if s.required}
         tensors["o"][...] = ref["o"].astype(tensors["o"].dtype)
         if "lse" in tensors:
             tensors["lse"][...] = ref["lse"]
@@ -94,7 +95,7 @@ class TestBackend(Backend):
             tensors["o"].flat[7] = poisoned((1,), tensors["o"].dtype)[0]
         if self.mode == "nan":  # computes one NaN
             tensors["o"].flat[7] = np.nan
-        return StageResult({}, device_ms=0.5)
+        return StageResult(tensors, device_ms=0.5)
 
 
 def die(how):

@@ -254,10 +254,10 @@ class _CompensatedFaultBackend(CpuBackend):
     """A dq_dk_dv kernel that writes q-head 0's dK element (0, 0, 5, 7) 0.5 too high and q-head 1's -- the same
     K/V head's group -- 0.5 too low: the group sum (the reduced dK) stays right."""
 
-    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
-        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
+        res = super().run_stage(kernel, stage, problem, inputs, timing=timing, context=context)
         if stage.role is StageRole.DQ_DK_DV:
-            dk = tensors["dk_raw"]
+            dk = res.outputs["dk_raw"]
             dk[0, 0, 5, 7] += np.float16(0.5)
             dk[0, 1, 5, 7] -= np.float16(0.5)
         return res

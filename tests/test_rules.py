@@ -273,7 +273,9 @@ def _imports(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def test_no_module_reaches_into_the_dispatchers_privates_and_backends_do_not_import_it() -> None:
+def test_no_module_reaches_into_the_dispatchers_privates() -> None:
+    """(That no backend imports the dispatcher, and the runner no backend implementation, are the import contracts
+    ``backends-below-dispatcher`` and ``runner-uses-backends-by-name`` of pyproject.toml.)"""
     files = sorted((ROOT / "pytest_ckfmha").glob("*.py")) + sorted((ROOT / "ckfmha").rglob("*.py"))
     bad = [
         (f.relative_to(ROOT).as_posix(), m, n)
@@ -283,13 +285,6 @@ def test_no_module_reaches_into_the_dispatchers_privates_and_backends_do_not_imp
         or (m == "getattr" and n in ("_first_failed_rule", "_rank", "_requirements"))
     ]
     assert bad == []
-    backends = [
-        ROOT / "ckfmha" / "backends" / f
-        for f in ("base.py", "cpu/backend.py", "triton/backend.py", "triton/execute.py", "triton/launch.py")
-    ]
-    assert [f.name for f in backends if any(m == "ckfmha.dispatcher" for m, _ in _imports(f))] == []
-    runner = _imports(ROOT / "ckfmha" / "runner.py")
-    assert [m for m, _ in runner if m.startswith("ckfmha.backends.cpu")] == []
 
 
 def test_the_triton_warmup_problem_fits_every_sm90_kernel() -> None:

@@ -74,19 +74,18 @@ def test_inputs_are_not_modified_by_appendkv() -> None:
 class _LazyBackend(CpuBackend):
     """Writes only the first half of the query rows of ``o`` (the other half keeps the caller's poison)."""
 
-    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
-        before = tensors["o"].copy()
-        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
-        tensors["o"][:, :, problem.seqlen_q // 2 :] = before[:, :, problem.seqlen_q // 2 :]
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
+        res = super().run_stage(kernel, stage, problem, inputs, timing=timing, context=context)
+        res.outputs["o"][:, :, problem.seqlen_q // 2 :] = stage.output("o").allocate()[:, :, problem.seqlen_q // 2 :]
         return res
 
 
 class _NanBackend(CpuBackend):
     """Writes every element of ``o``, three of them a computed NaN."""
 
-    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
-        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
-        tensors["o"][0, 1, 3, :3] = np.float16("nan")  # the canonical NaN arithmetic produces
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
+        res = super().run_stage(kernel, stage, problem, inputs, timing=timing, context=context)
+        res.outputs["o"][0, 1, 3, :3] = np.float16("nan")  # the canonical NaN arithmetic produces
         return res
 
 
@@ -162,11 +161,10 @@ def test_backward_output_specs_hold_the_raw_and_the_reduced_gradients() -> None:
 class _PerKvHeadBackend(CpuBackend):
     """A dq_dk_dv kernel that writes dK only for the first nhead_k q-heads (as if dK were per K/V head)."""
 
-    def run_stage(self, kernel, stage, problem, tensors, *, timing=False):
-        before = tensors["dk_raw"].copy()
-        res = super().run_stage(kernel, stage, problem, tensors, timing=timing)
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
+        res = super().run_stage(kernel, stage, problem, inputs, timing=timing, context=context)
         if stage.role is StageRole.DQ_DK_DV:
-            tensors["dk_raw"][:, problem.nhead_k :] = before[:, problem.nhead_k :]
+            res.outputs["dk_raw"][:, problem.nhead_k :] = stage.output("dk_raw").allocate()[:, problem.nhead_k :]
         return res
 
 

@@ -16,6 +16,7 @@ PACKAGED = [
     ("heuristics", data_dir() / "heuristics.yaml"),
     ("tolerances", data_dir() / "tolerances.yaml"),
     ("parity_set", data_dir() / "parity_default.yaml"),
+    ("ck_findings", data_dir() / "ck_findings.yaml"),
 ] + [
     (name, p)
     for name, folder in (("receipt_rules", "receipt_rules"), ("arch", "archs"))

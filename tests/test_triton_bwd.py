@@ -18,7 +18,6 @@ from ckfmha.backends import get_backend
 
 _backend = get_backend("triton")
 _avail = _backend.available()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _avail, reason=f"triton backend unavailable: {_avail.reason}")]
 
 from ckfmha import rng  # noqa: E402
 from ckfmha.dispatcher import Dispatcher  # noqa: E402
@@ -28,16 +27,16 @@ from ckfmha.outputs import compared_outputs  # noqa: E402
 from ckfmha.problem import Problem  # noqa: E402
 from ckfmha.reference import reference  # noqa: E402
 from ckfmha.registry import Registry  # noqa: E402
-from ckfmha.runner import _forward_for_backward, execute, prepare_tensors  # noqa: E402
+from ckfmha.runner import execute, forward_for_backward, prepare_tensors  # noqa: E402
 from ckfmha.validator import validate  # noqa: E402
 
 
 def _device() -> str:
     if not _avail:
         return "none"
-    from ckfmha.backends.triton import launch
+    from ckfmha.backends.triton import device
 
-    return launch.DEVICE
+    return device.DEVICE
 
 
 DEVICE = _device()
@@ -69,7 +68,7 @@ def run_plan(p: Problem, inputs: dict | None = None, built: dict | None = None):
     """The sm90 plan of ``p`` on the triton backend: (plan, tensors after the host reduction, inputs)."""
     inputs = make_inputs(p, 0) if inputs is None else inputs
     plan = dispatcher().select(p)
-    tensors, _ = prepare_tensors(p, plan, inputs, _forward_for_backward(p, inputs))
+    tensors, _ = prepare_tensors(p, plan, inputs, forward_for_backward(p, inputs))
     execute(_backend, plan, tensors, built=built)
     return plan, tensors, inputs
 
@@ -293,7 +292,7 @@ def test_group_mode_plan_makes_no_host_sync(deterministic: bool) -> None:
         seqlens_q=[0, 257, 64, 1000], seqlens_k=[150, 301, 5, 1024],
     )  # fmt: skip
     plan, _, inputs = run_plan(p)  # builds and warms every kernel
-    tensors, _ = prepare_tensors(p, plan, inputs, _forward_for_backward(p, inputs))
+    tensors, _ = prepare_tensors(p, plan, inputs, forward_for_backward(p, inputs))
     t = backward_device_tensors(tensors)  # host-to-device copies of the inputs happen here, before the check
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -303,7 +302,7 @@ def test_group_mode_plan_makes_no_host_sync(deterministic: bool) -> None:
     finally:
         torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()
-    from ckfmha.backends.triton.launch import to_numpy
+    from ckfmha.backends.triton.device import to_numpy
     from ckfmha.runner import reduce_gradients
 
     out = dict(tensors)
@@ -333,7 +332,7 @@ def test_each_stage_compiles_alone(family: str, mode: str) -> None:
 
 
 def test_padded_query_rows_are_a_precondition_error() -> None:
-    from ckfmha.backends.triton.launch import PreconditionError
+    from ckfmha.backends.triton.device import PreconditionError
 
     p = Problem(
         family="bwd", dtype="fp16", mode="group", batch=2, nhead_q=2, hdim_q=64, seqlens_q=[17, 30],
@@ -355,7 +354,7 @@ def test_group_mode_workspace_comes_from_the_upper_bounds(deterministic: bool) -
         deterministic=deterministic, seqlens_q=[5, 40, 0], seqlens_k=[30, 70, 9],
     )  # fmt: skip
     plan, out, inputs = run_plan(p)
-    tensors, _ = prepare_tensors(p, plan, inputs, _forward_for_backward(p, inputs))
+    tensors, _ = prepare_tensors(p, plan, inputs, forward_for_backward(p, inputs))
     t = backward_device_tensors(tensors)
     for st in plan.stages:
         stage_launcher(st.kernel, p, t)()
@@ -363,5 +362,5 @@ def test_group_mode_workspace_comes_from_the_upper_bounds(deterministic: bool) -
     bn0 = dq_stage.kernel.tile[1]
     nsplits = -(-70 // bn0) if deterministic else 1
     assert tuple(t["dq_acc"].shape) == (nsplits, 1, 2, 3 * 40, 64)
-    assert t["dq_acc"].numel() * 4 <= dq_stage.args["workspace_bytes"]
+    assert t["dq_acc"].numel() * 4 <= dq_stage.launch.workspace_bytes
     assert out["dq_acc"].shape == dq_acc_shape(p, bn0) == (nsplits, 1, 2, 45, 64)

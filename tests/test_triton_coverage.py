@@ -178,7 +178,8 @@ def test_the_issue_14_smoke_shapes_are_planned_on_sm90(sid: str) -> None:
 def test_fp8_output_dtypes_and_host_rounding() -> None:
     import torch
 
-    from ckfmha.backends.triton.launch import input_fp8_format, out_torch_dtype, stored_output, to_numpy
+    from ckfmha.backends.triton.device import out_torch_dtype, stored_output, to_numpy
+    from ckfmha.inputs import fp8_format_of as input_fp8_format
 
     assert out_torch_dtype(DType.FP8) is torch.float8_e4m3fn
     assert out_torch_dtype(DType.FP8, "fnuz") is torch.float32
@@ -207,7 +208,7 @@ def test_fp8_output_dtypes_and_host_rounding() -> None:
 def test_fp8_buffer_for_fnuz_inputs_is_refused() -> None:
     import torch
 
-    from ckfmha.backends.triton.launch import PreconditionError, check_fp8_output
+    from ckfmha.backends.triton.device import PreconditionError, check_fp8_output
 
     widened = torch.zeros(2, dtype=torch.bfloat16)  # to_torch's form of fnuz inputs
     ocp = torch.zeros(2, dtype=torch.float8_e4m3fn)
@@ -225,8 +226,7 @@ def _gpu_skip() -> str | None:
     return None if avail else f"triton backend unavailable: {avail.reason}"
 
 
-_GPU_SKIP = _gpu_skip()
-needs_gpu = pytest.mark.skipif(_GPU_SKIP is not None, reason=str(_GPU_SKIP))
+_GPU_SKIP = _gpu_skip()  # the gpu-marked tests here are skipped by the one rule of tests/conftest.py
 _REG: dict = {}
 
 
@@ -251,7 +251,7 @@ def run_plan(p: Problem, seed: int = 0):
     tensors = dict(inputs)
     plan = (col_dispatcher() if p.vlayout is VLayout.COL else dispatcher()).select(p)
     for st in plan.stages:
-        backend.run_stage(backend.build(st.kernel), st, p, tensors)
+        tensors.update(backend.run_stage(backend.build(st.kernel), st, p, tensors).outputs)
     return plan, tensors, reference(p, inputs)
 
 
@@ -270,7 +270,6 @@ FP8_SHAPES = [
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: s["family"])
 def test_plain_fp8_matches_the_reference(shape: dict) -> None:
     p = Problem(dtype="fp8", qscale="pertensor", mask="b", **shape)
@@ -293,51 +292,50 @@ INTERPRETER_FP8_CAST = (
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.skipif(_GPU_SKIP is None and _interpreting(), reason=INTERPRETER_FP8_CAST)
 def test_fp8_store_rounds_the_float32_output_to_nearest_even() -> None:
     """The kernel's fp8 O is its own float32 O rounded as the validator rounds the reference (NumPy astype to
     e4m3fn: round to nearest even), bit for bit; and that float32 O is within 1e-4 of the reference."""
     import torch
 
-    from ckfmha.backends.triton import launch
-    from ckfmha.backends.triton.execute import device_tensors
+    from ckfmha.backends.base import RunContext
+    from ckfmha.backends.triton import device
+    from ckfmha.backends.triton.launch import attention_launcher
     from ckfmha.inputs import o_shape
 
     p = Problem(dtype="fp8", qscale="pertensor", mask="b", **FP8_SHAPES[0])
     plan, out, ref = run_plan(p)
-    t = device_tensors(out)
-    t["o"] = torch.zeros(o_shape(p), dtype=torch.float32, device=launch.DEVICE)
-    launch.attention_launcher(plan.stages[0].kernel, p, t)()
-    o32 = launch.to_numpy(t["o"])
+    t = device.DeviceTensors(out, RunContext(), hidden=("o", "lse", "randval"))
+    t["o"] = torch.zeros(o_shape(p), dtype=torch.float32, device=device.DEVICE)
+    attention_launcher(plan.stages[0].kernel, p, t)()
+    o32 = device.to_numpy(t["o"])
     assert np.abs(o32 - ref["o"]).max() < 1e-4
     assert (out["o"].view(np.uint8) == o32.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)).all()
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: s["family"])
 def test_plain_fp8_fnuz_output_rounded_on_the_host(shape: dict) -> None:
-    """The fnuz path through execute.run_stage: it reads the inputs' encoding (launch.input_fp8_format), gives the
-    kernel a float32 O buffer (out_torch_dtype) and rounds O to float8_e4m3fnuz on the host (stored_output)."""
-    from ckfmha.backends.triton import launch
+    """The fnuz path through execute.run_stage: the plan bound to the inputs' encoding (inputs.fp8_format_of)
+    declares an fnuz O, the kernel gets a float32 O buffer (device.poisoned_output) and O is rounded to
+    float8_e4m3fnuz on the host (device.spec_output)."""
     from ckfmha.backends.triton.execute import run_stage
-    from ckfmha.inputs import make_inputs
+    from ckfmha.inputs import fp8_format_of, make_inputs
     from ckfmha.reference import reference
+    from ckfmha.runner import bind_plan
 
     p = Problem(dtype="fp8", qscale="pertensor", mask="b", **shape)
     inputs = make_inputs(p, 0, fp8_format="fnuz")
     tensors = dict(inputs)
-    assert launch.input_fp8_format(tensors) == "fnuz"
-    for st in dispatcher().select(p).stages:
-        run_stage(st.kernel, st, p, tensors)
+    assert fp8_format_of(tensors) == "fnuz"
+    for st in bind_plan(dispatcher().select(p), tensors).stages:
+        tensors.update(run_stage(st.kernel, st, p, tensors).outputs)
     out = {"o": tensors["o"]}
     assert out["o"].dtype == ml_dtypes.float8_e4m3fnuz
     assert failures(p, out, reference(p, inputs), fp8_format="fnuz") == []
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_column_major_v_matches_the_reference(layout: str) -> None:
     # served by the row-major kernel over the logical V (the package table's "vlayout col")
@@ -349,7 +347,6 @@ def test_column_major_v_matches_the_reference(layout: str) -> None:
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("page", [0, 128])
 @pytest.mark.parametrize("rank", [0, 1, 2])
 def test_splitkv_elementwise_bias_matches_the_reference(rank: int, page: int) -> None:

@@ -12,13 +12,13 @@ from ckfmha.backends import get_backend
 
 _backend = get_backend("triton")
 _avail = _backend.available()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _avail, reason=f"triton backend unavailable: {_avail.reason}")]
 
 from ckfmha.dispatcher import Dispatcher  # noqa: E402
 from ckfmha.inputs import make_inputs  # noqa: E402
 from ckfmha.problem import Problem  # noqa: E402
 from ckfmha.reference import reference  # noqa: E402
 from ckfmha.registry import Registry  # noqa: E402
+from ckfmha.runner import bind_plan  # noqa: E402
 from ckfmha.validator import validate  # noqa: E402
 
 _REG: dict = {}
@@ -34,11 +34,11 @@ def dispatcher() -> Dispatcher:
 def run_plan(p: Problem, seed: int = 0, fp8_format: str = "ocp"):
     inputs = make_inputs(p, seed, fp8_format=fp8_format)
     ref = reference(p, inputs)
-    plan = dispatcher().select(p)
+    plan = bind_plan(dispatcher().select(p), inputs)  # the stages' outputs in the inputs' fp8 encoding
     tensors = dict(inputs)
     for st in plan.stages:
         kernel = _backend.build(st.kernel)
-        _backend.run_stage(kernel, st, p, tensors)
+        tensors.update(_backend.run_stage(kernel, st, p, tensors).outputs)
     return plan, tensors, ref, inputs
 
 
@@ -80,7 +80,7 @@ def test_dropout_matches_reference_exactly(mask: str, p_drop: float) -> None:
     plan = dispatcher().select(p)
     tensors = dict(inputs)
     for st in plan.stages:
-        _backend.run_stage(_backend.build(st.kernel), st, p, tensors)
+        tensors.update(_backend.run_stage(_backend.build(st.kernel), st, p, tensors).outputs)
     # random values are bit-exact wherever the kernel visits (allowed positions)
     allowed = p.mask.allowed(p.seqlen_q, p.seqlen_k)[None, None]
     rv_gpu, rv_ref = tensors["randval"], ref["randval"]
@@ -94,7 +94,7 @@ def test_generic_mask_launches_as_cks_bottom_right_window() -> None:
     # -mask=g:y,x: CK's kernels read y, x as the window (left, right) from the bottom-right corner (mask.hpp,
     # make_generic_attention_mask_from_lr_window); BASE has seqlen_q != seqlen_k, where that differs from a
     # top-left window or raw coordinates
-    from ckfmha.backends.triton.launch import _mask_args
+    from ckfmha.backends.triton.device import mask_args as _mask_args
 
     assert _mask_args(Problem(dtype="fp16", mask="g:40,70", **BASE)) == (2, 40, 70, 0, 0, 0)
     assert _mask_args(Problem(dtype="fp16", mask="g:-1,3", **BASE))[:3] == (2, -1, 3)
@@ -162,7 +162,7 @@ def test_aligned_shape_selects_a_no_pad_kernel_and_unaligned_is_rejected() -> No
     k = plan.stages[0].kernel
     assert (k.pad_s, k.pad_sk) == (0, 0)
     assert_valid(p, out, ref)
-    from ckfmha.backends.triton.launch import PreconditionError, check_preconditions
+    from ckfmha.backends.triton.device import PreconditionError, check_preconditions
 
     with pytest.raises(PreconditionError, match="not a multiple of bm0"):
         check_preconditions(k, Problem(dtype="fp16", batch=1, nhead_q=1, seqlen_q=200, seqlen_k=512, hdim_q=128))
@@ -265,7 +265,8 @@ def test_masked_edge_blocks_inside_or_after_the_pipelined_loop(mask: str, fuse_t
     # with and without TMA loads; a short masked problem selects the 64x64 tile (heuristics short_query_tiles)
     import torch
 
-    from ckfmha.backends.triton.launch import attention_launcher, out_torch_dtype, to_numpy, to_torch
+    from ckfmha.backends.triton.device import out_torch_dtype, to_numpy, to_torch
+    from ckfmha.backends.triton.launch import attention_launcher
     from ckfmha.inputs import lse_shape, o_shape
 
     p = Problem(dtype="bf16", batch=2, nhead_q=4, seqlen_q=256, seqlen_k=384, hdim_q=128, mask=mask, lse=True)
@@ -322,7 +323,8 @@ def test_hopper_variants_match_the_reference(
     pairs: the last group is short), with and without TMA and the fused masked tail; each against the reference."""
     import torch
 
-    from ckfmha.backends.triton.launch import attention_launcher, out_torch_dtype, to_numpy, to_torch
+    from ckfmha.backends.triton.device import out_torch_dtype, to_numpy, to_torch
+    from ckfmha.backends.triton.launch import attention_launcher
     from ckfmha.inputs import lse_shape, o_shape
 
     b, sq, sk = shape
@@ -341,7 +343,8 @@ def test_hopper_variants_match_the_reference(
 def test_hopper_variants_refuse_what_they_cannot_serve() -> None:
     import torch
 
-    from ckfmha.backends.triton.launch import attention_launcher, to_torch
+    from ckfmha.backends.triton.device import to_torch
+    from ckfmha.backends.triton.launch import attention_launcher
 
     p = Problem(dtype="fp16", batch=1, nhead_q=2, seqlen_q=128, seqlen_k=128, hdim_q=64, bias="elementwise")
     k = dispatcher().select(p).stages[0].kernel
@@ -398,7 +401,7 @@ def test_masked_hdim256_takes_its_launch_variants_where_the_problem_fits(kw: dic
     p = Problem(**{"dtype": "fp16", "batch": 1, "nhead_q": 3, "seqlen_q": 192, "seqlen_k": 256, "hdim_q": 256, **kw})
     plan, out, ref, _ = run_plan(p)
     assert plan.stages[0].kernel.hdim_q == 256
-    assert dict(plan.stages[0].args) == {"qk_ahead": True, "lpt_heads": 8}
+    assert plan.stages[0].launch.variant.as_stage_args() == {"qk_ahead": True, "lpt_heads": 8}
     assert (launched[-1]["QK_AHEAD"], launched[-1]["LPT_HEADS"]) == expected
     if expected[1]:  # the longest-first grid is one-dimensional
         assert launched[-1]["grid"][1] == 1
@@ -420,10 +423,10 @@ def test_a_table_without_launch_variants_launches_without_them(launched) -> None
     )
     p = Problem(dtype="fp16", batch=1, nhead_q=3, seqlen_q=192, seqlen_k=256, hdim_q=256, mask="b")
     plan = d.select(p)
-    assert dict(plan.stages[0].args) == {}
+    assert plan.stages[0].launch.variant.as_stage_args() == {}
     inputs = make_inputs(p, 0)
     ref = reference(p, inputs)
     tensors = dict(inputs)
-    _backend.run_stage(_backend.build(plan.stages[0].kernel), plan.stages[0], p, tensors)
+    tensors.update(_backend.run_stage(_backend.build(plan.stages[0].kernel), plan.stages[0], p, tensors).outputs)
     assert (launched[-1]["QK_AHEAD"], launched[-1]["LPT_HEADS"]) == (False, 0)
     assert_valid(p, tensors, ref)

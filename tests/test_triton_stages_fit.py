@@ -1,4 +1,4 @@
-"""launch_fitting_stages: a kernel whose compiled form needs more shared memory than the device has runs with
+"""device.launch_fitting_stages: a kernel whose compiled form needs more shared memory than the device has runs with
 fewer pipeline stages (found on an H100: a d96 causal elementwise-bias 128x128 kernel at 3 stages asked for 256 KiB).
 
 Needs only torch and triton importable (no GPU): the kernel is a stand-in that raises Triton's own OutOfResources.
@@ -13,7 +13,7 @@ pytest.importorskip("torch", reason="torch is not installed (pip install 'ckfmha
 
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
-from ckfmha.backends.triton import launch  # noqa: E402
+from ckfmha.backends.triton import device as launch  # noqa: E402  (launch_fitting_stages lives in the device layer)
 
 
 class FakeKernel:

@@ -16,6 +16,8 @@ from ckfmha.backends.base import (  # noqa: F401  (public API)
     Backend,
     BackendError,
     BuiltKernel,
+    PreconditionError,
+    RunContext,
     StageResult,
     UnsupportedConfig,
 )
@@ -49,6 +51,12 @@ def get_backend(name: str) -> Backend:
             raise BackendError(f"backend {name!r}: its module {BACKEND_MODULES[name]} failed to import ({e})") from None
         _instances[name] = module.make_backend()
     return _instances[name]
+
+
+def configure_backend(name: str, **settings) -> Backend:
+    """Configure the process's backend called ``name`` (:meth:`Backend.configure`; hip: ``ck_root``, ``arch``,
+    ``receipt``, ``mask_mode``) and return it: the one way the CLI, the runner and the plugin set a backend up."""
+    return get_backend(name).configure(**settings)
 
 
 #: ``auto``'s order: the first available one wins, cpu always is

@@ -9,9 +9,30 @@ A backend
   several processes build the same kernel at once;
 * ``build_many(configs, workers)`` -> builds in parallel, returns kernels in input order (failures as
   exceptions in the returned list, never silently dropped);
-* ``run_stage(kernel, stage, problem, tensors, *, timing)`` -> :class:`StageResult`: runs one plan stage;
-  outputs are written into ``tensors`` (the caller's dict of named arrays) and device time is reported when
-  ``timing`` is set.
+* ``configure(**settings)`` -> the backend itself: its process-wide settings (:attr:`Backend.settings` names the
+  ones it takes; hip: ``ck_root``, ``arch``, ``receipt``, ``mask_mode``); an unknown name is an error naming the
+  backend, the name and the ones it takes.  ``kernel_source()`` -> the CK checkout whose generator lists the
+  kernels this backend builds (None: ckfmha's built-in enumeration); core code configures a backend and asks it
+  this through these two methods only (:func:`ckfmha.backends.configure_backend`);
+* ``run_stage(kernel, stage, problem, inputs, *, timing, context)`` -> :class:`StageResult`: runs one plan stage.
+
+The stage contract:
+
+==================  ================================================================================================
+``inputs``          a read-only mapping name -> NumPy array: the problem's inputs and what earlier stages returned
+                    (the runner passes read-only views: a backend that writes into them fails loudly)
+``stage.outputs``   what the stage must return (:class:`ckfmha.plan.OutputSpec`: name, shape, dtype; optional ones
+                    may be absent); elements the kernel does not write hold the NaN poison of ``spec.allocate()``
+``stage.launch``    the dispatcher's backend-neutral launch choices (:class:`ckfmha.plan.Launch`)
+``StageResult``     ``outputs``: name -> a new NumPy array per spec; ``device_ms``: the stage's device time when
+                    ``timing`` is set (None otherwise or where not measurable)
+``context``         a :class:`RunContext` per plan execution: where a backend keeps what it reuses across the
+                    stages of one run (device copies of inputs); never the caller's dict
+==================  ================================================================================================
+
+Only the runner (:func:`ckfmha.runner.execute`) merges results into the plan's tensors, after checking each
+against its spec (:meth:`ckfmha.plan.OutputSpec.mismatch`).  :class:`PreconditionError` is the one error for a
+launch a real kernel's host check would refuse, on every backend.
 
 ``ckfmha.run(problem, inputs)`` drives a whole plan through a backend (:mod:`ckfmha.runner`).
 """
@@ -20,7 +41,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from ckfmha.kernel import KernelConfig
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.plan import Stage
+    from ckfmha.plan import Plan, Stage
     from ckfmha.problem import Problem
 
 
@@ -38,6 +59,12 @@ class BackendError(RuntimeError):
 
 class UnsupportedConfig(BackendError):
     """The backend cannot realize this config (the message says why)."""
+
+
+class PreconditionError(BackendError):
+    """A launch a real kernel's host check would refuse (an unaligned length on a kernel without padding, a head
+    dim the kernel cannot serve, a query length over a bwd kernel's max_seq_len_q): the message names the
+    argument, its value and the rule.  The one such error of every backend."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +98,56 @@ class BuiltKernel:
 
 @dataclass
 class StageResult:
+    """What a stage returns (see the module doc): ``outputs`` name -> new NumPy array, one per output spec of the
+    stage; ``device_ms`` the device time when asked for."""
+
     outputs: dict[str, Any]
     device_ms: float | None = None
 
 
+class RunContext:
+    """Per plan execution: the ``plan`` being run (None when a stage runs alone) and what a backend keeps across
+    the stages of one run (device copies of inputs, say).  :meth:`state` gives each backend its own dict;
+    :meth:`on_close` registers a clean-up the runner calls when the run ends (:meth:`close`)."""
+
+    def __init__(self, plan: "Plan | None" = None) -> None:
+        self.plan = plan
+        self._state: dict[str, dict[str, Any]] = {}
+        self._closers: list[Callable[[], None]] = []
+
+    def state(self, owner: str) -> dict[str, Any]:
+        """The dict ``owner`` (a backend's name) keeps its entries in, for this run."""
+        return self._state.setdefault(owner, {})
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        closers, self._closers = self._closers, []
+        self._state.clear()
+        for fn in reversed(closers):
+            fn()
+
+
 class Backend(abc.ABC):
     name: str = "?"
+    #: the names :meth:`configure` takes (none here)
+    settings: tuple[str, ...] = ()
+
+    def configure(self, **settings: Any) -> "Backend":
+        """Set this backend's process-wide settings (:attr:`settings` names them) and return it; a name it does
+        not take raises :class:`BackendError` naming the backend, the name and the ones it takes."""
+        unknown = sorted(set(settings) - set(self.settings))
+        if unknown:
+            raise BackendError(
+                f"backend {self.name!r}: no setting {', '.join(unknown)}; it takes: {', '.join(self.settings) or 'none'}"
+            )
+        return self
+
+    def kernel_source(self) -> Any:
+        """The CK checkout (a Path) whose generator lists the kernels this backend builds, or None: ckfmha's
+        built-in enumeration (every backend but a configured hip)."""
+        return None
 
     @abc.abstractmethod
     def available(self) -> Availability: ...
@@ -114,8 +185,16 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def run_stage(
-        self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *, timing: bool = False
-    ) -> StageResult: ...
+        self,
+        kernel: BuiltKernel,
+        stage: "Stage",
+        problem: "Problem",
+        inputs: Mapping[str, Any],
+        *,
+        timing: bool = False,
+        context: RunContext | None = None,
+    ) -> StageResult:
+        """Run one plan stage (the module doc's contract): read ``inputs``, return every ``stage.outputs`` entry."""
 
     def check_supported(self, config: KernelConfig) -> None:
         reason = self.supports(config)

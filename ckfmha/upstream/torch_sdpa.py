@@ -19,6 +19,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -358,7 +359,7 @@ class TorchSide:
         self.device = device
         self.flex_compile = flex_compile
         self.name = name or f"torch:{self.backend}"
-        self._flex = None
+        self._flex: Any = None  # flex_attention, compiled or not, once asked for
 
     def _flex_fn(self, device: str):
         if self._flex is None:

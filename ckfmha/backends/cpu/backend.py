@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
+import numpy as np
+
+from ckfmha.backends.base import (
+    Availability,
+    Backend,
+    BackendError,
+    BuiltKernel,
+    PreconditionError,
+    RunContext,
+    StageResult,
+)
 from ckfmha.backends.cache import BuildCache
 from ckfmha.backends.cpu.blas import blas_threads
 from ckfmha.kernel import Family, KernelConfig, Pipeline, QScale
@@ -59,11 +70,6 @@ STAGE_KIND: dict[Family, str] = {
     Family.BWD_DQ_DK_DV: "attention_backward",
     Family.BWD_CONVERT_DQ: "convert",
 }
-
-
-class PreconditionError(BackendError):
-    """A launch a real kernel's host check would refuse (unaligned length on a kernel without padding, a head dim
-    the kernel cannot serve, a query length over a bwd kernel's max_seq_len_q)."""
 
 
 def make_plan(c: KernelConfig) -> dict:
@@ -184,7 +190,19 @@ class CpuBackend(Backend):
             info={"entry": str(entry), "load_seconds": time.perf_counter() - t0},
         )
 
-    def run_stage(self, kernel: BuiltKernel, stage, problem, tensors: dict, *, timing: bool = False) -> StageResult:
+    def run_stage(
+        self,
+        kernel: BuiltKernel,
+        stage,
+        problem,
+        inputs: Mapping[str, Any],
+        *,
+        timing: bool = False,
+        context: RunContext | None = None,
+    ) -> StageResult:
+        """Run one stage under the stage contract (:mod:`ckfmha.backends.base`): the stage function works on a
+        dict of its own -- the read-only inputs, every declared output allocated NaN-poisoned, and writable copies
+        of the inputs a stage updates (append-KV's caches, rotated q) -- and the declared outputs are returned."""
         from ckfmha.backends.cpu.stages import STAGE_FUNCTIONS
 
         c = kernel.config
@@ -197,8 +215,13 @@ class CpuBackend(Backend):
         self.check_supported(c)
         check_preconditions(c, stage.role, problem)
         plan = kernel.artifact if isinstance(kernel.artifact, dict) else make_plan(c)
+        work = dict(inputs)
+        for spec in (s for s in stage.outputs if s.required):  # optional ones (randval) the emulation never writes
+            updated = inputs.get(spec.updates) if spec.updates else None
+            work[spec.name] = np.array(updated, copy=True) if updated is not None else spec.allocate()
         with blas_threads():
             t0 = time.perf_counter()
-            written = STAGE_FUNCTIONS[stage.role.value](plan, c, stage, problem, tensors)
+            STAGE_FUNCTIONS[stage.role.value](plan, c, stage, problem, work)
             ms = (time.perf_counter() - t0) * 1e3
-        return StageResult({n: tensors[n] for n in written}, ms if timing else None)
+        names = [s.name for s in stage.outputs if s.required]
+        return StageResult({n: work[n] for n in names}, ms if timing else None)

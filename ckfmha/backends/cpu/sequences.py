@@ -10,7 +10,7 @@
   ``b`` (``seqlen_k`` without effective lengths: :attr:`~ckfmha.problem.Problem.seqlens_k_list`,
   ``cu_seqlen_k_ptr``); group mode ``[seqstart_k[b], seqstart_k[b] + seqlens_k[b])`` (``seqstart_k`` counts
   ``s_kpad``);
-* K / V through :mod:`ckfmha.backends.cpu.kv` (contiguous rows, ``cache_batch_idx``, page tables);
+* K / V through :mod:`ckfmha.backends.common.kv` (contiguous rows, ``cache_batch_idx``, page tables);
 * extras (:func:`sequence_extras`): the elementwise bias window ``seqlen_q x seqlen_k`` at batch ``b`` when the
   bias has rank 2, else batch 0 (the host's ``batch_stride_bias = 0``), every q-head when its rank is >= 1, else
   head 0 broadcast (``nhead_stride_bias = 0``), group mode from row ``seqstart_q[b]`` of batch 0; ALiBi slopes
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ckfmha.backends.common.kv import KVSource
 from ckfmha.backends.cpu.errors import KernelInputError
-from ckfmha.backends.cpu.kv import KVSource
 from ckfmha.backends.cpu.layout import as_bhsd
 from ckfmha.inputs import bias_shape
 from ckfmha.kernel import Bias, Mode
@@ -106,7 +106,7 @@ def forward_sequences(
     p: Problem, tensors: dict, kv: list[tuple[KVSource, KVSource]]
 ) -> Iterator[tuple[int, int, slice, np.ndarray, np.ndarray, np.ndarray]]:
     """Per sequence ``b``: ``(b, batch index, query rows, q (hq, sq, dq), k (hk, sk, dq), v (hk, sk, dv))``,
-    float32; K/V from the sequence's sources ``kv[b]`` (:func:`ckfmha.backends.cpu.kv.sequence_kv`)."""
+    float32; K/V from the sequence's sources ``kv[b]`` (:func:`ckfmha.backends.common.kv.sequence_kv`)."""
     q = as_bhsd(np.asarray(tensors["q"]), p.input_layout)
     for b, (k_src, v_src) in enumerate(kv):
         sk = p.seqlens_k_list[b]

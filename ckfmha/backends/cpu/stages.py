@@ -9,7 +9,7 @@ fwd           ``o`` (output layout, output dtype); ``lse`` (fp32, (b, hq, sq) / 
               kernel has LSE; only the rows inside each sequence's logical length (batch ``q_eff_lens``, group
               ``s_qpad`` padding excluded: :func:`sequence_rows`) -- the others keep the buffer's poison
 pagedkv       same as fwd; K/V gathered through ``block_table`` from ``k_cache``/``v_cache``
-              (:mod:`ckfmha.backends.cpu.kv`: CK's page block navigator)
+              (:mod:`ckfmha.backends.common.kv`: CK's page block navigator)
 batch_prefill same as fwd; K/V gathered from the vectorized/linear pools through a vLLM or SGLang table
 splitkv       ``o_acc`` (fp32, (num_splits, B, hq, S, dv)) and ``lse_acc`` (fp32, (num_splits, B, hq, S)) with
               (B, S) = (batch, seqlen_q) or (1, total_q) in group mode; split i covers keys
@@ -18,7 +18,7 @@ splitkv       ``o_acc`` (fp32, (num_splits, B, hq, S, dv)) and ``lse_acc`` (fp32
 combine       ``o`` and (kernel LSE) ``lse`` from ``o_acc``/``lse_acc`` (the rows of :func:`sequence_rows`)
 appendkv      ``q`` (rotated, storage dtype, a new array) and, in place, the caches ``k``/``v`` or
               ``k_cache``/``v_cache`` (knew/vnew written at ``cache_seqlens``, knew rotated;
-              :mod:`ckfmha.backends.cpu.rope`); every cache row / page is checked before anything is written
+              :mod:`ckfmha.backends.common.rope`); every cache row / page is checked before anything is written
 dot_do_o      ``d`` (fp32, LSE shape) = rowsum(dO * O)
 dq_dk_dv      ``dq_acc`` (fp32, (nsplits, B, hq, S, hdim_q); nsplits = ceil(max seqlen_k / bn0) when
               deterministic, else 1); CK's raw layouts, as the kernel writes them: ``dk_raw``/``dv_raw`` (input
@@ -36,7 +36,7 @@ convert_dq    ``dq`` (input layout, storage dtype) = the dq_acc slices summed in
 The backward stages read ``o`` (output layout, storage dtype) and ``lse`` (fp32) of the forward from ``tensors``.
 
 The stages compute everything themselves -- layouts (:mod:`~ckfmha.backends.cpu.layout`), K/V gathers and cache
-writes (:mod:`~ckfmha.backends.cpu.kv`), RoPE (:mod:`~ckfmha.backends.cpu.rope`), ALiBi
+writes (:mod:`~ckfmha.backends.common.kv`), RoPE (:mod:`~ckfmha.backends.common.rope`), ALiBi
 (:mod:`~ckfmha.backends.cpu.bias`), per-sequence operands (:mod:`~ckfmha.backends.cpu.sequences`) -- and import
 nothing from the references (:mod:`ckfmha.reference`), so that comparing the two catches a bug in either.
 Bad index / table / bias tensors are a :class:`~ckfmha.backends.cpu.errors.KernelInputError` before any work.
@@ -47,10 +47,10 @@ from __future__ import annotations
 import numpy as np
 
 from ckfmha.backends.base import BackendError
+from ckfmha.backends.common.kv import KVAddressing, sequence_kv
+from ckfmha.backends.common.rope import rotary_tables, rotate, table_rows
 from ckfmha.backends.cpu.engine import F32, attend_tiled, backward_tiled, split_key_ranges
-from ckfmha.backends.cpu.kv import KVAddressing, sequence_kv
 from ckfmha.backends.cpu.layout import as_bhsd, from_bhsd
-from ckfmha.backends.cpu.rope import rotary_tables, rotate, table_rows
 from ckfmha.backends.cpu.sequences import (
     backward_sequences,
     batch_index,
@@ -90,7 +90,7 @@ def p_dtype(cfg: KernelConfig):
 
 def kv_addressing(cfg: KernelConfig, p: Problem) -> KVAddressing:
     """How the kernel ``cfg`` finds K/V for ``p``: its page-table and pool-layout traits (batch prefill), else the
-    fwd paged kernels' vLLM block table / contiguous K/V (:class:`ckfmha.backends.cpu.kv.KVAddressing`)."""
+    fwd paged kernels' vLLM block table / contiguous K/V (:class:`ckfmha.backends.common.kv.KVAddressing`)."""
     return KVAddressing.of(p, lookup=cfg.kv_lookup_table, kv_layout=cfg.kv_memory_layout)
 
 
@@ -109,11 +109,11 @@ def sequence_rows(p: Problem) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------- forward family
 def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
-    """fwd / pagedkv / batch_prefill / splitkv (when ``stage.args['num_splits']`` is given)."""
+    """fwd / pagedkv / batch_prefill / splitkv (when ``stage.launch.num_splits`` is given)."""
     role = stage.role.value
     bm0, bn0 = plan["tile"]["bm0"], plan["tile"]["bn0"]
     pdt = p_dtype(cfg)
-    num_splits = stage.args.get("num_splits") if role == "splitkv" else None
+    num_splits = stage.launch.num_splits if role == "splitkv" else None
     if role == "splitkv" and not num_splits:
         raise BackendError("stage splitkv: the stage arguments carry no num_splits")
     _need(tensors, "q", role)
@@ -168,7 +168,7 @@ def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict)
     """CK's split-KV combine: ``lse = max + log(sum exp(lse_i - max))``, ``o = sum exp(lse_i - lse) o_i``."""
     o_acc = _need(tensors, "o_acc", "combine")
     lse_acc = _need(tensors, "lse_acc", "combine")
-    ns = stage.args.get("num_splits")
+    ns = stage.launch.num_splits
     if ns is not None and o_acc.shape[0] != ns:
         raise BackendError(f"stage combine: o_acc holds {o_acc.shape[0]} splits, the stage says num_splits={ns}")
     lmax = lse_acc.max(axis=0)
@@ -183,8 +183,8 @@ def run_combine(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict)
 
 
 def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict) -> list[str]:
-    """CK's append-KV kernel (fmha_fwd_appendkv_kernel.hpp): RoPE on q and knew (:mod:`ckfmha.backends.cpu.rope`),
-    knew / vnew stored at keys ``cache_seqlens[b] ..`` of the sequence's cache (:mod:`ckfmha.backends.cpu.kv`:
+    """CK's append-KV kernel (fmha_fwd_appendkv_kernel.hpp): RoPE on q and knew (:mod:`ckfmha.backends.common.rope`),
+    knew / vnew stored at keys ``cache_seqlens[b] ..`` of the sequence's cache (:mod:`ckfmha.backends.common.kv`:
     contiguous row, ``cache_batch_idx`` row or block table). Every cache row / page and the rotary tables are
     checked before anything is written."""
     q = _need(tensors, "q", "appendkv")

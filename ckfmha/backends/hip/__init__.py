@@ -19,7 +19,8 @@ What it does (docs/hip_backend.md has the whole story and what has run where):
   the dq_dk_dv stage's call, so those stages have nothing left to do here (CK pairs them itself; the plan's
   choice for them is not what runs);
 * **available()** -- true only with a ROCm GPU (torch's ROCm build), a HIP compiler and a usable checkout
-  (``configure(ck_root=...)``, else ``$CK_ROOT``); otherwise the reason lists everything missing.
+  (``configure(ck_root=...)``, through :func:`ckfmha.backends.configure_backend`, else ``$CK_ROOT``); otherwise
+  the reason lists everything missing.
 
 Importing this package imports neither torch nor ctypes libraries; :mod:`.backend` loads them when used.
 """
@@ -31,15 +32,3 @@ def make_backend():
     from ckfmha.backends.hip.backend import HipBackend
 
     return HipBackend()
-
-
-def configure_hip(**settings):
-    """Configure the process's hip backend (:meth:`HipBackend.configure`: ``ck_root``, ``arch``, ``receipt``,
-    ``mask_mode``, ...) and return it; the one place the CLI, the runner and the plugin set it up."""
-    from ckfmha.backends import get_backend
-    from ckfmha.backends.hip.backend import HipBackend
-
-    backend = get_backend("hip")
-    if not isinstance(backend, HipBackend):  # pragma: no cover - get_backend("hip") is always this class
-        raise TypeError(f"backend 'hip' is a {type(backend).__name__}, not HipBackend")
-    return backend.configure(**settings)

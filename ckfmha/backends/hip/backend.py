@@ -6,13 +6,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
+from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, RunContext, StageResult
 from ckfmha.backends.cache import BuildCache, cache_root
 from ckfmha.kernel import FAMILY_API, Family, KernelConfig
 from ckfmha.plan import StageRole
@@ -51,6 +51,7 @@ class HipBackend(Backend):
     """CK's own kernels from a CK checkout (see the package doc)."""
 
     name = "hip"
+    settings = ("ck_root", "arch", "receipt", "mask_mode", "memory", "progress")
 
     def __init__(
         self,
@@ -79,12 +80,7 @@ class HipBackend(Backend):
     def configure(self, **settings: Any) -> "HipBackend":
         """Change ``ck_root``, ``arch``, ``receipt``, ``mask_mode``, ``memory``, ``progress`` (unknown names are
         errors naming them); the kernel index is rebuilt on next use."""
-        allowed = {"ck_root", "arch", "receipt", "mask_mode", "memory", "progress"}
-        unknown = sorted(set(settings) - allowed)
-        if unknown:
-            raise BackendError(
-                f"hip backend: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
-            )
+        super().configure(**settings)  # an unknown name is an error naming it and the ones it takes
         if "ck_root" in settings:
             self._ck_root_given, self._ck_root = settings.pop("ck_root"), None
         if "memory" in settings:
@@ -95,6 +91,10 @@ class HipBackend(Backend):
         return self
 
     # ------------------------------------------------------------------ what is there
+    def kernel_source(self) -> Path | None:
+        """The checkout whose generator lists the kernels this backend builds (:meth:`ck_root`)."""
+        return self.ck_root()
+
     def ck_root(self) -> Path | None:
         """The checkout: the configured one, else ``$CK_ROOT``; None when neither is set (errors name the source)."""
         if self._ck_root is None:
@@ -270,8 +270,20 @@ class HipBackend(Backend):
         return self._memory
 
     def run_stage(
-        self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *, timing: bool = False
+        self,
+        kernel: BuiltKernel,
+        stage: "Stage",
+        problem: "Problem",
+        inputs: Mapping[str, Any],
+        *,
+        timing: bool = False,
+        context: RunContext | None = None,
     ) -> StageResult:
+        """One call of CK's api for the stage (the stage contract of :mod:`ckfmha.backends.base`): the inputs and
+        the NaN-poisoned outputs go to the device, the api runs, every output comes back as a new array.  CK's api
+        runs the combine (dot_do_o, convert_dq) kernels inside the split (dq_dk_dv) call: that call also returns
+        the outputs those stages of the run's plan (``context.plan``) declare, and their own stages return
+        nothing."""
         from ckfmha.backends.hip.descriptor import API_OUTPUTS, stage_descriptor
 
         if stage.role in RUN_BY:  # CK's api ran it inside the main stage's call
@@ -280,14 +292,19 @@ class HipBackend(Backend):
         lib = kernel.artifact
         if lib is None:
             raise BackendError(f"hip backend: {kernel.config.kernel_id} has no library to run")
+        plan = context.plan if context is not None else None
+        inside = [st for st in (plan.stages if plan is not None else ()) if RUN_BY.get(st.role) is stage.role]
+        specs = [s for s in (*stage.outputs, *(o for st in inside for o in st.outputs)) if s.name in API_OUTPUTS[api]]
+        work = {n: a for n, a in inputs.items() if isinstance(a, np.ndarray)}
+        work.update({s.name: inputs[s.updates] if s.updates and s.updates in inputs else s.allocate() for s in specs})
         mem = self.memory()
-        arrays = {n: mem.put(n, a) for n, a in tensors.items() if isinstance(a, np.ndarray)}
+        arrays = {n: mem.put(n, a) for n, a in work.items()}
         try:
             desc = stage_descriptor(
                 problem,
                 api,
                 arrays,
-                num_splits=int(stage.args.get("num_splits", 1)),
+                num_splits=stage.launch.num_splits or 1,
                 is_deterministic=bool(kernel.config.signature.deterministic)
                 if kernel.config.signature.family is Family.BWD_DQ_DK_DV
                 else False,
@@ -296,10 +313,10 @@ class HipBackend(Backend):
             with mem.timer() as t:
                 lib.call(api, desc)
             written = {}
-            for name in API_OUTPUTS[api]:
-                if name in arrays and isinstance(tensors.get(name), np.ndarray):
-                    tensors[name][...] = mem.get(name)
-                    written[name] = tensors[name]
+            for spec in specs:
+                out = spec.allocate()
+                out[...] = mem.get(spec.name)
+                written[spec.name] = out
         finally:
             mem.release()
         return StageResult(written, t["ms"] if timing else None)

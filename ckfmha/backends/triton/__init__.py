@@ -5,6 +5,30 @@ KV cache: fwd_appendkv (then the dispatcher's attention stage), batch_prefill (k
 Backward: bwd_dot_do_o -> bwd_dq_dk_dv -> bwd_convert_dq (batch and group mode).
 Importing this package imports neither torch nor triton; :mod:`.backend` does that lazily.
 
+Layers (each module imports only the ones below it; no import circle, no private name imported across modules)
+-------------------------------------------------------------------------------------------------------------
+=========================  ============================================================================================
+module                     role (imports)
+=========================  ============================================================================================
+``backend.py``             TritonBackend: available / supports / build / run_stage (capability; execute and warmup
+                           when it runs or builds)
+``warmup.py``              compile a config on a synthetic problem (execute, launch_bwd.warmup_inputs)
+``execute.py``             the stage module: the stage contract by role -> the launchers; outputs from the stage's
+                           specs (device, launch, launch_bwd, launch_kvcache)
+``launch.py``              forward launchers: attention (fwd, split-KV, paged-KV, batch prefill) and combine
+                           (device, kernels, launch_kvcache.prefill_pools)
+``launch_bwd.py``          backward launchers: dot_do_o, dq_dk_dv, convert_dq (device, kernels_bwd)
+``launch_kvcache.py``      append-KV launcher and its host checks, batch-prefill pools (device, kernels_kvcache,
+                           ckfmha.backends.common.kv / rope: the K/V addressing and RoPE tables the cpu backend
+                           shares)
+``device.py``              DEVICE, NumPy <-> torch, device inputs kept per run (RunContext), poisoned buffers,
+                           sync / timing, stride and mask helpers, check_preconditions (capability)
+``kernels*.py``            the ``@triton.jit`` kernels (kernels_bwd reuses kernels' Philox and mask window); import
+                           nothing of the launchers
+``capability.py``          torch-free: the families, dtypes and limits the backend realizes, interpreting(),
+                           unhonoured_lengths()
+=========================  ============================================================================================
+
 How a KernelConfig decides the kernel
 -------------------------------------
 =========================  ============================================================================================
@@ -32,8 +56,9 @@ dtype                      fp16/bf16 dots in that type; fp32 dots in IEEE fp32; 
                            rounds the reference); AMD's fnuz e4m3 (no NVIDIA type): inputs widened to bf16 by the
                            host, O stored float32 and rounded to ``float8_e4m3fnuz`` on the host with ml_dtypes
                            after the timed launch
-                           (launch.out_torch_dtype / stored_output, given the inputs' encoding by execute.run_stage;
-                           an fp8 O buffer for fnuz inputs is refused: launch.check_fp8_output)
+                           (the stage's output spec gives the encoding: device.poisoned_output / spec_output; for
+                           hand launches device.out_torch_dtype / stored_output; an fp8 O buffer for fnuz inputs is
+                           refused: device.check_fp8_output)
 vlayout col                fwd: served by the row-major kernel -- ckfmha's inputs hold V in its logical (b, h, s, d) /
                            (b, s, h, d) form whatever the layout (ckfmha/inputs.py), so the result is the col
                            kernel's; CK's column-major memory layout and its access pattern are not reproduced (no
@@ -41,13 +66,14 @@ vlayout col                fwd: served by the row-major kernel -- ckfmha's input
 mask                       none: no mask code; any/causal/generic: CK's (y, x) window per row, masked blocks only at
                            the diagonal edges (full blocks run unmasked); up to 32 key blocks the trailing masked
                            blocks run inside the pipelined loop behind a uniform branch (launch.FUSE_TAIL_MAX_KEY_BLOCKS)
-launch variants            the plan stage's ``qk_ahead`` / ``lpt_heads`` args (the dispatcher's table, data/heuristics.yaml
-                           ``launch_variants``: first matching rule; measured with benchmarks/tune_fwd.py --only
-                           hopper; docs/hopper_forward.md): ``qk_ahead`` -- the unmasked key loop issues Q.K one
-                           block ahead of the softmax (FlashAttention-3's intra-warpgroup overlap; plain problems only:
-                           no paging, bias, soft-cap, dropout or per-block scales); ``lpt_heads`` -- a one-dimensional
-                           grid, longest query blocks first within groups of that many heads (batch mode, no packed
-                           GQA rows); today: masked hdim-256 fwd kernels take both
+launch variants            the plan stage's ``launch.variant`` (``qk_ahead`` / ``lpt_heads``), its one source the
+                           dispatcher's table (data/heuristics.yaml ``launch_variants``: first matching rule; measured
+                           with benchmarks/tune_fwd.py --only hopper; docs/hopper_forward.md): ``qk_ahead`` -- the
+                           unmasked key loop issues Q.K one block ahead of the softmax (FlashAttention-3's
+                           intra-warpgroup overlap; plain problems only: no paging, bias, soft-cap, dropout or
+                           per-block scales); ``lpt_heads`` -- a one-dimensional grid, longest query blocks first
+                           within groups of that many heads (batch mode, no packed GQA rows); today: masked hdim-256
+                           fwd kernels take both
 bias                       elementwise (CK broadcast shapes through zero strides) or ALiBi (CK slopes, the mask decides
                            vertical / top-left / bottom-right positions)
 lse, logits_soft_cap, sink  LSE output, ``cap * tanh(s / cap)``, sink logit seeding the running max/sum
@@ -57,8 +83,9 @@ qscale                     none / pertensor (scalar descales) / blockscale (per 
 paged_kv                   vLLM 2-D block table gather of K/V pages
 fwd_appendkv tile          bs / bsk = rows per program (at most 64) of the q rotation / the knew+vnew store
                            (``append_rows_kernel``); contiguous cache (``cache_batch_idx`` row) or paged (vLLM table),
-                           every row / page checked on the host first; the attention stage reads the post-append
-                           ``cache_seqlens`` from the device
+                           every row / page checked on the host first; the stage returns the rotated q and the
+                           updated caches as new arrays; the attention stage after it computes the post-append
+                           ``cache_seqlens + seqlen_knew`` on the device
 rope                       interleaved / half_rotated on q and knew in float32, ``rotary_dim <= hdim`` (rest copied);
                            q's table row ``cache + i`` with a mask, ``cache`` without (CK's appendkv kernel)
 batch_prefill              the forward kernel in group mode over the pools, by the config's traits:
@@ -77,7 +104,7 @@ bwd_dq_dk_dv tile          bm0 = query block, bn0 = key block: one program per k
                            hdim 64 (launch_bwd.DESCRIPTOR_MAX_HDIM, measured) Q/dO through TMA descriptors and dQ by
                            the descriptor reduce-add (batch mode, bhsd, fp16/bf16, non-deterministic for the dQ add)
 bwd mask/bias/dropout      the forward's (y, x) window per row, CK's broadcast bias, ALiBi positions and Philox keep
-                           mask (the forward's ``_philox_randval``); dbias: dS stored per q-head and batch
+                           mask (the forward's ``philox_randval``); dbias: dS stored per q-head and batch
 bwd GQA                    dK/dV per q-head (CK's raw layout); the group sum is the runner's host step
 deterministic              false: dQ by ``atomic_add`` into fp32 ``dq_acc[0]``; true: no atomics, each key block
                            stores its own ``dq_acc`` slice, bwd_convert_dq sums the slices in order (bitwise

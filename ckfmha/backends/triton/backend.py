@@ -1,83 +1,40 @@
-"""TritonBackend: availability, what it can realize, builds (Triton JIT + cache), stage execution."""
+"""TritonBackend, the top of the package: availability, what it can realize, builds (Triton JIT + cache) and
+:meth:`~TritonBackend.run_stage`, which hands the stage to the stage module :mod:`.execute`.
+
+Importing this module imports neither torch nor triton: it reads :mod:`.capability` (torch-free) at import time and
+imports :mod:`.execute` (the stage module) and :mod:`.warmup` (compiles) only when it runs or builds a kernel.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, StageResult
+from ckfmha.backends.base import Availability, Backend, BackendError, BuiltKernel, RunContext, StageResult
 from ckfmha.backends.cache import BuildCache, cache_root
-from ckfmha.kernel import DType, Family, KernelConfig, Mode, QScale, VLayout
+from ckfmha.backends.triton.capability import (  # noqa: F401  (re-exported for older imports)
+    BWD_FAMILIES,
+    BWD_ONE_D_FAMILIES,
+    DTYPES,
+    FAMILIES,
+    FORWARD_ATTENTION_FAMILIES,
+    FP8_OUT_FAMILIES,
+    KVCACHE_FAMILIES,
+    VCOL_FAMILIES,
+    interpreting,
+    is_pow2,
+    unhonoured_lengths,
+)
+from ckfmha.kernel import DType, Family, KernelConfig, QScale, VLayout
 from ckfmha.problem import BWD_DTYPES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
-FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)
-# the backward stages (kernels_bwd.py / launch_bwd.py); their 1-D kernels (dot_do_o, convert_dq) have tile (bm0,)
-BWD_FAMILIES = (Family.BWD_DOT_DO_O, Family.BWD_DQ_DK_DV, Family.BWD_CONVERT_DQ)
-BWD_ONE_D_FAMILIES = (Family.BWD_DOT_DO_O, Family.BWD_CONVERT_DQ)
-# the KV-cache families (kernels_kvcache.py / launch_kvcache.py; batch prefill runs the forward kernel)
-KVCACHE_FAMILIES = (Family.FWD_APPENDKV, Family.BATCH_PREFILL)
-DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.FP8, DType.FP8BF16, DType.FP8FP32)
-# plain fp8 (fp8 in, fp8 O): the forward-attention families and the combine; not the KV-cache families
-FP8_OUT_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_SPLITKV_COMBINE, Family.FWD_PAGEDKV)
-# column-major V (CK's -vlayout=c): the forward family, the only one a problem may give it (ckfmha/problem.py);
-# served by the row-major kernel over ckfmha's logical V (package table, "vlayout col")
-VCOL_FAMILIES = (Family.FWD,)
-RANDVAL_MAX_ELEMENTS = 1 << 26  # store dropout random values for checking up to 64 Mi elements
 BACKEND_VERSION = "1"
-
-
-def interpreting() -> bool:
-    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``, read through Triton's own knob): the
-    kernels then run on the CPU on torch CPU tensors, no GPU needed (slow; for developing and testing kernels)."""
-    import triton
-
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"  # pragma: no cover - Triton before the knobs module
-
-
-FORWARD_ATTENTION_FAMILIES = (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV)
-"""Kernel families that run kernels.attn_fwd_kernel on a problem's own lengths (batch prefill reads its page
-tables; the backward's padding check is launch_bwd's)."""
-
-
-def unhonoured_lengths(family: Family, p: "Problem") -> str | None:
-    """The lengths of ``p`` a kernel of ``family`` in the Triton forward (kernels.attn_fwd_kernel) would not honour,
-    as an error naming the field, its value and the rule; None when every length is honoured.  Batch mode: every
-    batch runs ``seqlen_q`` query rows (no per-batch query length: ``q_eff_lens`` refused) and ``seqlen_k`` keys
-    unless a ``cache_seqlens`` tensor gives per-batch key counts, which :func:`ckfmha.inputs.make_inputs` gives
-    for paged caches and append-KV only (``kv_eff_lens`` refused otherwise).  Group mode: a sequence's query
-    length is ``seqstart_q[b + 1] - seqstart_q[b]``, the padded length (``s_qpad`` other than ``seqlens_q``
-    refused; ``s_kpad`` is honoured: the keys come from ``seqlen_k``).  Torch-free: launch.check_preconditions
-    raises it as a PreconditionError."""
-    if family not in FORWARD_ATTENTION_FAMILIES:
-        return None
-    if p.q_eff_lens is not None:
-        return (
-            f"q_eff_lens: {p.q_eff_lens}: the triton forward runs seqlen_q={p.seqlen_q} query rows in every batch "
-            "(its batch mode reads no per-batch query length)"
-        )
-    if p.kv_eff_lens is not None and not (p.page_block_size > 0 or p.family is Family.FWD_APPENDKV):
-        return (
-            f"kv_eff_lens: {p.kv_eff_lens}: the triton forward attends to seqlen_k={p.seqlen_k} keys in every batch "
-            "(it reads per-batch key lengths only from cache_seqlens, which paged caches and append-KV give)"
-        )
-    if p.mode is Mode.GROUP and tuple(p.qpad_list) != tuple(p.seqlens_q_list):
-        return (
-            f"s_qpad: {p.s_qpad}: the triton forward takes a sequence's query length from seqstart_q (the padded "
-            f"lengths {p.s_qpad}, not seqlens_q {p.seqlens_q})"
-        )
-    return None
-
-
-def _pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
 
 
 class TritonBackend(Backend):
@@ -170,15 +127,15 @@ class TritonBackend(Backend):
             return f"dtype {s.dtype.value} is not realized by the backward ({', '.join(d.value for d in BWD_DTYPES)})"
         if s.family in BWD_ONE_D_FAMILIES:
             bm0 = a.tile[0] if a.tile else 0
-            return None if _pow2(bm0) and bm0 >= 16 else f"tile {a.tile}: bm0 must be a power of two >= 16"
+            return None if is_pow2(bm0) and bm0 >= 16 else f"tile {a.tile}: bm0 must be a power of two >= 16"
         if len(a.tile) < 2:
             return f"tile {a.tile} has no bm0/bn0"
         bm0, bn0 = a.tile[0], a.tile[1]
-        if not (_pow2(bm0) and _pow2(bn0) and bm0 >= 16 and bn0 >= 16):
+        if not (is_pow2(bm0) and is_pow2(bn0) and bm0 >= 16 and bn0 >= 16):
             return f"tile bm0={bm0}, bn0={bn0}: Triton blocks must be powers of two >= 16"
         if a.warps:
             w = a.warps[0][0] * a.warps[0][1] * a.warps[0][2]
-            if not _pow2(w) or w > 16:
+            if not is_pow2(w) or w > 16:
                 return f"{w} warps per block: Triton needs a power of two <= 16"
         return None
 
@@ -220,8 +177,16 @@ class TritonBackend(Backend):
 
     # ------------------------------------------------------------------ running
     def run_stage(
-        self, kernel: BuiltKernel, stage: "Stage", problem: "Problem", tensors: dict[str, Any], *, timing: bool = False
+        self,
+        kernel: BuiltKernel,
+        stage: "Stage",
+        problem: "Problem",
+        inputs: Mapping[str, Any],
+        *,
+        timing: bool = False,
+        context: RunContext | None = None,
     ) -> StageResult:
+        """Run one plan stage by the stage contract (:mod:`ckfmha.backends.base`; :func:`.execute.run_stage`)."""
         from ckfmha.backends.triton.execute import run_stage
 
-        return run_stage(kernel.config, stage, problem, tensors, timing=timing)
+        return run_stage(kernel.config, stage, problem, inputs, timing=timing, context=context)

@@ -1,174 +1,190 @@
-"""Run one plan stage on the GPU: NumPy inputs -> device tensors (poisoned outputs) -> launch -> NumPy outputs."""
+"""The stage module of the Triton backend: one plan stage by the stage contract (:mod:`ckfmha.backends.base`) --
+read-only NumPy inputs -> device tensors -> the role's launcher -> a new NumPy array per output spec.
+
+==================  ===============================================================================================
+role                what :func:`run_stage` does
+==================  ===============================================================================================
+fwd, pagedkv,       :func:`.launch.attention_launcher` with the plan's launch variant (``stage.launch.variant``);
+batch_prefill       ``o`` / ``lse`` / (dropout, up to ``RANDVAL_MAX_ELEMENTS``) ``randval`` buffers from the specs
+splitkv             the same kernel with ``split`` and ``stage.launch.num_splits``: ``o_acc`` / ``lse_acc``
+combine             :func:`.launch.combine_launcher` over the split stage's partials (found on the device)
+appendkv            host checks (:func:`.launch_kvcache.check_append_inputs`), then
+                    :func:`.launch_kvcache.appendkv_launcher` on device copies of ``q`` and the caches: returns the
+                    rotated ``q`` and the updated caches as new arrays (the specs' ``updates``)
+dot_do_o,           :func:`.launch_bwd.stage_launcher` (``d`` and ``dq`` buffers poisoned from the specs; ``dq_acc``
+dq_dk_dv,           returned cut from its upper-bound device buffer to its spec's shape)
+convert_dq
+==================  ===============================================================================================
+
+Shapes and dtypes of every output come from ``stage.outputs`` (none derived here); elements a kernel does not
+write hold the poison.  Device copies of inputs live in the run's :class:`~ckfmha.backends.base.RunContext`
+(:class:`.device.DeviceTensors`); an output a stage returns is remembered on the device for the stages after it.
+The attention stage of an append-KV problem reads the post-append key counts ``cache_seqlens + seqlen_knew``
+(computed on the device from the problem's ``cache_seqlens``).
+
+Layers: the top of the launchers (:mod:`.launch`, :mod:`.launch_bwd`, :mod:`.launch_kvcache`, :mod:`.device`);
+:mod:`.warmup` and :mod:`.backend` call it.
+"""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from ckfmha.backends.base import StageResult
-from ckfmha.backends.triton.backend import BWD_FAMILIES
-from ckfmha.backends.triton.launch import (
-    PreconditionError,
-    attention_launcher,
+from ckfmha.backends.base import RunContext, StageResult
+from ckfmha.backends.triton.capability import RANDVAL_MAX_ELEMENTS
+from ckfmha.backends.triton.device import (
+    DeviceTensors,
     check_preconditions,
-    combine_launcher,
-    input_fp8_format,
-    out_torch_dtype,
-    stored_output,
-    to_numpy,
-    to_torch,
+    poisoned_output,
+    spec_output,
+    sync,
+    timed,
 )
-from ckfmha.backends.triton.launch_kvcache import run_appendkv_stage
-from ckfmha.heuristics import LaunchVariant
-from ckfmha.inputs import lse_shape, o_shape
-from ckfmha.kernel import Family, KernelConfig, Mode
+from ckfmha.backends.triton.launch import attention_launcher, combine_launcher
+from ckfmha.backends.triton.launch_bwd import stage_launcher
+from ckfmha.backends.triton.launch_kvcache import appendkv_launcher, check_append_inputs
+from ckfmha.kernel import Family, KernelConfig
+from ckfmha.plan import OutputSpec, StageRole
 
 if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.plan import Stage
     from ckfmha.problem import Problem
 
-_INPUT_KEYS = (
-    "q",
-    "k",
-    "v",
-    "k_cache",
-    "v_cache",
-    "block_table",
-    "cache_seqlens",
-    "seqstart_q",
-    "seqstart_k",
-    "seqlen_k",
-    "bias",
-    "alibi_slopes",
-    "sink",
-    "q_descale",
-    "k_descale",
-    "v_descale",
-    "cache_batch_idx",
-    "kv_indptr",
-    "kv_page_indices",
-    "kv_last_page_lens",
-)
-RANDVAL_MAX_ELEMENTS = 1 << 26
+#: role -> the names the role's kernel writes: never read from the inputs, whatever the specs list
+ROLE_WRITES: dict[StageRole, tuple[str, ...]] = {
+    StageRole.FWD: ("o", "lse", "randval"),
+    StageRole.PAGEDKV: ("o", "lse", "randval"),
+    StageRole.BATCH_PREFILL: ("o", "lse", "randval"),
+    StageRole.SPLITKV: ("o_acc", "lse_acc", "o", "lse", "randval"),
+    StageRole.COMBINE: ("o", "lse"),
+    StageRole.APPENDKV: (),
+    StageRole.DOT_DO_O: ("d",),
+    StageRole.DQ_DK_DV: ("dq_acc", "dk_raw", "dv_raw", "dbias_raw", "dq", "dk", "dv", "dbias"),
+    StageRole.CONVERT_DQ: ("dq",),
+}
+
+#: what a role's preparation gives: the launch, and name -> the device tensor of each output it produced
+Prepared = tuple[Callable[[], None], dict[str, torch.Tensor]]
 
 
-def device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The device copies of the inputs, made once per tensors dict."""
-    dev = tensors.get("_device")
-    if dev is None:
-        dev = tensors["_device"] = {}
-        for k in _INPUT_KEYS:
-            if k in tensors and isinstance(tensors[k], np.ndarray):
-                dev[k] = to_torch(tensors[k])
-    return dev
+def _specs(stage: "Stage", *names: str) -> dict[str, torch.Tensor]:
+    """Poisoned device buffers of the stage's output specs among ``names`` (those it declares)."""
+    return {s.name: poisoned_output(s) for s in stage.outputs if s.name in names}
 
 
-_POISON_VIEW = {
-    torch.float64: ("float64", torch.int64),
-    torch.float32: ("float32", torch.int32),
-    torch.float16: ("float16", torch.int16),
-    torch.bfloat16: ("bfloat16", torch.int16),
+def _forward(c: KernelConfig, stage: "Stage", p: "Problem", t: DeviceTensors) -> Prepared:
+    check_preconditions(c, p, stage.role)
+    if p.family is Family.FWD_APPENDKV and "cache_seqlens" in t:
+        t["cache_seqlens"] = t["cache_seqlens"] + p.seqlen_knew  # the post-append key counts, on the device
+    variant = stage.launch.variant
+    if stage.role is StageRole.SPLITKV:
+        out = _specs(stage, "o_acc", "lse_acc")
+        t.update(out)
+        n = int(stage.launch.num_splits or 1)
+        return attention_launcher(c, p, t, split=True, num_splits=n, variant=variant), out
+    out = _specs(stage, "o", "lse")
+    randval = next((s for s in stage.outputs if s.name == "randval"), None)
+    if randval is not None and p.p_drop > 0 and int(np.prod(randval.shape)) <= RANDVAL_MAX_ELEMENTS:
+        out["randval"] = poisoned_output(randval)
+    t.update(out)
+    return attention_launcher(c, p, t, variant=variant), out
+
+
+def _combine(c: KernelConfig, stage: "Stage", p: "Problem", t: DeviceTensors) -> Prepared:
+    out = _specs(stage, "o", "lse")
+    t.update(out)
+    return combine_launcher(c, p, t, int(stage.launch.num_splits or 1)), out
+
+
+def _appendkv(c: KernelConfig, stage: "Stage", p: "Problem", t: DeviceTensors) -> Prepared:
+    check_preconditions(c, p, stage.role)
+    check_append_inputs(c, p, t.inputs)  # every cache row / page and the rotary tables, before any write
+    for name in ("k_cache", "v_cache") if p.page_block_size else ("k", "v"):
+        if name in t:
+            t[name] = t[name].clone()  # the kernel writes the copy: inputs and their device copies stay as given
+    launch, after = appendkv_launcher(c, p, t)
+    after.pop("cache_seqlens", None)  # the attention stage adds seqlen_knew itself (_forward)
+    return launch, after
+
+
+def _backward(c: KernelConfig, stage: "Stage", p: "Problem", t: DeviceTensors) -> Prepared:
+    t.update(_specs(stage, "d", "dq") if stage.role is not StageRole.DQ_DK_DV else {})
+    launch = stage_launcher(c, p, t)
+    return launch, {s.name: t[s.name] for s in stage.outputs if dict.__contains__(t, s.name)}
+
+
+#: role -> the stage function that prepares its launch (the one registration per role, as the cpu backend's STAGE_FUNCTIONS)
+STAGE_FUNCTIONS: dict[StageRole, Callable[[KernelConfig, "Stage", "Problem", DeviceTensors], Prepared]] = {
+    StageRole.FWD: _forward,
+    StageRole.PAGEDKV: _forward,
+    StageRole.BATCH_PREFILL: _forward,
+    StageRole.SPLITKV: _forward,
+    StageRole.COMBINE: _combine,
+    StageRole.APPENDKV: _appendkv,
+    StageRole.DOT_DO_O: _backward,
+    StageRole.DQ_DK_DV: _backward,
+    StageRole.CONVERT_DQ: _backward,
 }
 
 
-def _poisoned(shape, dtype) -> torch.Tensor:
-    """A device tensor filled with ckfmha.poison's marked NaN (the plain NaN for the float8 types)."""
-    from ckfmha.backends.triton import launch
-    from ckfmha.poison import POISON_BITS
+def _collect(stage: "Stage", t: DeviceTensors, produced: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """A new NumPy array per output spec: the produced device buffer (an append's by the input it updates), else
+    -- a required spec the launch did not write -- the spec's poison.  Each returned array is remembered with its
+    device tensor for the stages after this one."""
+    outputs: dict[str, Any] = {}
+    for spec in stage.outputs:
+        key = spec.updates or spec.name
+        dev = produced.get(key)
+        if dev is None:
+            if spec.required:
+                outputs[spec.name] = _unwritten(spec, t.inputs)
+            continue
+        arr = outputs[spec.name] = spec_output(dev, spec)
+        if tuple(dev.shape) == arr.shape:  # an upper-bound buffer (dq_acc) is cut: the next stage uploads the cut
+            t.keep(key, arr, dev)
+    return outputs
 
-    view = _POISON_VIEW.get(dtype)
-    if view is None:
-        return torch.full(shape, float("nan"), dtype=dtype, device=launch.DEVICE)
-    bits = POISON_BITS[view[0]][1]  # every pattern is below the sign bit, so it fits the signed int view
-    return torch.full(shape, bits, dtype=view[1], device=launch.DEVICE).view(dtype)
 
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _timed(launch, timing: bool) -> float | None:
-    if not timing:
-        launch()
-        return None
-    from ckfmha.backends.triton import launch as _launch
-
-    if _launch.DEVICE == "cpu":  # the interpreter runs synchronously on the host
-        t0 = time.perf_counter()
-        launch()
-        return (time.perf_counter() - t0) * 1e3
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    launch()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end))
+def _unwritten(spec: OutputSpec, inputs: Mapping[str, Any]) -> np.ndarray:
+    """A required output no launch produced: an input it updates, unchanged (a new array), else the poison."""
+    source = inputs.get(spec.updates) if spec.updates else None
+    if isinstance(source, np.ndarray) and spec.mismatch(source) is None:
+        return np.array(source, copy=True)
+    return spec.allocate()
 
 
 def run_stage(
-    c: KernelConfig, stage: "Stage", p: "Problem", tensors: dict[str, Any], *, timing: bool = False
+    c: KernelConfig,
+    stage: "Stage",
+    p: "Problem",
+    inputs: Mapping[str, Any],
+    *,
+    timing: bool = False,
+    context: RunContext | None = None,
 ) -> StageResult:
-    fam = c.signature.family
-    if fam in BWD_FAMILIES:
-        from ckfmha.backends.triton.launch_bwd import run_bwd_stage
-
-        return run_bwd_stage(c, stage, p, tensors, timing=timing)
-    if fam is Family.FWD_APPENDKV:
-        return run_appendkv_stage(c, stage, p, tensors, timing=timing)
-    t = device_tensors(tensors)
-    outputs: dict[str, Any] = {}
-    fp8_format = input_fp8_format(tensors)  # plain fp8 O in the fnuz encoding: float32, rounded on the host
-    if fam is Family.FWD_SPLITKV_COMBINE:
-        n = int(stage.args["num_splits"])
-        t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype, fp8_format))
-        if p.lse:
-            t["lse"] = _poisoned(lse_shape(p), torch.float32)
-        ms = _timed(combine_launcher(c, p, t, n), timing)
-        _sync()
-        outputs["o"] = stored_output(t["o"], p.dtype, fp8_format)
-        if p.lse:
-            outputs["lse"] = to_numpy(t["lse"])
-        tensors.update(outputs)
-        return StageResult(outputs, ms)
-    check_preconditions(c, p)
-    variant = LaunchVariant.from_stage_args(stage.args)  # the plan's launch variants (ckfmha/heuristics.py)
-    if fam is Family.FWD_SPLITKV:
-        n = int(stage.args["num_splits"])
-        nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
-        t["o_acc"] = _poisoned((n, nb, p.nhead_q, rows, p.hdim_v), torch.float32)
-        t["lse_acc"] = _poisoned((n, nb, p.nhead_q, rows), torch.float32)
-        ms = _timed(attention_launcher(c, p, t, split=True, num_splits=n, variant=variant), timing)
-        _sync()
-        outputs["o_acc"] = to_numpy(t["o_acc"])
-        outputs["lse_acc"] = to_numpy(t["lse_acc"])
-        tensors.update(outputs)
-        return StageResult(outputs, ms)
-    # fwd / pagedkv
-    t["o"] = _poisoned(o_shape(p), out_torch_dtype(p.dtype, fp8_format))
-    if c.signature.lse:
-        t["lse"] = _poisoned(lse_shape(p), torch.float32)
-    else:
-        t.pop("lse", None)
-    t.pop("randval", None)
-    if p.p_drop > 0:
-        shape = lse_shape(p) + (p.seqlen_k,)
-        if int(np.prod(shape)) <= RANDVAL_MAX_ELEMENTS:
-            from ckfmha.backends.triton import launch as _launch
-
-            t["randval"] = torch.zeros(shape, dtype=torch.uint8, device=_launch.DEVICE)
-    ms = _timed(attention_launcher(c, p, t, variant=variant), timing)
-    _sync()
-    outputs["o"] = stored_output(t["o"], p.dtype, fp8_format)
-    if c.signature.lse:
-        outputs["lse"] = to_numpy(t["lse"])
-    if "randval" in t:
-        outputs["randval"] = to_numpy(t["randval"])
-    tensors.update(outputs)
-    return StageResult(outputs, ms)
+    """Run one plan stage (module table): ``inputs`` are only read; every spec of ``stage.outputs`` comes back as a
+    new NumPy array.  ``context``: the run's (device copies shared across its stages); None: a private one."""
+    own = context is None
+    ctx = RunContext() if context is None else context
+    try:
+        t = DeviceTensors(inputs, ctx, hidden=_hidden(stage))
+        launch, produced = STAGE_FUNCTIONS[stage.role](c, stage, p, t)
+        ms = timed(launch, timing)
+        sync()
+        return StageResult(_collect(stage, t, produced), ms)
+    finally:
+        if own:
+            ctx.close()
 
 
-__all__ = ["run_stage", "PreconditionError"]
+def _hidden(stage: "Stage") -> set[str]:
+    """The names a stage's device tensors never take from its inputs: what the stage writes (not what it
+    updates: append-KV reads the caches it returns)."""
+    return {s.name for s in stage.outputs if s.updates is None} | set(ROLE_WRITES[stage.role])
+
+
+__all__ = ["ROLE_WRITES", "run_stage"]

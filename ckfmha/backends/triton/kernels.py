@@ -18,7 +18,7 @@ LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): base-2 softmax; a constexpr
 
 
 @triton.jit
-def _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl.constexpr):
+def philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl.constexpr):
     """uint8-valued randvals (as int32) for rows x cols of sequence-relative positions (ckfmha/rng.py).
     Lane and byte inside the 32x32 tile: CK's order (rng.tile_lane_byte; block_dropout.hpp,
     reference_batched_dropout_randval.hpp)."""
@@ -63,7 +63,7 @@ def _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, rows, cols, ROUNDS: tl
 def mask_window_yx(mask_kind, mask_left, mask_right, mask_y, mask_x, sq, sk, HAS_MASK: tl.constexpr):
     """CK's (y, x) window of a sequence (mask.hpp, make_generic_attention_mask_from_lr_window): row i sees keys
     ``[i + 1 - y, i + x)``.  ``mask_kind`` 1 / 2: a top-left / bottom-right window (left, right; -1 = unbounded:
-    launch._mask_args); otherwise the raw coordinates ``mask_y`` / ``mask_x``; no mask: every key (y = sq,
+    device.mask_args); otherwise the raw coordinates ``mask_y`` / ``mask_x``; no mask: every key (y = sq,
     x = sk).  The forward and the backward kernels both read the window here."""
     if HAS_MASK:
         y = tl.where(
@@ -259,7 +259,7 @@ def _attn_block(
         s = _mask_scores(s, offs_n, n0, row_lo, row_hi, sk, MASKED, EVEN_N, MASK_TAIL, mask_from)
         p, m_new, l_i, acc = _online_softmax(s, m_i, l_i, acc)
         if HAS_DROPOUT:
-            rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[:, None], offs_n[None, :], DROPOUT_ROUNDS)
+            rv = philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[:, None], offs_n[None, :], DROPOUT_ROUNDS)
             if STORE_RANDVAL:
                 rv_ptrs = (
                     RANDVAL

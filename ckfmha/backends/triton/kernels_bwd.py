@@ -16,7 +16,7 @@ dq_dk_dv           one program per BLOCK_N keys of one (batch/sequence, *q*-head
                    ``dV += (P * Z / pk)^T dO``, ``dP = (dO V^T) * Z / pk``, ``dS = P * (dP - D)``,
                    ``dK += scale * dS^T Q``, ``dQ += scale * dS K``; P and dS are rounded to the input type before
                    their GEMMs (CK's reference); ``Z`` is the dropout keep mask of ckfmha's Philox mapping
-                   (:func:`ckfmha.backends.triton.kernels._philox_randval`, the forward's own, bit-exact with
+                   (:func:`ckfmha.backends.triton.kernels.philox_randval`, the forward's own, bit-exact with
                    ckfmha/rng.py); dK/dV are stored per q-head (CK's raw layout, fmha_bwd_kernel.hpp), dBias = dS
                    per q-head and batch; dQ: ``atomic_add`` into ``dq_acc[0]`` (non-deterministic), or a plain
                    store into the key block's own slice ``dq_acc[key block]`` (deterministic: no atomics, one
@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ckfmha.backends.triton.kernels import _philox_randval, mask_window_yx
+from ckfmha.backends.triton.kernels import mask_window_yx, philox_randval
 
 
 @triton.jit
@@ -256,7 +256,7 @@ def _bwd_query_blocks(
             pt = tl.where(allowed, pt, 0.0)
         dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         if HAS_DROPOUT:
-            rv = _philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[None, :], offs_n[:, None], DROPOUT_ROUNDS)
+            rv = philox_randval(seed_lo, seed_hi, off_lo, off_hi, bh, offs_m[None, :], offs_n[:, None], DROPOUT_ROUNDS)
             keep = rv <= p_undrop
             pdt = tl.where(keep, pt * rp_keep, 0.0)
             dpt = tl.where(keep, dpt * rp_keep, 0.0)

@@ -6,7 +6,7 @@ vLLM block table, SGLang page table, vectorized pools); only the append itself h
 
 :func:`append_rows_kernel` copies ``nrows`` rows per (batch, head) from a source tensor to a destination, rotating
 the first ``ROTARY_DIM`` features with RoPE on the way, as CK's append-KV kernel (fmha_fwd_appendkv_kernel.hpp,
-block_rotary_embedding.hpp; ckfmha/backends/cpu/rope.py is the cpu twin):
+block_rotary_embedding.hpp; ckfmha/backends/common/rope.py is the cpu twin):
 
 ========================  ==========================================================================================
 argument                  meaning
@@ -23,7 +23,7 @@ PER_ROW                   table row ``cache_seqlens[b] + i``; else ``cache_seqle
 ========================  ==========================================================================================
 
 The rotation runs in float32 (values, cos and sin widened), one operation at a time (the launch turns Triton's
-fp fusion off: no fused multiply-add, as CK's kernel and ckfmha/backends/cpu/rope.py), and rounds once to the
+fp fusion off: no fused multiply-add, as CK's kernel and ckfmha/backends/common/rope.py), and rounds once to the
 destination's type.
 """
 

@@ -1,5 +1,6 @@
-"""Host side of the Triton backward family: device buffers, kernel arguments and launches of ``bwd_dot_do_o``,
-``bwd_dq_dk_dv`` and ``bwd_convert_dq`` (kernels in :mod:`ckfmha.backends.triton.kernels_bwd`).
+"""The backward launchers of the Triton backend: device buffers, kernel arguments and launches of ``bwd_dot_do_o``,
+``bwd_dq_dk_dv`` and ``bwd_convert_dq`` (kernels in :mod:`ckfmha.backends.triton.kernels_bwd`; imports
+:mod:`.device` and :mod:`.capability` below it; the stage module :mod:`.execute` calls :func:`stage_launcher`).
 
 =====================  ========================================================================================
 stage                  reads -> writes (the cpu stages' names and layouts: ckfmha/backends/cpu/stages.py)
@@ -16,51 +17,46 @@ Workspace without host syncs (upstream CK PR #7331): ``dq_acc`` is allocated on 
 :func:`ckfmha.workspace.bwd_workspace_upper_bound` uses (batch, nhead_q, max_seqlen_q, max_seqlen_k, hdim_q; in group
 mode ``batch * max_seqlen_q`` packed rows) and cleared by the launch, as CK's launcher clears it; the grids come
 from the same bounds and the kernels read seqstart_q / seqstart_k / seqlen_k on the device.  Nothing in
-:func:`launch_stage` reads a device tensor back to the host (no ``.item()``, ``.tolist()``, ``.cpu()``); only
-:func:`run_bwd_stage` copies the outputs to NumPy after the launch.
+:func:`stage_launcher` reads a device tensor back to the host (no ``.item()``, ``.tolist()``, ``.cpu()``); only
+the stage module copies the outputs to NumPy after the launch.  ``d`` (dot_do_o) and ``dq`` (convert_dq) are the
+buffers the stage gives in ``t`` (poisoned from the stage's output specs) where it gives them, else allocated here.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 import triton
 
-from ckfmha.backends.base import StageResult
+from ckfmha.backends.base import RunContext
 from ckfmha.backends.triton import kernels_bwd
-from ckfmha.backends.triton.backend import BWD_FAMILIES
-from ckfmha.backends.triton.launch import (
-    _ELEM,
-    SMEM_BYTES,
+from ckfmha.backends.triton.capability import SMEM_BYTES, next_pow2
+from ckfmha.backends.triton.device import (
+    ELEM,
+    DeviceTensors,
     PreconditionError,
-    _dummy,
-    _mask_args,
-    _required,
     check_preconditions,
+    dummy_tensor,
     launch_fitting_stages,
-    next_pow2,
+    mask_args,
     out_torch_dtype,
+    required,
     seq_strides,
-    to_numpy,
-    to_torch,
 )
 from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, q_shape
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode
 from ckfmha.plan import FAMILY_ROLE, needs_convert  # the one rule: is a convert_dq stage next
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
-from ckfmha.workspace import dq_acc_shape, dq_acc_splits
+from ckfmha.workspace import dq_acc_splits
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.plan import Stage
-
-#: inputs of the backward stages that are not forward inputs: copied to the device once per tensors dict
-_BWD_INPUT_KEYS = ("do", "o", "lse")
+#: what the backward stages write: never read from a stage's inputs (:func:`backward_device_tensors`)
+BWD_OUTPUTS = ("d", "dq_acc", "dk_raw", "dv_raw", "dbias_raw", "dq", "dk", "dv", "dbias")
 
 
 def _warps(c: KernelConfig) -> int:
@@ -97,9 +93,9 @@ def _check_problem(p: Problem) -> None:
 
 # ------------------------------------------------------------------------------------------ launchers
 def dot_do_o_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
-    """Writes ``t['d']`` (allocated here) from ``t['o']`` and ``t['do']``."""
-    o, do = _required(t, "o", "stage dot_do_o"), _required(t, "do", "stage dot_do_o")
-    d = t["d"] = torch.empty(lse_shape(p), dtype=torch.float32, device=o.device)
+    """Writes ``t['d']`` (the stage's buffer, else allocated here) from ``t['o']`` and ``t['do']``."""
+    o, do = required(t, "o", "stage dot_do_o"), required(t, "do", "stage dot_do_o")
+    d = t["d"] if "d" in t else t.setdefault("d", torch.empty(lse_shape(p), dtype=torch.float32, device=o.device))
     nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
     block_m = c.algorithm.tile[0]
     grid = (triton.cdiv(rows, block_m), nb * p.nhead_q)
@@ -113,9 +109,13 @@ def dot_do_o_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -
 
 
 def convert_dq_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> Callable[[], None]:
-    """Writes ``t['dq']`` (input layout and dtype, allocated here) from ``t['dq_acc']``."""
-    acc = _required(t, "dq_acc", "stage convert_dq")
-    dq = t["dq"] = torch.empty(q_shape(p), dtype=out_torch_dtype(p.dtype), device=acc.device)
+    """Writes ``t['dq']`` (input layout and dtype: the stage's buffer, else allocated here) from ``t['dq_acc']``."""
+    acc = required(t, "dq_acc", "stage convert_dq")
+    dq = (
+        t["dq"]
+        if "dq" in t
+        else t.setdefault("dq", torch.empty(q_shape(p), dtype=out_torch_dtype(p.dtype), device=acc.device))
+    )
     nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
     block_m = c.algorithm.tile[0]
     grid = (triton.cdiv(rows, block_m), nb * p.nhead_q)
@@ -132,12 +132,12 @@ def _bias_args(c: KernelConfig, t: dict[str, torch.Tensor], dummy: torch.Tensor)
     """(bias, alibi, bias strides b/h/m/n, alibi batch stride): CK's broadcast bias dims through zero strides."""
     s = c.signature
     if s.bias is Bias.ELEMENTWISE:
-        bias = _required(t, "bias", "a kernel with elementwise bias")
+        bias = required(t, "bias", "a kernel with elementwise bias")
         sb = bias.stride(0) if bias.shape[0] > 1 else 0
         sh = bias.stride(1) if bias.shape[1] > 1 else 0
         return bias, dummy, sb, sh, bias.stride(2), bias.stride(3), 0
     if s.bias is Bias.ALIBI:
-        alibi = _required(t, "alibi_slopes", "a kernel with alibi bias")
+        alibi = required(t, "alibi_slopes", "a kernel with alibi bias")
         return dummy, alibi, 0, 0, 0, 0, alibi.stride(0) if alibi.shape[0] > 1 else 0
     return dummy, dummy, 0, 0, 0, 0, 0
 
@@ -153,7 +153,7 @@ def _alloc_dq_dk_dv(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> 
     t["dk_raw"] = torch.zeros(dk_raw_shape(p), dtype=sdt, device=dev)
     t["dv_raw"] = torch.zeros(dv_raw_shape(p), dtype=sdt, device=dev)
     if c.dbias:
-        t["dbias_raw"] = torch.zeros(dbias_raw_shape(p), dtype=_required(t, "bias", "dbias").dtype, device=dev)
+        t["dbias_raw"] = torch.zeros(dbias_raw_shape(p), dtype=required(t, "bias", "dbias").dtype, device=dev)
     else:
         t.pop("dbias_raw", None)
     if not needs_convert(p):
@@ -237,22 +237,22 @@ def dq_dk_dv_launcher(
     s = c.signature
     _check_problem(p)
     q, k, v = t["q"], t["k"], t["v"]
-    do = _required(t, "do", "stage dq_dk_dv")
-    lse, d = _required(t, "lse", "stage dq_dk_dv"), _required(t, "d", "stage dq_dk_dv")
+    do = required(t, "do", "stage dq_dk_dv")
+    lse, d = required(t, "lse", "stage dq_dk_dv"), required(t, "d", "stage dq_dk_dv")
     _alloc_dq_dk_dv(c, p, t)
     acc, dk, dv = t["dq_acc"], t["dk_raw"], t["dv_raw"]
     q_desc, do_desc, dq_desc = _bwd_descriptors(c, p, t, tma, dq_tma_add)
-    dummy = _dummy(q.device)
+    dummy = dummy_tensor(q.device)
     dbias = t.get("dbias_raw", dummy)
     sdb = seq_strides(dbias, p.input_layout) if "dbias_raw" in t else (0, 0, 0)
     bias, alibi, sbb, sbh, sbm, sbn, salb = _bias_args(c, t, dummy)
     group = p.mode is Mode.GROUP
     if group:
-        seqstart_q, seqstart_k = _required(t, "seqstart_q", "group mode"), _required(t, "seqstart_k", "group mode")
-        seqlens_k = _required(t, "seqlen_k", "group mode")
+        seqstart_q, seqstart_k = required(t, "seqstart_q", "group mode"), required(t, "seqstart_k", "group mode")
+        seqlens_k = required(t, "seqlen_k", "group mode")
     else:
         seqstart_q = seqstart_k = seqlens_k = dummy
-    mask_kind, ml, mr, _, _, alibi_mode = _mask_args(p)
+    mask_kind, ml, mr, _, _, alibi_mode = mask_args(p)
     seed = p.drop_seed & ((1 << 64) - 1)
     off = p.drop_offset & ((1 << 64) - 1)
     block_m, block_n = c.algorithm.tile[0], c.algorithm.tile[1]
@@ -322,7 +322,7 @@ def dq_dk_dv_launcher(
         HAS_DROPOUT=p.p_drop > 0,
         IS_GROUP=group,
         DETERMINISTIC=bool(c.deterministic),
-        ELEM=_ELEM[s.dtype],
+        ELEM=ELEM[s.dtype],
         DOT_PREC="ieee" if s.dtype is DType.FP32 else "tf32",
         DROPOUT_ROUNDS=DROPOUT_ROUNDS,
         NUM_STAGES=bwd_stages(c, p),
@@ -348,23 +348,14 @@ _LAUNCHERS = {
     Family.BWD_DQ_DK_DV: dq_dk_dv_launcher,
     Family.BWD_CONVERT_DQ: convert_dq_launcher,
 }
-_WRITES = {
-    Family.BWD_DOT_DO_O: ("d",),
-    Family.BWD_DQ_DK_DV: ("dq_acc", "dk_raw", "dv_raw", "dbias_raw"),
-    Family.BWD_CONVERT_DQ: ("dq",),
-}
 
 
-def backward_device_tensors(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The device tensors of a stage (:func:`ckfmha.backends.triton.execute.device_tensors`) plus the backward's
-    own inputs ``do``, ``o``, ``lse`` (copied once per tensors dict; outputs of earlier stages stay on the device)."""
-    from ckfmha.backends.triton.execute import device_tensors
-
-    dev = device_tensors(tensors)
-    for name in _BWD_INPUT_KEYS:
-        if name not in dev and isinstance(tensors.get(name), np.ndarray):
-            dev[name] = to_torch(tensors[name])
-    return dev
+def backward_device_tensors(inputs: Mapping[str, Any], context: RunContext | None = None) -> DeviceTensors:
+    """The device tensors of a backward run over the NumPy ``inputs`` (:class:`~.device.DeviceTensors`: each input
+    uploaded on first use, the stages' outputs :data:`BWD_OUTPUTS` never read from the inputs), for launching the
+    stages by hand (:func:`stage_launcher`; tests and benchmarks): later stages read what earlier ones wrote.  Every
+    input is uploaded here, so the launches copy nothing from the host."""
+    return DeviceTensors(inputs, context or RunContext(), hidden=BWD_OUTPUTS).upload()
 
 
 def stage_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], **variant: Any) -> Callable[[], None]:
@@ -376,54 +367,26 @@ def stage_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], **va
     return launcher(c, p, t, **variant) if variant and c.family is Family.BWD_DQ_DK_DV else launcher(c, p, t)
 
 
-def written(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> tuple[str, ...]:
-    """The names the stage of ``c`` wrote into ``t`` (dq_dk_dv: also ``dq`` where no convert_dq follows)."""
-    extra = ("dq",) if c.family is Family.BWD_DQ_DK_DV and not needs_convert(p) else ()
-    return tuple(n for n in _WRITES[c.family] + extra if n in t)
-
-
-def run_bwd_stage(
-    c: KernelConfig, stage: "Stage", p: Problem, tensors: dict[str, Any], *, timing: bool = False
-) -> StageResult:
-    """Run one backward stage: device inputs, launch, NumPy outputs (``dq_acc`` cut from its upper-bound shape
-    to :func:`ckfmha.workspace.dq_acc_shape`)."""
-    from ckfmha.backends.triton.execute import _sync, _timed
-
-    t = backward_device_tensors(tensors)
-    launch = stage_launcher(c, p, t)
-    ms = _timed(launch, timing)
-    _sync()
-    outputs: dict[str, Any] = {}
-    for name in written(c, p, t):
-        dev = t[name]
-        if name == "dq_acc":
-            n, _, _, rows, _ = dq_acc_shape(p, c.algorithm.tile[1])
-            dev = dev[:n, :, :, :rows]
-        outputs[name] = to_numpy(dev)
-    tensors.update(outputs)
-    return StageResult(outputs, ms)
-
-
-def warmup_inputs(c: KernelConfig, p: Problem, tensors: dict[str, Any]) -> None:
+def warmup_inputs(c: KernelConfig, p: Problem) -> dict[str, np.ndarray]:
     """Fabricate what a backward stage reads from the stages before it, so one stage compiles alone
-    (:func:`ckfmha.backends.triton.warmup.compile_config`): the forward's ``o`` / ``lse`` (NumPy, as the runner
-    gives them), ``d`` and ``dq_acc`` on the device."""
+    (:func:`ckfmha.backends.triton.warmup.compile_config`): the forward's ``o`` / ``lse``, ``d`` and, for
+    convert_dq, a one-slice ``dq_acc`` of the upper-bound rows (NumPy, as the runner gives them)."""
     from ckfmha.inputs import o_shape, storage_dtype
 
-    tensors["o"] = np.zeros(o_shape(p), dtype=storage_dtype(p.dtype))
-    tensors["lse"] = np.zeros(lse_shape(p), dtype=np.float32)
-    dev = backward_device_tensors(tensors)
-    dev["d"] = torch.zeros(lse_shape(p), dtype=torch.float32, device=dev["q"].device)
+    out = {
+        "o": np.zeros(o_shape(p), dtype=storage_dtype(p.dtype)),
+        "lse": np.zeros(lse_shape(p), dtype=np.float32),
+        "d": np.zeros(lse_shape(p), dtype=np.float32),
+    }
     if c.family is Family.BWD_CONVERT_DQ:
         nb, rows = workspace_rows(p)
-        dev["dq_acc"] = torch.zeros((1, nb, p.nhead_q, rows, p.hdim_q), dtype=torch.float32, device=dev["q"].device)
+        out["dq_acc"] = np.zeros((1, nb, p.nhead_q, rows, p.hdim_q), dtype=np.float32)
+    return out
 
 
 __all__ = [
-    "BWD_FAMILIES",
+    "BWD_OUTPUTS",
     "backward_device_tensors",
-    "run_bwd_stage",
     "stage_launcher",
     "warmup_inputs",
-    "written",
 ]

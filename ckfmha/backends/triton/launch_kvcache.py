@@ -1,17 +1,19 @@
-"""Host side of the Triton KV-cache families: the append-KV stage and the batch-prefill pools.
+"""The KV-cache launchers of the Triton backend: the append-KV launch and the batch-prefill pools (kernels in
+:mod:`.kernels_kvcache`; below :mod:`.launch`, which reads the pools, and the stage module :mod:`.execute`).
 
 =================  =================================================================================================
 stage / helper     what it does
 =================  =================================================================================================
-appendkv           :func:`run_appendkv_stage`: checks every cache row / page first (the cpu backend's
-                   :func:`ckfmha.backends.cpu.kv.sequence_kv`: a bad ``block_table`` / ``cache_batch_idx`` is a
-                   KernelInputError before anything is written), then :func:`kernels_kvcache.append_rows_kernel`
-                   launches: q rotated into a new tensor (``rotary_dim > 0``), knew (rotated) and vnew stored at
-                   keys ``cache_seqlens[b] ..`` of the contiguous cache (row ``cache_batch_idx[b]`` or ``b``) or of
-                   the paged cache (vLLM block table). Writes ``q`` and the caches ``k``/``v`` or
-                   ``k_cache``/``v_cache`` back to ``tensors`` (as the cpu stage) and leaves the device copies for
-                   the attention stage, whose per-batch key count ``cache_seqlens`` becomes the post-append
-                   ``cache_seqlens + seqlen_knew`` (computed on the device: no host sync)
+appendkv           :func:`check_append_inputs` checks every cache row / page first on the host (the backends'
+                   shared :func:`ckfmha.backends.common.kv.sequence_kv` and
+                   :func:`ckfmha.backends.common.rope.rotary_tables`: a bad ``block_table`` / ``cache_batch_idx``
+                   is a KernelInputError before anything is written); :func:`appendkv_launcher` then launches
+                   :func:`kernels_kvcache.append_rows_kernel`: q rotated into a new tensor (``rotary_dim > 0``),
+                   knew (rotated) and vnew stored at keys ``cache_seqlens[b] ..`` of the contiguous cache (row
+                   ``cache_batch_idx[b]`` or ``b``) or of the paged cache (vLLM block table), in place on the
+                   device tensors it is given (the stage module gives it copies: the stage returns ``q`` and the
+                   caches ``k``/``v`` or ``k_cache``/``v_cache`` as new arrays); the attention stage after it reads
+                   the post-append key counts ``cache_seqlens + seqlen_knew`` (computed on the device: no host sync)
 batch_prefill      the forward kernel (:func:`ckfmha.backends.triton.launch.attention_launcher`, group mode, paged)
                    with :func:`prefill_pools`: the pools' strides and the table of the config's traits -- vLLM
                    ``block_table`` (row ``b``) or SGLang ``kv_page_indices`` from ``kv_indptr[b]`` with the key count
@@ -24,29 +26,21 @@ batch_prefill      the forward kernel (:func:`ckfmha.backends.triton.launch.atte
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import triton
 
-from ckfmha.backends.base import StageResult
+from ckfmha.backends.common.kv import KVAddressing, sequence_kv
+from ckfmha.backends.common.rope import rotary_tables
 from ckfmha.backends.triton import kernels_kvcache
-from ckfmha.backends.triton.launch import (
-    PreconditionError,
-    check_preconditions,
-    next_pow2,
-    seq_strides,
-    to_numpy,
-    to_torch,
-)
+from ckfmha.backends.triton.capability import next_pow2
+from ckfmha.backends.triton.device import PreconditionError, seq_strides
 from ckfmha.kernel import KernelConfig, KVLookupTable, KVMemoryLayout, Rope
 from ckfmha.masking import MaskKind
 from ckfmha.problem import Layout, Problem
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ckfmha.plan import Stage
 
 _APPEND_INPUTS = ("knew", "vnew", "rotary_cos", "rotary_sin", "cache_seqlens")
 
@@ -65,7 +59,7 @@ class PrefillPools:
     kv_vec: int  # 0 linear pools, else the vector length of the vectorized pools
 
 
-def _pool(t: dict[str, torch.Tensor], name: str, ndim: int, layout: str) -> torch.Tensor:
+def _pool(t: Mapping[str, torch.Tensor], name: str, ndim: int, layout: str) -> torch.Tensor:
     x = t.get(name)
     if x is None:
         raise PreconditionError(f"tensors: {name!r} is missing; a batch-prefill kernel reads its {layout} pool")
@@ -76,7 +70,7 @@ def _pool(t: dict[str, torch.Tensor], name: str, ndim: int, layout: str) -> torc
     return x
 
 
-def prefill_pools(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> PrefillPools:
+def prefill_pools(c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor]) -> PrefillPools:
     """The pool strides and page table of batch-prefill kernel ``c`` (its kv_memory_layout and kv_lookup_table
     traits, as CK's kernel reads them) for ``p`` (module table)."""
     dummy = torch.empty(1, dtype=torch.int32, device=t["q"].device)
@@ -132,7 +126,7 @@ class _Rows:
     dst_mode: int
 
 
-def _append_launches(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) -> tuple[list[_Rows], dict[str, Any]]:
+def _append_launches(c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor]) -> tuple[list[_Rows], dict[str, Any]]:
     """The row launches of the append (q rotation, knew, vnew) and the names they produce (name -> device tensor)."""
     lay = p.input_layout
     rows: list[_Rows] = []
@@ -169,7 +163,7 @@ def _append_launches(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]) ->
     return rows, produced
 
 
-def _launch_rows(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], r: _Rows, cache: torch.Tensor) -> None:
+def _launch_rows(c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor], r: _Rows, cache: torch.Tensor) -> None:
     dummy = torch.empty(1, dtype=torch.int32, device=r.src.device)
     cos = t.get("rotary_cos") if r.rotate else None
     sin = t.get("rotary_sin") if r.rotate else None
@@ -206,37 +200,19 @@ def _launch_rows(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], r: _Ro
     )
 
 
-def run_appendkv_stage(
-    c: KernelConfig, stage: "Stage", p: Problem, tensors: dict[str, Any], *, timing: bool = False
-) -> StageResult:
-    """The append-KV stage (module table): RoPE and the cache store on the device; ``q`` and the caches back in
-    ``tensors``; the device ``cache_seqlens`` the attention stage reads becomes the post-append key counts."""
-    from ckfmha.backends.cpu.kv import KVAddressing, sequence_kv
-    from ckfmha.backends.cpu.rope import rotary_tables
-    from ckfmha.backends.triton.execute import _sync, _timed, device_tensors
-
-    check_preconditions(c, p)
-    # every cache row / page (and the rotary tables' rows) checked on the host before anything is written
-    sequence_kv(p, tensors, KVAddressing.of(p, lookup=c.kv_lookup_table, kv_layout=c.kv_memory_layout))
-    if p.rotary_dim:  # the last table row read, as the cpu stage (ckfmha/backends/cpu/rope.py table_rows)
+def check_append_inputs(c: KernelConfig, p: Problem, inputs: Mapping[str, Any]) -> None:
+    """The append's host checks on the NumPy inputs, before anything is written: every cache row / page
+    (:func:`~ckfmha.backends.common.kv.sequence_kv`) and, with RoPE, the rotary tables up to the last row read
+    (as the cpu stage: :func:`~ckfmha.backends.common.rope.table_rows`); a KernelInputError names the tensor."""
+    sequence_kv(p, inputs, KVAddressing.of(p, lookup=c.kv_lookup_table, kv_layout=c.kv_memory_layout))
+    if p.rotary_dim:
         q_extra = p.seqlen_q - 1 if p.mask.kind is not MaskKind.NONE else 0
         last = max((cb + max(q_extra, p.seqlen_knew - 1) for cb in p.cache_seqlens), default=0)
-        rotary_tables(tensors, p.rotary_dim, last)
-    t = device_tensors(tensors)
-    for name in _APPEND_INPUTS:
-        if name in tensors:
-            t[name] = to_torch(tensors[name])  # cache_seqlens afresh: the attention's copy is post-append
-    launch, after = appendkv_launcher(c, p, t)
-    ms = _timed(launch, timing)
-    _sync()
-    t.update(after)
-    outputs = {name: to_numpy(dev) for name, dev in after.items() if name != "cache_seqlens"}
-    tensors.update(outputs)
-    return StageResult(outputs, ms)
+        rotary_tables(inputs, p.rotary_dim, last)
 
 
 def appendkv_launcher(
-    c: KernelConfig, p: Problem, t: dict[str, torch.Tensor]
+    c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor]
 ) -> tuple[Callable[[], None], dict[str, torch.Tensor]]:
     """Device only: a zero-argument launch of the append on the device tensors ``t`` (``t['cache_seqlens']``: the
     keys cached before it), and the device tensors the attention stage reads afterwards: the rotated ``q``, the

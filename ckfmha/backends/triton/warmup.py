@@ -1,4 +1,8 @@
-"""Compile a config's Triton kernel ahead of its first real launch (cold build time for reports)."""
+"""Compile a config's Triton kernel ahead of its first real launch (cold build time for reports): one launch of
+the config's stage on a small synthetic problem, through the stage module :mod:`.execute` (the layer below;
+:mod:`.backend` calls :func:`compile_config` from its ``build``).  The stage's outputs are the family records'
+(:func:`ckfmha.family_records.stage_outputs`); what a later stage reads from the stages before it is fabricated
+from their specs (combine: the split stage's partials) or by :func:`.launch_bwd.warmup_inputs` (backward)."""
 
 from __future__ import annotations
 
@@ -72,36 +76,34 @@ def synthetic_problem(c: KernelConfig):
 
 def compile_config(c: KernelConfig) -> dict[str, Any]:
     """Launch the config once on a synthetic problem (compiles through Triton's JIT and cache)."""
+    import numpy as np
+
     from ckfmha.backends.triton.execute import run_stage
+    from ckfmha.backends.triton.launch_bwd import warmup_inputs
+    from ckfmha.family_records import stage_outputs
     from ckfmha.inputs import make_inputs
-    from ckfmha.plan import FAMILY_ROLE, Stage, StageRole
+    from ckfmha.plan import FAMILY_ROLE, Launch, Stage, StageRole
 
     p = synthetic_problem(c)
-    tensors: dict[str, Any] = dict(make_inputs(p, seed=0))
+    inputs: dict[str, Any] = dict(make_inputs(p, seed=0))
     role = FAMILY_ROLE[c.signature.family]
+    splits = 2 if role in (StageRole.SPLITKV, StageRole.COMBINE) else None
     if role in (StageRole.DOT_DO_O, StageRole.DQ_DK_DV, StageRole.CONVERT_DQ):
-        from ckfmha.backends.triton.launch_bwd import warmup_inputs
-
-        warmup_inputs(c, p, tensors)  # what the earlier backward stages would have written
+        inputs.update(warmup_inputs(c, p))  # what the earlier backward stages would have written
+    if role is StageRole.COMBINE:  # the combine reads the split stage's partials: fabricated from their specs
+        rng = np.random.default_rng(0)
+        for spec in stage_outputs(p, StageRole.SPLITKV, c, splits):
+            inputs[spec.name] = rng.standard_normal(spec.shape, dtype=np.float32)
+    stage = Stage(role, c, Launch(num_splits=splits), stage_outputs(p, role, c, splits))
     t0 = time.perf_counter()
-    if role is StageRole.COMBINE:
-        # the combine reads the split stage's partials: fabricate them directly
-        nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
-        tensors["_device"] = {}
-        import torch
-
-        from ckfmha.backends.triton.launch import DEVICE
-
-        tensors["_device"]["o_acc"] = torch.randn((2, nb, p.nhead_q, rows, p.hdim_v), device=DEVICE)
-        tensors["_device"]["lse_acc"] = torch.randn((2, nb, p.nhead_q, rows), device=DEVICE)
-    run_stage(c, Stage(role, c, {"num_splits": 2}), p, tensors)
+    run_stage(c, stage, p, inputs)
     return {"warmup_seconds": time.perf_counter() - t0, "device": _device_name()}
 
 
 def _device_name() -> str:
     import torch
 
-    from ckfmha.backends.triton.backend import interpreting
+    from ckfmha.backends.triton.capability import interpreting
 
     if interpreting():
         return "Triton interpreter (CPU)"

@@ -1,4 +1,5 @@
-"""K/V addressing of the cpu backend, written from CK's kernels (not shared with :mod:`ckfmha.reference`).
+"""K/V addressing of the backends (the cpu stages, the triton append-KV checks), written from CK's kernels (not
+shared with :mod:`ckfmha.reference`).
 
 Every sequence ``b`` of a problem gets a K source and a V source (:func:`sequence_kv`), each with
 ``read(lo, hi)`` -> (hk, hi - lo, d) for its keys ``[lo, hi)`` and ``write(lo, values)`` (append-KV):
@@ -27,7 +28,7 @@ Every sequence ``b`` of a problem gets a K source and a V source (:func:`sequenc
   ``(pages, hk, page / vec, d, vec)`` (the kernel's merge transforms of (page, d/vec, S, vec) and
   (page, S/vec, d, vec)).
 
-Checks (:class:`~ckfmha.backends.cpu.errors.KernelInputError`, raised by :func:`sequence_kv` for every sequence
+Checks (:class:`~ckfmha.backends.common.errors.KernelInputError`, raised by :func:`sequence_kv` for every sequence
 before a stage reads or writes anything; the kernels check none of this and would read or write out of bounds):
 index tensors present, integer, of their shape; ``block_table`` wide enough for every sequence; each used page
 index a page of both pools; ``0 <= kv_indptr[b] <= kv_indptr[b + 1] <= len(kv_page_indices)``;
@@ -39,16 +40,21 @@ problem's ``seqlens_k[b]``; pools of the layout's rank whose page axis holds ``p
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 
-from ckfmha.backends.cpu.errors import KernelInputError
-from ckfmha.backends.cpu.layout import as_bhsd
+from ckfmha.backends.common.errors import KernelInputError
 from ckfmha.kernel import KVLookupTable, KVMemoryLayout, Mode
 from ckfmha.problem import Layout, Problem
+
+
+def as_bhsd(x: np.ndarray, layout: Layout) -> np.ndarray:
+    """(b, h, s, d) view of a 4-D tensor stored in ``layout`` (no copy; the backends' layout views are their own)."""
+    return x if layout is Layout.BHSD else x.transpose(0, 2, 1, 3)
 
 
 class PoolLayout(enum.Enum):
@@ -174,13 +180,13 @@ class KVAddressing:
         return cls(p.page_block_size, table, k_pool, v_pool, False)
 
 
-def _tensor(tensors: dict, name: str, why: str) -> np.ndarray:
+def _tensor(tensors: Mapping[str, Any], name: str, why: str) -> np.ndarray:
     if name not in tensors:
         raise KernelInputError(f"{name}: missing from the tensors ({why}; have: {', '.join(sorted(tensors))})")
     return np.asarray(tensors[name])
 
 
-def _index_tensor(tensors: dict, name: str, shape: tuple, why: str) -> np.ndarray:
+def _index_tensor(tensors: Mapping[str, Any], name: str, shape: tuple, why: str) -> np.ndarray:
     """An int index tensor of ``shape`` (None entries: any length)."""
     a = _tensor(tensors, name, why)
     if not np.issubdtype(a.dtype, np.integer):
@@ -210,7 +216,7 @@ def _check_pages(pages: np.ndarray, num_pages: int, where: Callable[[int], str],
     return pages.astype(np.intp)
 
 
-def _vllm_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray]:
+def _vllm_blocks(p: Problem, tensors: Mapping[str, Any], num_pages: int) -> list[np.ndarray]:
     page = p.page_block_size
     bt = _index_tensor(tensors, "block_table", (p.batch, None), "paged K/V read through a vLLM block table")
     out = []
@@ -225,7 +231,7 @@ def _vllm_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray]:
     return out
 
 
-def _sglang_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray]:
+def _sglang_blocks(p: Problem, tensors: Mapping[str, Any], num_pages: int) -> list[np.ndarray]:
     page = p.page_block_size
     why = "batch prefill with an SGLang page table"
     indptr = _index_tensor(tensors, "kv_indptr", (p.batch + 1,), why)
@@ -258,7 +264,7 @@ def _sglang_blocks(p: Problem, tensors: dict, num_pages: int) -> list[np.ndarray
     return out
 
 
-def _pool(tensors: dict, name: str, layout: PoolLayout, page: int) -> np.ndarray:
+def _pool(tensors: Mapping[str, Any], name: str, layout: PoolLayout, page: int) -> np.ndarray:
     a = _tensor(tensors, name, f"paged K/V: a pool laid out {layout.value}")
     if a.ndim != layout.ndim:
         raise KernelInputError(f"{name}: shape {a.shape} must have {layout.ndim} axes {layout.value}")
@@ -270,7 +276,7 @@ def _pool(tensors: dict, name: str, layout: PoolLayout, page: int) -> np.ndarray
     return a
 
 
-def _contiguous(p: Problem, tensors: dict, name: str) -> list[ContiguousRows]:
+def _contiguous(p: Problem, tensors: Mapping[str, Any], name: str) -> list[ContiguousRows]:
     x = _tensor(tensors, name, "contiguous K/V")
     if x.ndim != 4:
         raise KernelInputError(f"{name}: shape {x.shape} must have 4 axes ({p.input_layout.value})")
@@ -298,7 +304,7 @@ def _contiguous(p: Problem, tensors: dict, name: str) -> list[ContiguousRows]:
     return out
 
 
-def sequence_kv(p: Problem, tensors: dict, addressing: KVAddressing) -> list[tuple[KVSource, KVSource]]:
+def sequence_kv(p: Problem, tensors: Mapping[str, Any], addressing: KVAddressing) -> list[tuple[KVSource, KVSource]]:
     """Per sequence ``b`` of ``p``: its (K, V) sources over ``seqlens_k[b]`` keys (append-KV: the cache and the
     appended keys), every index checked first (module doc)."""
     page = addressing.page_block_size

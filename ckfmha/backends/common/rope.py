@@ -1,4 +1,5 @@
-"""RoPE of the cpu backend's append-KV stage, as CK's kernel computes it (not shared with :mod:`ckfmha.reference`).
+"""RoPE of the append-KV stage, as CK's kernel computes it (not shared with :mod:`ckfmha.reference`): the cpu
+backend rotates with it; both backends check the rotary tables with :func:`rotary_tables`.
 
 CK's ``BlockRotaryEmbedding<RotaryEnum, ComputeDataType = float>::apply``
 (include/ck_tile/ops/fmha/block/block_rotary_embedding.hpp), applied by the append-KV pipeline to a q tile and a
@@ -24,9 +25,12 @@ problem has a mask and row ``cache`` for every query otherwise (the q view's row
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from ckfmha.backends.cpu.errors import KernelInputError
+from ckfmha.backends.common.errors import KernelInputError
 from ckfmha.kernel import Rope
 
 F32 = np.float32
@@ -40,7 +44,7 @@ def table_rows(cache_len: int, count: int, per_row: bool) -> np.ndarray:
     return np.full(count, cache_len, dtype=np.int64)
 
 
-def rotary_tables(tensors: dict, rotary_dim: int, last_row: int) -> tuple[np.ndarray, np.ndarray]:
+def rotary_tables(tensors: Mapping[str, Any], rotary_dim: int, last_row: int) -> tuple[np.ndarray, np.ndarray]:
     """``rotary_cos`` and ``rotary_sin``, checked: (rows, rotary_dim / 2) with row ``last_row`` present."""
     out = []
     for name in ("rotary_cos", "rotary_sin"):
