@@ -23,7 +23,7 @@ import numpy as np
 
 from ckfmha.kernel import Rope
 from ckfmha.problem import Layout, Problem
-from ckfmha.reference._core import from_hsd, to_hsd
+from ckfmha.reference._core import attend, from_hsd, to_hsd
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import cache_row, check_kv_lookup, kv_sources, page_list
 
@@ -52,7 +52,7 @@ def apply_rope(
     return y
 
 
-def reference_appendkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
+def reference_appendkv(p: Problem, inputs: dict, accum=np.float32, *, attend_fn=attend) -> dict:
     check_kv_lookup(p, inputs)  # block_table / cache_batch_idx, before anything is written
     inp = dict(inputs)
     sdt = inputs["q"].dtype
@@ -80,7 +80,7 @@ def reference_appendkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
     inp[kname], inp[vname] = kc, vc
     inp["q"] = from_hsd(q_hsd, p.input_layout)
     k_src, v_src = kv_sources(p, inp)
-    out = run_sequences(p, inp, accum, seqs=sequences(p, inp, accum, k_src, v_src))
+    out = run_sequences(p, inp, accum, seqs=sequences(p, inp, accum, k_src, v_src), attend_fn=attend_fn)
     out[kname], out[vname], out["q"] = kc, vc, inp["q"]
     return out
 

@@ -100,7 +100,7 @@ def _hsd_shape(shape: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
     return shape if layout is Layout.BHSD else (shape[0], shape[2], shape[1], shape[3])
 
 
-def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
+def reference_backward(p: Problem, inputs: dict, accum=np.float32, *, attend_fn=attend) -> dict:
     # The dot_do_o term reads O as the forward stored it (output dtype), as CK's backward does; with float64
     # accumulation (the finite-difference checks) O stays exact.
     o_dtype = None if np.dtype(accum) == np.float64 else output_dtype(p.dtype)
@@ -125,7 +125,7 @@ def reference_backward(p: Problem, inputs: dict, accum=np.float32) -> dict:
         dbias_raw = np.zeros(_hsd_shape(dbias_raw_shape(p), p.input_layout), dtype=accum)
     for seq in backward_sequences(p, inputs, q_hsd, k_hsd, v_hsd, do_hsd, accum):
         bw = {"do": seq.do, "want_ds": p.dbias, "o_dtype": o_dtype, "lp_dtype": lp_dtype}
-        ob, lb, _ = attend(p, seq.q, seq.k, seq.v, seq.extras, accum, backward=bw)
+        ob, lb, _ = attend_fn(p, seq.q, seq.k, seq.v, seq.extras, accum, backward=bw)
         bi, rows = seq.bi, seq.rows
         o[bi, :, rows] = ob
         lse[bi, :, rows] = lb

@@ -15,6 +15,7 @@ import numpy as np
 
 from ckfmha.kernel import KVMemoryLayout, QScale
 from ckfmha.problem import Problem
+from ckfmha.reference._core import attend
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import kv_sources
 
@@ -26,7 +27,7 @@ def _page_descaled(p: Problem, pool: np.ndarray, descale: np.ndarray, accum) -> 
     return pool.astype(accum) * d[:, :, None, None, None]
 
 
-def reference_batch_prefill(p: Problem, inputs: dict, accum=np.float32) -> dict:
+def reference_batch_prefill(p: Problem, inputs: dict, accum=np.float32, *, attend_fn=attend) -> dict:
     inp = dict(inputs)
     if p.qscale is QScale.KV_BLOCKSCALE:
         inp["k_cache"] = _page_descaled(p, inputs["k_cache"], inputs["k_descale"], accum)
@@ -34,4 +35,4 @@ def reference_batch_prefill(p: Problem, inputs: dict, accum=np.float32) -> dict:
         inp.pop("k_descale")
         inp.pop("v_descale")
     k_src, v_src = kv_sources(p, inp)
-    return run_sequences(p, inp, accum, seqs=sequences(p, inp, accum, k_src, v_src))
+    return run_sequences(p, inp, accum, seqs=sequences(p, inp, accum, k_src, v_src), attend_fn=attend_fn)

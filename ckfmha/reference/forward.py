@@ -44,10 +44,19 @@ def sequences(p: Problem, inputs: dict, accum, k_override=None, v_override=None)
 
 
 def run_sequences(
-    p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False, seqs=None, key_ranges=None
+    p: Problem,
+    inputs: dict,
+    accum=np.float32,
+    return_randval: bool = False,
+    seqs=None,
+    key_ranges=None,
+    *,
+    attend_fn=attend,
 ) -> dict:
     """Shared driver: attention over every sequence, assembled into CK's output shapes.
-    ``key_ranges(b, sk)`` -> list of (lo, hi) splits: then per-split partial results are returned too."""
+    ``key_ranges(b, sk)`` -> list of (lo, hi) splits: then per-split partial results are returned too.
+    ``attend_fn`` computes one sequence (:func:`ckfmha.reference._core.attend`'s signature and results; the torch
+    twin passes its own)."""
     nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
     # query rows outside every sequence's logical length (s_qpad / q_eff_lens padding) are never written: NaN
     unwritten = np.nan if p.qpad_list != p.seqlens_q_list else None
@@ -77,10 +86,10 @@ def run_sequences(
             splits_o, splits_lse = splits
             for i, (lo, hi) in enumerate(ranges):
                 ex_i = ex if i == 0 else dataclasses.replace(ex, sink=None)  # the sink counts once, in split 0
-                so, sl, _ = attend(p, qb, kb, vb, ex_i, accum, key_lo=lo, key_hi=hi)
+                so, sl, _ = attend_fn(p, qb, kb, vb, ex_i, accum, key_lo=lo, key_hi=hi)
                 splits_o[i, bi, :, rows] = so
                 splits_lse[i, bi, :, rows] = sl
-        ob, lb, rv = attend(p, qb, kb, vb, ex, accum, want_randval=want_rv)
+        ob, lb, rv = attend_fn(p, qb, kb, vb, ex, accum, want_randval=want_rv)
         o_hsd[bi, :, rows] = ob
         lse[bi, :, rows] = lb
         if randval is not None:  # want_rv
@@ -93,5 +102,7 @@ def run_sequences(
     return out
 
 
-def reference_forward(p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False) -> dict:
-    return run_sequences(p, inputs, accum, return_randval)
+def reference_forward(
+    p: Problem, inputs: dict, accum=np.float32, return_randval: bool = False, *, attend_fn=attend
+) -> dict:
+    return run_sequences(p, inputs, accum, return_randval, attend_fn=attend_fn)

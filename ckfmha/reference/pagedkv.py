@@ -26,7 +26,7 @@ import numpy as np
 
 from ckfmha.kernel import KVMemoryLayout
 from ckfmha.problem import Layout, Problem
-from ckfmha.reference._core import to_hsd
+from ckfmha.reference._core import attend, to_hsd
 
 
 class PageTableError(ValueError):
@@ -166,8 +166,8 @@ def kv_sources(p: Problem, inputs: dict):
     return None, None
 
 
-def reference_pagedkv(p: Problem, inputs: dict, accum=np.float32) -> dict:
+def reference_pagedkv(p: Problem, inputs: dict, accum=np.float32, *, attend_fn=attend) -> dict:
     from ckfmha.reference.forward import run_sequences, sequences
 
     k_src, v_src = kv_sources(p, inputs)
-    return run_sequences(p, inputs, accum, seqs=sequences(p, inputs, accum, k_src, v_src))
+    return run_sequences(p, inputs, accum, seqs=sequences(p, inputs, accum, k_src, v_src), attend_fn=attend_fn)

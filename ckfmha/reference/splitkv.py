@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha.reference._core import from_hsd
+from ckfmha.reference._core import attend, from_hsd
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import kv_sources
 
@@ -38,12 +38,14 @@ def splitkv_combine(o_acc: np.ndarray, lse_acc: np.ndarray) -> tuple[np.ndarray,
     return o.astype(o_acc.dtype), lse.astype(lse_acc.dtype)
 
 
-def reference_splitkv(p, inputs: dict, accum=np.float32) -> dict:
+def reference_splitkv(p, inputs: dict, accum=np.float32, *, attend_fn=attend) -> dict:
     """``o_acc``/``lse_acc`` per split, ``o``/``lse`` from the combine (and ``o_full``/``lse_full`` from plain
     attention over all keys, which the combine must equal)."""
     k_src, v_src = kv_sources(p, inputs)
     seqs = sequences(p, inputs, accum, k_src, v_src)
-    out = run_sequences(p, inputs, accum, seqs=seqs, key_ranges=lambda b, sk: split_ranges(sk, p.num_splits))
+    out = run_sequences(
+        p, inputs, accum, seqs=seqs, key_ranges=lambda b, sk: split_ranges(sk, p.num_splits), attend_fn=attend_fn
+    )
     o, lse = splitkv_combine(out["o_acc"], out["lse_acc"])
     out["o_full"], out["lse_full"] = out["o"], out["lse"]
     out["o"] = from_hsd(o, p.output_layout)
