@@ -1,20 +1,26 @@
 """A real CK tree for the tests: the one the ``amd-aiter`` wheel on PyPI ships (built 2025-11-18).
 
 :func:`ensure_ck_tree` downloads ``amd-aiter==0.1.7.post2.dev18`` once with pip (``pip download --no-deps``,
-40 MB) and extracts only its ``aiter_meta/3rdparty/composable_kernel/`` part (66 MB) into
+40 MB, pip checking the pinned sha256; checked again here, with the size, before anything is extracted) and
+extracts only its ``aiter_meta/3rdparty/composable_kernel/`` part (66 MB) into
 ``<cache>/ck-trees/amd-aiter-0.1.7.post2.dev18/composable_kernel``, where ``<cache>`` is ckfmha's cache root
 (``$CKFMHA_CACHE_DIR``, else ``$XDG_CACHE_HOME/ckfmha``, else ``~/.cache/ckfmha``; :func:`ckfmha.backends.cache.
 cache_root`). The work runs under a file lock (``filelock``), into a temporary directory published with one
-``os.replace``, so parallel test processes download once and never see half a tree; a ``complete`` marker says
-the tree is whole. :func:`generator_names` lists one api for one arch with the tree's own generate.py (through
+``os.replace``, so parallel test processes download once and never see half a tree. The ``complete`` marker
+records the wheel's sha256 and the tree's file count and bytes: a later run reuses the tree (no network) when the
+marker names the pinned wheel and the tree still has that many files and bytes, and fetches it again otherwise.
+:func:`generator_names` lists one api for one arch with the tree's own generate.py (through
 :func:`ckfmha.upstream.enum_parity.upstream_names`) and keeps the list next to the tree (the tree never changes).
 
 The ``ck_tree`` fixture (session scope; import it into a test module) returns the CK root, or skips the test with
-the reason when the registry cannot be reached (pip's own last lines).
+the reason when the registry cannot be reached (pip's own last lines). tests/conftest.py marks every test that
+uses it ``network``, ``slow`` and ``integration``: ``-m "not network"`` never downloads.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -29,6 +35,9 @@ from ckfmha.backends.cache import cache_root, file_lock
 
 AITER_VERSION = "0.1.7.post2.dev18"
 REQUIREMENT = f"amd-aiter=={AITER_VERSION}"
+#: the wheel PyPI serves for REQUIREMENT (amd_aiter-0.1.7.post2.dev18-py3-none-any.whl)
+WHEEL_SHA256 = "fe139d74438217c35e87e3b961166bac8db2d381eadccb371da2e63615f05a31"
+WHEEL_BYTES = 40_189_929
 CK_PREFIX = "aiter_meta/3rdparty/composable_kernel/"
 GENERATOR = Path("example") / "ck_tile" / "01_fmha" / "generate.py"
 DOWNLOAD_TIMEOUT_S = 900
@@ -60,48 +69,96 @@ def _extract(wheel: Path, dest: Path) -> None:
                 shutil.copyfileobj(src, out)
 
 
-def ensure_ck_tree() -> Path:
-    """The CK root of the amd-aiter tree, downloaded and extracted on first use (see the module doc)."""
+def tree_census(root: Path) -> dict[str, int]:
+    """The number of files under ``root`` and their total size (a cheap check that the tree is whole)."""
+    files = [f for f in root.rglob("*") if f.is_file()]
+    return {"files": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
+def _marker(wheel_sha256: str, census: dict[str, int]) -> str:
+    return json.dumps({"requirement": REQUIREMENT, "wheel_sha256": wheel_sha256, **census}, sort_keys=True) + "\n"
+
+
+def cached_tree() -> Path | None:
+    """The cached CK root when its marker names the pinned wheel and the tree matches the recorded census."""
     d = tree_dir()
     root, marker = d / "composable_kernel", d / "complete"
-    if marker.is_file() and (root / GENERATOR).is_file():
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if recorded.get("wheel_sha256") != WHEEL_SHA256 or not (root / GENERATOR).is_file():
+        return None
+    census = tree_census(root)
+    return root if all(recorded.get(k) == v for k, v in census.items()) else None
+
+
+def check_wheel(wheel: Path) -> None:
+    """Raise unless ``wheel`` is the pinned one (size first, then sha256)."""
+    size = wheel.stat().st_size
+    if size != WHEEL_BYTES:
+        raise CKTreeUnavailable(f"{wheel.name}: {size} bytes, the pinned wheel has {WHEEL_BYTES}")
+    digest = hashlib.sha256()
+    with open(wheel, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != WHEEL_SHA256:
+        raise CKTreeUnavailable(f"{wheel.name}: sha256 {digest.hexdigest()}, the pinned wheel has {WHEEL_SHA256}")
+
+
+def _download(td: str) -> Path:
+    """``pip download`` of the pinned wheel into ``td`` (pip checks the hash), checked again; its path."""
+    requirements = Path(td) / "requirements.txt"
+    requirements.write_text(f"{REQUIREMENT} --hash=sha256:{WHEEL_SHA256}\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--timeout",
+        "30",
+        "--retries",
+        "1",
+        "-q",
+        "-d",
+        td,
+        "-r",
+        str(requirements),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CKTreeUnavailable(f"pip download {REQUIREMENT} took over {DOWNLOAD_TIMEOUT_S}s") from None
+    wheels = sorted(Path(td).glob("amd_aiter-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        raise CKTreeUnavailable(f"pip download {REQUIREMENT} failed (exit {proc.returncode}): {tail}")
+    check_wheel(wheels[0])
+    return wheels[0]
+
+
+def ensure_ck_tree() -> Path:
+    """The CK root of the amd-aiter tree, downloaded and extracted on first use (see the module doc)."""
+    if (root := cached_tree()) is not None:
         return root
+    d = tree_dir()
+    root, marker = d / "composable_kernel", d / "complete"
     d.mkdir(parents=True, exist_ok=True)
     with file_lock(d / ".lock").acquire(timeout=LOCK_TIMEOUT_S):
-        if marker.is_file() and (root / GENERATOR).is_file():
+        if cached_tree() is not None:
             return root
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=d) as td:
-            cmd = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--timeout",
-                "30",
-                "--retries",
-                "1",
-                "-q",
-                "-d",
-                td,
-                REQUIREMENT,
-            ]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                raise CKTreeUnavailable(f"pip download {REQUIREMENT} took over {DOWNLOAD_TIMEOUT_S}s") from None
-            wheels = sorted(Path(td).glob("amd_aiter-*.whl"))
-            if proc.returncode != 0 or not wheels:
-                tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-                raise CKTreeUnavailable(f"pip download {REQUIREMENT} failed (exit {proc.returncode}): {tail}")
+            wheel = _download(td)
             staged = Path(td) / "composable_kernel"
-            _extract(wheels[0], staged)
+            _extract(wheel, staged)
+            census = tree_census(staged)
             marker.unlink(missing_ok=True)
             if root.exists():
                 shutil.rmtree(root)
             os.replace(staged, root)
-        marker.write_text(f"{REQUIREMENT}\n")
+        marker.write_text(_marker(WHEEL_SHA256, census))
     return root
 
 

@@ -38,6 +38,15 @@ def test_ci_builds_fresh_venvs_and_runs_the_readme_test_command() -> None:
     assert ci.count("-m venv") == 3 and "floors.txt" in ci and "tests/test_triton_aot.py" in ci
 
 
+def test_ci_checks_the_import_contracts_right_after_mypy() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = [ci.index(s) for s in ("-m mypy\n", '/bin/lint-imports" --no-cache', 'run_suite "$work/latest')]
+    assert steps == sorted(steps)
+    lint = re.search(r"^lint = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.M | re.S)
+    assert lint and '"import-linter' in lint.group(1)
+    assert "[tool.importlinter]" in (ROOT / "pyproject.toml").read_text()
+
+
 def test_the_package_list_covers_the_tree() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     listed = set(re.findall(r'"([a-z_.]+)"', re.search(r"^packages = \[(.*?)\]", text, re.M | re.S).group(1)))

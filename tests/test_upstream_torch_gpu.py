@@ -8,10 +8,9 @@ import pytest
 from ckfmha.problem import Problem
 from ckfmha.upstream.result import Verdict
 from ckfmha.upstream.torch_express import BACKENDS, express
-from ckfmha.upstream.torch_sdpa import TorchSide, gpu_status
+from ckfmha.upstream.torch_sdpa import TorchSide
 
-_ok, _why = gpu_status()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=_why)]
+# marked gpu (and skipped, as one skip, without a GPU) by tests/conftest.py
 
 MASKS = ("0", "t", "b", "t:24,8", "b:16,0")
 CASES = [
