@@ -188,8 +188,8 @@ def dropout_threshold_off_by_one():
     references are untouched."""
     from ckfmha.backends.cpu import engine
 
-    real_rng = engine._rng
-    engine._rng = _OffByOneRng(real_rng)
+    real_rng = engine.rng
+    engine.rng = _OffByOneRng(real_rng)
     launchers = []
     try:  # imports torch and triton: only where they are installed
         from ckfmha.backends.triton import launch, launch_bwd
@@ -203,7 +203,7 @@ def dropout_threshold_off_by_one():
     try:
         yield
     finally:
-        engine._rng = real_rng
+        engine.rng = real_rng
         for m in launchers:
             m.p_undrop_u8 = real[m]
 

@@ -51,11 +51,13 @@ MAX_NESTING_DEPTH = 64
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
+#: PyYAML's safe loader that every data file is read with: ``yaml.CSafeLoader`` when PyYAML has libyaml, else
+#: ``yaml.SafeLoader`` (the base of :class:`StrictYAMLLoader`; the nesting check reads its event stream).
 try:
-    from yaml import CSafeLoader as _SafeLoader
+    from yaml import CSafeLoader as SafeLoader
 except ImportError:  # pragma: no cover - PyYAML without libyaml
-    # mypy types _SafeLoader as the first import; the pure-Python loader has the same API
-    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+    # mypy types SafeLoader as the first import; the pure-Python loader has the same API
+    from yaml import SafeLoader  # type: ignore[assignment]
 
 
 class DataFileError(ValueError):
@@ -114,7 +116,7 @@ def read_text(path: str | Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- YAML
-class StrictYAMLLoader(_SafeLoader):
+class StrictYAMLLoader(SafeLoader):
     """PyYAML's safe loader that rejects a key written twice in one mapping (:class:`DuplicateKeyError`)."""
 
     source = "<yaml>"
@@ -184,7 +186,7 @@ def _check_yaml_depth(text: str, source: str) -> None:
             f"{source}: {where}nested deeper than MAX_NESTING_DEPTH = {MAX_NESTING_DEPTH} levels of lists/mappings"
         )
 
-    loader = _SafeLoader(text)
+    loader = SafeLoader(text)
     try:
         depth = 0
         while loader.check_event():
@@ -323,6 +325,7 @@ __all__ = [
     "check_schema",
     "schema_validator",
     "NestingError",
+    "SafeLoader",
     "StrictYAMLLoader",
     "key_path",
     "load_json",

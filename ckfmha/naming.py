@@ -55,6 +55,7 @@ Round trip: ``ck_instance_name(parse_ck_name(n).config, scheme=s) == n`` for eve
 from __future__ import annotations
 
 import re
+from itertools import compress, count
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -457,31 +458,62 @@ def _name_2025_11(c: KernelConfig) -> str:
     return ck_instance_name(c)  # spelled the same in both schemes
 
 
+_CONFIG_SIGNATURE = attrgetter("signature")
+_CONFIG_ALGORITHM = attrgetter("algorithm")
+_FAMILY = attrgetter("family")
+_NO_SIG_PARTS = ("", "", "", "")  # placeholders for the other families' configs, named one by one afterwards
+_NO_ALG_PARTS = ("", "", "")
+
+
 def render_ck_names(configs) -> list[str]:
-    """``[ck_instance_name(c) for c in configs]``, faster for long lists (the enumeration's hot path)."""
-    out: list[str] = []
-    append = out.append
-    # Pieces by object id for this call: every config (so every part) stays alive meanwhile, so an id is one object
+    """``[ck_instance_name(c) for c in configs]``, faster for long lists (the enumeration's hot path).
+
+    The pieces of each distinct signature and algorithm object (:func:`_sig_parts`, :func:`_alg_pieces`) are made
+    once; the per-config work is walked in C (``map``) but for one comprehension that joins a name's seven pieces.
+    Configs of the families without the seven-piece form are named one by one afterwards."""
     configs = configs if isinstance(configs, (list, tuple)) else list(configs)
-    sigs: dict[int, tuple[str, ...]] = {}
-    algs: dict[int, tuple[str, str, str]] = {}
-    sig_get, alg_get = sigs.get, algs.get
-    for c in configs:
-        s, a = c.signature, c.algorithm
-        f = s.family
-        if f not in _FAST_FAMILIES:
-            append(ck_instance_name(c))
-            continue
-        sp = sig_get(id(s))
-        if sp is None:
-            sp = sigs[id(s)] = _sig_parts(s)
-        ap = alg_get(id(a))
-        if ap is None:
-            ap = algs[id(a)] = _alg_pieces(a, f)
-        p0, p1, p2, p3 = sp
-        a0, a1, a2 = ap
-        append(f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}")  # one string built at once (six + would build six)
-    return out
+    sigs = list(map(_CONFIG_SIGNATURE, configs))
+    algs = list(map(_CONFIG_ALGORITHM, configs))
+    # every config (so every part) stays alive meanwhile, so an id names one object
+    sig_ids = list(map(id, sigs))
+    alg_ids = list(map(id, algs))
+    sig_parts: dict[int, tuple[str, ...]] = {}
+    slow: set[int] = set()
+    for i, s in dict(zip(sig_ids, sigs)).items():
+        if s.family in _FAST_FAMILIES:
+            sig_parts[i] = _sig_parts(s)
+        else:
+            sig_parts[i] = _NO_SIG_PARTS
+            slow.add(i)
+    alg_parts = _alg_parts_by_id(dict(zip(zip(alg_ids, map(_FAMILY, sigs)), algs)))
+    if alg_parts is None:  # an algorithm object shared by families that spell it differently
+        return [ck_instance_name(c) for c in configs]
+    names = [
+        f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}"  # one string built at once (six + would build six)
+        for (p0, p1, p2, p3), (a0, a1, a2) in zip(
+            map(sig_parts.__getitem__, sig_ids), map(alg_parts.__getitem__, alg_ids)
+        )
+    ]
+    if slow:
+        flags = list(map(slow.__contains__, sig_ids))
+        for pos, c in zip(compress(count(), flags), compress(configs, flags)):
+            names[pos] = ck_instance_name(c)
+    return names
+
+
+def _alg_parts_by_id(algs: dict[tuple[int, Family], Any]) -> dict[int, tuple[str, str, str]] | None:
+    """The name pieces of each algorithm (keyed by its id; ``algs``: (id, family of a config using it) -> the
+    algorithm), placeholders where only other families use it; None if two families spell one differently."""
+    parts: dict[int, tuple[str, str, str]] = {}
+    for (i, family), a in algs.items():
+        if family in _FAST_FAMILIES:
+            p = _alg_pieces(a, family)
+            if parts.get(i, p) != p:
+                return None
+            parts[i] = p
+    for i, _ in algs:
+        parts.setdefault(i, _NO_ALG_PARTS)
+    return parts
 
 
 def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingScheme.CURRENT) -> str:
@@ -693,9 +725,10 @@ def _pads(token: str | None, dims: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def _group(g: dict[str, str | None], key: str) -> str:
-    """The text of a named group that every pattern reaching this use has and always matches (by construction
-    of :data:`_PATTERNS`); a pattern without it is a defect of this module, reported as such."""
+def required_group(g: dict[str, str | None], key: str) -> str:
+    """The text of the named group ``key`` of a name's match (``g``: its ``groupdict()``), a group that every
+    pattern reaching this use has and always matches (by construction of :data:`_PATTERNS`); a pattern without it
+    is a defect of this module, reported as such (:class:`CKNameError`)."""
     text = g.get(key)
     if text is None:
         raise CKNameError(f"naming pattern defect: group {key!r} is required here but did not match")
@@ -722,7 +755,7 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
     f: dict[str, Any] = {"family": fam, **IMPLIED_FIELDS[scheme].get(fam, {})}
     occ = g.get("occ")
     f["occupancy"] = int(occ) if occ else -1
-    f["hdim_q"] = int(_group(g, "hq"))
+    f["hdim_q"] = int(required_group(g, "hq"))
     f["dtype"] = g["dtype"]
     if g.get("mode"):
         f["mode"] = g["mode"]
@@ -742,7 +775,7 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
         f["qscale"] = _TOKEN_QSCALE[qscale]
     if g.get("r0"):  # fwd-style and bwd block tiles
         f["warps"] = tuple(_t3(r) for k in ("r0", "r1", "r2") if (r := g.get(k)))
-        f["warp_tiles"] = (_t3(_group(g, "w0")), _t3(_group(g, "w1")))
+        f["warp_tiles"] = (_t3(required_group(g, "w0")), _t3(required_group(g, "w1")))
     _family_fields(fam, g, f)
     return f
 
@@ -750,15 +783,15 @@ def _fields(fam: Family, g: dict[str, str | None], scheme: CKNamingScheme) -> di
 def _family_fields(fam: Family, g: dict[str, str | None], f: dict[str, Any]) -> None:
     """Add to ``f`` the fields the family's own name parts spell: tile, pipeline, hdim_v, pads and the family's
     flags."""
-    tile = _ints(_group(g, "tile"))
+    tile = _ints(required_group(g, "tile"))
     f["tile"] = tile
     if fam in (Family.FWD, Family.FWD_SPLITKV, Family.FWD_PAGEDKV, Family.BATCH_PREFILL):
         f.update(pipeline=g["pipe"], hdim_v=tile[3], **_pads(g["pad"], ("s", "sk", "d", "dv")))
         if fam in (Family.FWD, Family.BATCH_PREFILL):
-            f["dropout"] = _TOKEN_FWD_DROPOUT[_group(g, "dropout")]
+            f["dropout"] = _TOKEN_FWD_DROPOUT[required_group(g, "dropout")]
             if "squant" in g:  # the 2025-11 scheme's fp8 static quant is today's qscale (module doc)
                 f.pop("fp8_static_quant")
-                f["qscale"] = _SQUANT_QSCALE[_group(g, "squant")]
+                f["qscale"] = _SQUANT_QSCALE[required_group(g, "squant")]
         if fam is Family.BATCH_PREFILL:
             f.update(paged_kv=True, arch_tag=ArchTag.NONE)
             if ps := g.get("ps"):
@@ -783,13 +816,13 @@ def _family_fields(fam: Family, g: dict[str, str | None], f: dict[str, Any]) -> 
         # head-dim pads
         f.update(
             hdim_v=tile[8],
-            max_seq_len_q=int(_group(g, "maxq")),
+            max_seq_len_q=int(required_group(g, "maxq")),
             pad_s=1,
             pad_sk=1,
             pad_d=int(pm.group(1) or 0),
             pad_dv=int(pm.group(2) or 0),
             pipeline=Pipeline.BWD_DQ_DK_DV,
-            dropout=_TOKEN_BWD_DROPOUT[_group(g, "dropout")],
+            dropout=_TOKEN_BWD_DROPOUT[required_group(g, "dropout")],
         )
     elif fam is Family.BWD_DOT_DO_O:
         f.update(hdim_v=f["hdim_q"], pipeline=Pipeline.BWD_DOT_DO_O, **_pads(g["pad"], ("s", "dv")))

@@ -64,7 +64,10 @@ class RunResult:
 
 
 @lru_cache(maxsize=8)
-def _registry(arch: str, receipt: int | str, mask_mode: str) -> Registry:
+def enumerated_registry(arch: str, receipt: int | str, mask_mode: str) -> Registry:
+    """The registry of ``arch``'s built-in enumeration under ``receipt`` and ``mask_mode``
+    (:meth:`Registry.from_enumeration`), built once per process and arguments: what :func:`dispatcher_for` selects
+    from when it is given no registry and the backend has no CK checkout of its own."""
     return Registry.from_enumeration(arch, receipt=receipt, mask_mode=mask_mode)
 
 
@@ -88,7 +91,7 @@ def dispatcher_for(
         if ck_root is not None:
             registry = Registry.from_checkout(ck_root, arch, receipt=receipt, mask_mode=mask_mode)
         else:
-            registry = _registry(arch, receipt, mask_mode)
+            registry = enumerated_registry(arch, receipt, mask_mode)
     return Dispatcher(registry, be)
 
 

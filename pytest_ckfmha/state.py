@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pytest
 
 from pytest_ckfmha.ids import NodeId
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_ckfmha.isolation import ChildExecutor, InlineExecutor
 
 STATE_KEY = pytest.StashKey["State"]()
 
@@ -30,7 +27,9 @@ class State:
         self._specs = None
         self._smoke_specs: list | None = None
         self._runtime = None
-        self.executor: ChildExecutor | InlineExecutor | None = None  # this process's, made by isolation.py
+        # this process's ChildExecutor or InlineExecutor, made by isolation.executor_of (typed Any: isolation.py
+        # imports this module, never the other way round)
+        self.executor: Any = None
         self._by_nodeid: dict[NodeId, Callable[[], dict]] | None = None
         self._resumed: list[dict] | None = None
         self.collect_seconds: float | None = None

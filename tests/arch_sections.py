@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from ckfmha.archs import ArchSpec, data_dir, load_arch_spec
-from ckfmha.enumeration import EnumContext
-from ckfmha.enumeration._fwdlike import SectionError
+from ckfmha.enumeration import EnumContext, SectionError
 from ckfmha.kernel import Api, MaskMode
 
 TEST_ARCH = "gfxtest"

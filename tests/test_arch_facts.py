@@ -264,7 +264,9 @@ def test_the_default_arch_comes_from_the_data(monkeypatch, tmp_path, capsys) -> 
 
     monkeypatch.setattr("ckfmha.archs.default_arch", lambda: "gfx950")
     seen = []
-    monkeypatch.setattr(runner, "_registry", lambda arch, receipt, mask_mode: seen.append(arch) or Registry(arch))
+    monkeypatch.setattr(
+        runner, "enumerated_registry", lambda arch, receipt, mask_mode: seen.append(arch) or Registry(arch)
+    )
     runner.dispatcher_for("cpu")
     assert seen == ["gfx950"]
     s = _parse(tmp_path, monkeypatch)

@@ -24,7 +24,7 @@ from ckfmha.naming import parse_ck_instance_name
 from ckfmha.plan import Launch
 from ckfmha.problem import Problem
 from ckfmha.reference import reference, split_ranges, splitkv_combine
-from ckfmha.reference._core import Extras, attend
+from ckfmha.reference.core import Extras, attend
 from ckfmha.registry import Registry
 from ckfmha.runner import run
 from ckfmha.validator import validate

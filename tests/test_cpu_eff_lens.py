@@ -138,14 +138,14 @@ def test_run_backward_exempts_only_the_query_padding_rows():
     for name in ("d", "dq"):
         mask = written_elements(p, name)
         assert mask is not None and int((~mask).sum()) == 8, name  # exactly the 3 + 5 padding rows exempt
-    real = stages._store_dq_rows
+    real = stages.store_dq_rows
 
     def skip_first_row(p_, tensors, acc, sdt):
         real(p_, tensors, acc, sdt)
         as_bhsd(tensors["dq"], p_.input_layout)[0, :, 0] = np.nan  # logical row 0 of sequence 0 left unwritten
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stages, "_store_dq_rows", skip_first_row)
+        mp.setattr(stages, "store_dq_rows", skip_first_row)
         with pytest.raises(UnwrittenOutputError, match="output 'dq'"):
             ckfmha.run(p, inputs, backend="cpu", registry=cpu_registry())
 

@@ -28,7 +28,7 @@ from ckfmha.inputs import alibi_slopes, make_inputs, rotary_tables
 from ckfmha.masking import MaskSpec
 from ckfmha.problem import Problem
 from ckfmha.reference import apply_rope, reference
-from ckfmha.reference._core import alibi_bias, seq_slice, to_hsd
+from ckfmha.reference.core import alibi_bias, seq_slice, to_hsd
 from ckfmha.reference.pagedkv import kv_sources
 from ckfmha.runner import explain, run
 from ckfmha.validator import validate
@@ -576,7 +576,7 @@ EVERY_FAMILY = [
 
 
 def test_every_family_runs_with_every_forward_reference_function_broken(monkeypatch) -> None:
-    """Every function the forward references define (ckfmha.reference._core, forward, pagedkv, appendkv, splitkv,
+    """Every function the forward references define (ckfmha.reference.core, forward, pagedkv, appendkv, splitkv,
     batch_prefill and the package's ``reference``) raises wherever a ckfmha module binds it; the cpu backend
     runs every family regardless. (ckfmha.reference.backward keeps its bindings: its reduce_raw_gradients is the
     runner's host step after the kernels, not the backend's.)"""
@@ -589,7 +589,7 @@ def test_every_family_runs_with_every_forward_reference_function_broken(monkeypa
         prepared.append((p, x, _cpu_outputs(p, x)))
     names = (
         "ckfmha.reference",
-        *(f"ckfmha.reference.{m}" for m in ("_core", "forward", "pagedkv", "appendkv", "splitkv", "batch_prefill")),
+        *(f"ckfmha.reference.{m}" for m in ("core", "forward", "pagedkv", "appendkv", "splitkv", "batch_prefill")),
     )
     modules = [sys.modules[n] for n in names]
     functions = {

@@ -236,14 +236,29 @@ def test_error_unknown_dtype():
 
 def test_error_location_names_the_file_holding_the_section():
     spec = load_arch_spec("gfx90a")  # inherits gfx942's section
-    where = fwd._where(EnumContext(Api(API), "gfx90a", spec, 0, MaskMode.SIMPLIFIED))
+    where = EnumContext(Api(API), "gfx90a", spec, 0, MaskMode.SIMPLIFIED).where  # what fwd's errors are located by
     loc = where("dtypes.fp16.tiles")
     assert loc.endswith("archs/gfx942.yaml (apis.fwd.dtypes.fp16.tiles)")
 
 
+class _KeepEverything(EnumContext):
+    """A context whose receipt keeps every config."""
+
+    @property
+    def keep(self):
+        return lambda c: True
+
+
 @pytest.mark.parametrize("receipt", (0, 2, 888))
-def test_staged_evaluation_equals_per_config_evaluation(monkeypatch, receipt):
-    staged = fwd.enumerate_api(_ctx(_good(), receipt))
-    monkeypatch.setattr(fwd, "_stage", lambda read: "config")  # every rule and the receipt filter per config
-    naive = fwd.enumerate_api(_ctx(_good(), receipt))
-    assert staged == naive and len(staged) > 0
+def test_staged_evaluation_equals_per_config_evaluation(receipt):
+    # the naive evaluation: every config of the section without its constraints and without a receipt filter, then
+    # every constraint and the receipt filter on each config -- the same configs in the same order
+    section = _good()
+    ctx = _ctx(section, receipt)
+    staged = fwd.enumerate_api(ctx)
+    rules = [compile_filter(r["rule"]) for r in section["constraints"]]
+    assert rules
+    bare = ArchSpec("gfxtest", "test", "amd", ctx.spec.path, {API: dict(section, constraints=[])})
+    everything = fwd.enumerate_api(_KeepEverything(Api(API), "gfxtest", bare, receipt, MaskMode.SIMPLIFIED))
+    naive = [c for c in everything if all(rule(c) for rule in rules) and ctx.keep(c)]
+    assert staged == naive and 0 < len(staged) < len(everything)

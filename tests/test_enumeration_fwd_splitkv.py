@@ -123,7 +123,7 @@ def test_error_bad_constraint():
 
 def test_error_names_the_file_holding_the_section():
     # errors in a real data file name that file and the section's key path in it
-    from ckfmha.enumeration._fwdlike import section_source
+    from ckfmha.enumeration import section_source
 
     ctx = EnumContext(Api(API), "gfx950", load_arch_spec("gfx950"), 0, MaskMode.SIMPLIFIED)
     path, prefix = section_source(ctx)  # gfx950 inherits gfx942's section

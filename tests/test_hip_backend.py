@@ -21,7 +21,7 @@ import pytest
 
 from ckfmha.backends.base import Availability
 from ckfmha.backends.hip.backend import HipBackend
-from ckfmha.backends.hip.build import BuildError, _compiler_version
+from ckfmha.backends.hip.build import BuildError, forget_compiler_versions
 from ckfmha.backends.hip.library import KernelCallError, KernelLibrary, LibraryError
 from ckfmha.backends.hip.memory import HostMemory
 from ckfmha.family_records import stage_outputs
@@ -94,7 +94,7 @@ def test_build_runs_the_commands_once_per_key(env):
     assert again.cached and again.artifact.kernel == FWD_KERNEL
     assert len([c for c in hipcc_calls(env) if " -c " in f" {c} "]) == 3
     env.log.unlink()
-    _compiler_version.cache_clear()  # (per process the version is read once per compiler file)
+    forget_compiler_versions()  # (per process the version is read once per compiler file)
     import os
 
     os.environ["FAKE_HIPCC_VERSION"] = "-next"
@@ -102,7 +102,7 @@ def test_build_runs_the_commands_once_per_key(env):
         upgraded = backend(env, "own").build(CONFIG)
     finally:
         del os.environ["FAKE_HIPCC_VERSION"]
-        _compiler_version.cache_clear()
+        forget_compiler_versions()
     assert not upgraded.cached  # a new compiler version is a new key
     assert len([c for c in hipcc_calls(env) if " -c " in f" {c} "]) == 3
 

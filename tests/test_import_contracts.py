@@ -173,33 +173,9 @@ def test_the_broken_contract_parser() -> None:
 
 
 # ------------------------------------------------------------------------------------ private names in the tests
-#: (test file, private name): why the test reaches it. A name is reported up to its first private part.
-PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
-    # white-box tests of the NumPy reference's own helpers, which the package keeps private on purpose
-    ("test_cpu_independence.py", "ckfmha.reference._core"): "breaks the reference's helpers to show the cpu "
-    "backend does not use them",
-    ("test_cpu_backend.py", "ckfmha.reference._core"): "the cpu engine against the reference's attention core",
-    ("test_reference_forward.py", "ckfmha.reference._core"): "the reference's chunk size, shrunk to test chunking",
-    ("test_reference_torch.py", "ckfmha.reference.torch_twin._Sequence"): "the torch twin's logit pipeline",
-    ("test_reference_torch.py", "ckfmha.reference.torch_twin._TorchGradients"): "the torch twin's gradients",
-    # the enumeration's section tables (tests/arch_sections.py reads them for the arch-facts tests)
-    ("arch_sections.py", "ckfmha.enumeration._fwdlike"): "the section error of the arch tables",
-    ("test_enumeration_fwd_splitkv.py", "ckfmha.enumeration._fwdlike"): "the section source of a kernel",
-    ("test_enumeration_fwd.py", "ckfmha.enumeration.fwd._where"): "the enumeration's filter helper",
-    ("test_enumeration_fwd.py", "ckfmha.enumeration.fwd._stage"): "the enumeration's stage helper",
-    # fault injection: a private function or cache replaced for one test
-    ("test_arch_facts.py", "ckfmha.runner._registry"): "records the arch the runner builds a registry for",
-    ("test_cpu_eff_lens.py", "ckfmha.backends.cpu.stages._store_dq_rows"): "a dq store that skips a row",
-    ("test_parity_noise_floor.py", "ckfmha.backends.cpu.engine._rng"): "a dropout mask that differs",
-    ("test_raw_layouts.py", "ckfmha.backends._instances"): "a faulty cpu backend registered for one test",
-    ("test_runner.py", "ckfmha.backends._instances"): "fake backends registered for one test",
-    ("test_triton_bwd.py", "ckfmha.backends.triton.launch_bwd._LAUNCHERS"): "a faulty launcher for one test",
-    # private helpers tested on their edge cases
-    ("test_families.py", "ckfmha.matrix._file_order"): "the order of the matrix files",
-    ("test_hip_backend.py", "ckfmha.backends.hip.build._compiler_version"): "the compiler version probe",
-    ("test_none_guards.py", "ckfmha.naming._group"): "None guards of the name parser's helper",
-    ("test_none_guards.py", "ckfmha.datafile._SafeLoader"): "None guards of the YAML loader",
-}
+#: (test file, private name): why the test reaches it -- none: the tests use public names only. A name is reported up
+#: to its first private part.
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {}
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 

@@ -2,7 +2,7 @@
 ``AttributeError`` / ``TypeError`` / ``IndexError`` from deep inside.
 
 * :func:`ckfmha.archs.fp8_format` of a hand-built :class:`~ckfmha.archs.ArchSpec` without ``fp8_format``;
-* :func:`ckfmha.naming._group` for a pattern group that did not match;
+* :func:`ckfmha.naming.required_group` for a pattern group that did not match;
 * :func:`ckfmha.datafile.parse_yaml`'s nesting error for an event without a position;
 * :func:`ckfmha.matrix.parse_matrix` for an entry ``name`` that is not a name;
 * :mod:`ckfmha.enumeration.bwd` for a tile with no pad variant (an empty ``pads`` list).
@@ -26,7 +26,7 @@ from ckfmha.enumeration import EnumContext, enumerate_api
 from ckfmha.enumeration import bwd as bwd_enum
 from ckfmha.kernel import Api, ArchTag, Dropout, Family, MaskMode, Mode, Rope
 from ckfmha.matrix import MatrixError, parse_matrix
-from ckfmha.naming import CKNameError, CKNamingScheme, _group, ck_instance_name, parse_ck_name
+from ckfmha.naming import CKNameError, CKNamingScheme, ck_instance_name, parse_ck_name, required_group
 from tests.golden import load_golden
 
 
@@ -52,14 +52,14 @@ def test_fp8_format_of_a_data_file_is_unchanged() -> None:
     assert fp8_format("sm90") == sm90_doc["fp8_format"]
 
 
-# ------------------------------------------------------------------------------------------------ naming._group
+# ------------------------------------------------------------------------------------------------ naming.required_group
 def test_naming_group_that_did_not_match_is_a_named_error() -> None:
-    assert _group({"hq": "128"}, "hq") == "128"
+    assert required_group({"hq": "128"}, "hq") == "128"
     with pytest.raises(CKNameError) as ei:
-        _group({"hq": "128", "maxq": None}, "maxq")
+        required_group({"hq": "128", "maxq": None}, "maxq")
     assert str(ei.value) == "naming pattern defect: group 'maxq' is required here but did not match"
     with pytest.raises(CKNameError) as ei:
-        _group({}, "tile")
+        required_group({}, "tile")
     assert str(ei.value) == "naming pattern defect: group 'tile' is required here but did not match"
 
 
@@ -169,7 +169,7 @@ def _too_deep_at_line_3() -> str:
 
 
 def test_yaml_nesting_error_without_an_event_position_omits_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    class NoMarkLoader(datafile_mod._SafeLoader):
+    class NoMarkLoader(datafile_mod.SafeLoader):
         """The same events, without their start positions."""
 
         def get_event(self) -> Any:
@@ -177,7 +177,7 @@ def test_yaml_nesting_error_without_an_event_position_omits_the_line(monkeypatch
             event.start_mark = None
             return event
 
-    monkeypatch.setattr(datafile_mod, "_SafeLoader", NoMarkLoader)
+    monkeypatch.setattr(datafile_mod, "SafeLoader", NoMarkLoader)
     with pytest.raises(NestingError) as ei:
         parse_yaml(_too_deep_at_line_3(), "f.yaml")
     assert str(ei.value) == (

@@ -353,16 +353,16 @@ def test_dropout_threshold_injection_is_caught_on_the_cpu_backend():
 
     side = make_side("ckfmha:cpu")
     p = Problem(dtype="bf16", batch=1, nhead_q=2, seqlen_q=64, seqlen_k=64, hdim_q=64, mask="t", p_drop=0.2)
-    real = engine._rng
+    real = engine.rng
     assert side.run(p).verdict is Verdict.RAN_VALID
     with parity_torch.dropout_threshold_off_by_one():
-        keep = engine._rng.dropout_keep(np.arange(256, dtype=np.uint8), 0.2)
+        keep = engine.rng.dropout_keep(np.arange(256, dtype=np.uint8), 0.2)
         bad = side.run(p)
     from ckfmha.rng import p_undrop_u8
 
     assert int(keep.sum()) == p_undrop_u8(0.2)  # randval 0 .. t-1 kept: one value fewer than CK's 0 .. t
     assert bad.verdict is Verdict.RAN_INVALID and not bad.checks["o"]["noise_passed"], bad.reason
-    assert engine._rng is real and side.run(p).verdict is Verdict.RAN_VALID  # restored
+    assert engine.rng is real and side.run(p).verdict is Verdict.RAN_VALID  # restored
     row = parity_torch._injected_row("dropout-threshold", side.name, p, bad.verdict, bad.reason, bad.checks, {})
     s = parity_torch.catch_summary("dropout-threshold", [row])
     assert s["line"] == "injected bug caught in 1 of 1 rows (dropout-threshold)" and s["missed"] == []

@@ -264,7 +264,7 @@ class _CompensatedFaultBackend(CpuBackend):
 
 
 def test_raw_comparison_catches_a_fault_the_reduced_one_hides(monkeypatch) -> None:
-    monkeypatch.setitem(backends._instances, "cpu", _CompensatedFaultBackend())
+    monkeypatch.setitem(backends.instances(), "cpu", _CompensatedFaultBackend())
     inp = make_inputs(FAULT, 0)
     res = run(FAULT, inp, registry=cpu_registry())
     ref = reference(FAULT, inp)
@@ -288,6 +288,7 @@ def _runtime(backend, tmp_path) -> Runtime:
         bench=False,
         cpu_max_flops=1e12,
         heuristics=None,
+        reference="numpy",
     )
     return Runtime(SimpleNamespace(hook=hook), settings, cpu_registry())
 

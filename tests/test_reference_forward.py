@@ -164,19 +164,19 @@ def test_stored_randval_overrides_generator():
 def test_memory_is_chunked():
     import tracemalloc
 
-    from ckfmha.reference import _core
+    from ckfmha.reference import core
 
     p = Problem(nhead_q=2, seqlen_q=512, seqlen_k=512, hdim_q=16, dtype="fp32")
     x = make_inputs(p, 0)
-    old = _core.CHUNK_BYTES
-    _core.CHUNK_BYTES = 64 * 512 * 4 * 2  # 64 rows per chunk
+    old = core.CHUNK_BYTES
+    core.CHUNK_BYTES = 64 * 512 * 4 * 2  # 64 rows per chunk
     try:
         tracemalloc.start()
         r = reference(p, x)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     finally:
-        _core.CHUNK_BYTES = old
+        core.CHUNK_BYTES = old
     assert peak < 2 * 512 * 512 * 4  # less than one full score matrix
     np.testing.assert_allclose(r["o"], reference(p, x)["o"], rtol=1e-5, atol=1e-6)
 

@@ -245,8 +245,10 @@ def _twin_mismatches(s: Shape, accum) -> list[str]:
 def test_fault_softmax_scale_is_caught(monkeypatch) -> None:
     s = _first(_fwd_plain)
     assert not _twin_mismatches(s, np.float64)
-    orig = torch_twin._Sequence.logits
-    monkeypatch.setattr(torch_twin._Sequence, "logits", lambda self, x, r0, r1: orig(self, x * (1 + 2**-20), r0, r1))
+    orig = torch_twin.TorchSequence.logits
+    monkeypatch.setattr(
+        torch_twin.TorchSequence, "logits", lambda self, x, r0, r1: orig(self, x * (1 + 2**-20), r0, r1)
+    )
     bad = _twin_mismatches(s, np.float64)
     assert any(b.startswith(("o:", "lse:")) for b in bad), bad
 
@@ -276,13 +278,13 @@ def test_fault_missing_low_precision_rounding_is_caught(monkeypatch) -> None:
     """At float32 the backward rounds P and dS to bf16; a twin that skips it is more than a few flips off."""
     s = _first(_bwd_bf16)
     assert not _twin_mismatches(s, np.float32)
-    orig = torch_twin._TorchGradients.__init__
+    orig = torch_twin.TorchGradients.__init__
 
     def no_lp(self, seq, q):
         orig(self, seq, q)
         self.lp = None
 
-    monkeypatch.setattr(torch_twin._TorchGradients, "__init__", no_lp)
+    monkeypatch.setattr(torch_twin.TorchGradients, "__init__", no_lp)
     bad = _twin_mismatches(s, np.float32)
     assert any(b.startswith(("dv:", "dq:", "dk:")) for b in bad), bad
 

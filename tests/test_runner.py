@@ -90,7 +90,7 @@ class _NanBackend(CpuBackend):
 
 
 def test_unwritten_outputs_are_detected(monkeypatch) -> None:
-    monkeypatch.setitem(backends._instances, "cpu", _LazyBackend())
+    monkeypatch.setitem(backends.instances(), "cpu", _LazyBackend())
     p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
     with pytest.raises(
         UnwrittenOutputError,
@@ -102,7 +102,7 @@ def test_unwritten_outputs_are_detected(monkeypatch) -> None:
 
 
 def test_computed_nans_are_called_nan_not_unwritten(monkeypatch) -> None:
-    monkeypatch.setitem(backends._instances, "cpu", _NanBackend())
+    monkeypatch.setitem(backends.instances(), "cpu", _NanBackend())
     p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
     with pytest.raises(
         UnwrittenOutputError,
@@ -169,7 +169,7 @@ class _PerKvHeadBackend(CpuBackend):
 
 
 def test_unwritten_raw_gradient_heads_are_detected(monkeypatch) -> None:
-    monkeypatch.setitem(backends._instances, "cpu", _PerKvHeadBackend())
+    monkeypatch.setitem(backends.instances(), "cpu", _PerKvHeadBackend())
     p = Problem(family="bwd", batch=1, nhead_q=4, nhead_k=2, seqlen_q=32, hdim_q=64)
     with pytest.raises(
         UnwrittenOutputError,

@@ -236,7 +236,7 @@ def test_injected_fault_is_caught(fault: str, monkeypatch: pytest.MonkeyPatch) -
 
     p = Problem(family="bwd", dtype="fp16", mask="b", p_drop=0.2 if fault == "dropout_offset" else 0.0, **BASE)
     target = Family.BWD_DOT_DO_O if fault == "d_term" else Family.BWD_DQ_DK_DV
-    real = launch_bwd._LAUNCHERS[target]
+    real = launch_bwd.LAUNCHERS[target]
 
     def faulty(c, prob, t):
         if fault == "scale":
@@ -255,7 +255,7 @@ def test_injected_fault_is_caught(fault: str, monkeypatch: pytest.MonkeyPatch) -
 
         return launch_and_skew
 
-    monkeypatch.setitem(launch_bwd._LAUNCHERS, target, faulty)
+    monkeypatch.setitem(launch_bwd.LAUNCHERS, target, faulty)
     _, out, inputs = run_plan(p)
     bad = failures(p, out, inputs)
     assert any(b.startswith(("dq", "dk", "dv")) for b in bad), f"the {fault} fault went unnoticed"

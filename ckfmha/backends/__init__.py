@@ -35,6 +35,12 @@ def backend_names() -> tuple[str, ...]:
     return tuple(BACKEND_MODULES)
 
 
+def instances() -> dict[str, Backend]:
+    """The process's backend objects by name, as :func:`get_backend` made them: the dict itself, so an entry set in it
+    (a test's ``monkeypatch.setitem(instances(), "cpu", fake)``) is what :func:`get_backend` returns for that name."""
+    return _instances
+
+
 def get_backend(name: str) -> Backend:
     """The backend called ``name`` (an error naming the known backends otherwise)."""
     if name not in BACKEND_MODULES:

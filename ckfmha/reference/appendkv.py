@@ -23,7 +23,7 @@ import numpy as np
 
 from ckfmha.kernel import Rope
 from ckfmha.problem import Layout, Problem
-from ckfmha.reference._core import attend, from_hsd, to_hsd
+from ckfmha.reference.core import attend, from_hsd, to_hsd
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import cache_row, check_kv_lookup, kv_sources, page_list
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, output_dtype, storage_dtype
 from ckfmha.problem import Layout, Problem
-from ckfmha.reference._core import attend, backward_sequences, from_hsd, put_dbias_raw, to_hsd
+from ckfmha.reference.core import attend, backward_sequences, from_hsd, put_dbias_raw, to_hsd
 
 #: reduced output -> the raw output it is reduced from
 RAW_NAMES = {"dk": "dk_raw", "dv": "dv_raw", "dbias": "dbias_raw"}

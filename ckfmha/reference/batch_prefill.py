@@ -15,7 +15,7 @@ import numpy as np
 
 from ckfmha.kernel import KVMemoryLayout, QScale
 from ckfmha.problem import Problem
-from ckfmha.reference._core import attend
+from ckfmha.reference.core import attend
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import kv_sources
 

@@ -22,7 +22,7 @@ import numpy as np
 from ckfmha.inputs import lse_shape
 from ckfmha.kernel import Mode
 from ckfmha.problem import Problem
-from ckfmha.reference._core import attend, dequant_rows, from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
+from ckfmha.reference.core import attend, dequant_rows, from_hsd, q_rows, seq_slice, sequence_extras, to_hsd
 
 
 def sequences(p: Problem, inputs: dict, accum, k_override=None, v_override=None):
@@ -55,7 +55,7 @@ def run_sequences(
 ) -> dict:
     """Shared driver: attention over every sequence, assembled into CK's output shapes.
     ``key_ranges(b, sk)`` -> list of (lo, hi) splits: then per-split partial results are returned too.
-    ``attend_fn`` computes one sequence (:func:`ckfmha.reference._core.attend`'s signature and results; the torch
+    ``attend_fn`` computes one sequence (:func:`ckfmha.reference.core.attend`'s signature and results; the torch
     twin passes its own)."""
     nb, ns = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
     # query rows outside every sequence's logical length (s_qpad / q_eff_lens padding) are never written: NaN

@@ -26,7 +26,7 @@ import numpy as np
 
 from ckfmha.kernel import KVMemoryLayout
 from ckfmha.problem import Layout, Problem
-from ckfmha.reference._core import attend, to_hsd
+from ckfmha.reference.core import attend, to_hsd
 
 
 class PageTableError(ValueError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha.reference._core import attend, from_hsd
+from ckfmha.reference.core import attend, from_hsd
 from ckfmha.reference.forward import run_sequences, sequences
 from ckfmha.reference.pagedkv import kv_sources
 

@@ -3,13 +3,13 @@
 ``ckfmha.reference(problem, inputs, accum, array_backend="torch", device=...)`` runs the very same family drivers
 as the NumPy reference (sequences, layouts, page tables, RoPE and cache writes, split ranges and the combine, the
 backward's raw/reduced gradients -- all O(s x d) host work, shared code, so they cannot drift) and swaps only the
-per-sequence attention core, :func:`ckfmha.reference._core.attend`, for :class:`TorchAttend`, a line-by-line port
+per-sequence attention core, :func:`ckfmha.reference.core.attend`, for :class:`TorchAttend`, a line-by-line port
 on ``device`` with the same rounding points:
 
 * the same logit pipeline in the accumulation dtype, over the same query-row chunks (score blocks of
-  ``_core.CHUNK_BYTES`` on the host, :data:`DEVICE_CHUNK_BYTES` on an accelerator; a row's result does not depend
+  ``core.CHUNK_BYTES`` on the host, :data:`DEVICE_CHUNK_BYTES` on an accelerator; a row's result does not depend
   on its chunk, and no (s_q x s_k) block of a whole head is ever made);
-* P and dS rounded to the kernel's input dtype and O to its output dtype where ``_core._Gradients`` rounds them;
+* P and dS rounded to the kernel's input dtype and O to its output dtype where ``core._Gradients`` rounds them;
 * the dropout keep mask from the same Philox stream: :func:`dropout_randval` computes CK's Philox4x32-7 counters
   and tile order of :mod:`ckfmha.rng` on the device in int64 arithmetic, bit for bit the host's;
 * float32 GEMMs in IEEE float32 (TF32 off for the call, the caller's setting restored).
@@ -27,10 +27,10 @@ import numpy as np
 
 from ckfmha import rng as _rng
 from ckfmha.problem import Problem
-from ckfmha.reference import _core
-from ckfmha.reference._core import Extras
+from ckfmha.reference import core
+from ckfmha.reference.core import Extras
 
-#: score-block budget per query-row chunk on an accelerator (host devices use ``_core.CHUNK_BYTES``)
+#: score-block budget per query-row chunk on an accelerator (host devices use ``core.CHUNK_BYTES``)
 DEVICE_CHUNK_BYTES = 512 << 20
 
 
@@ -149,7 +149,7 @@ def dropout_randval(
 
 
 class TorchAttend:
-    """:func:`ckfmha.reference._core.attend` on a torch device: same signature, same NumPy results."""
+    """:func:`ckfmha.reference.core.attend` on a torch device: same signature, same NumPy results."""
 
     def __init__(self, device=None) -> None:
         self.torch = import_torch()
@@ -163,7 +163,7 @@ class TorchAttend:
         return self.torch.from_numpy(a).to(self.device)
 
     def chunk_rows(self, hq: int, nk: int, accum) -> int:
-        budget = _core.CHUNK_BYTES if self.device.type == "cpu" else DEVICE_CHUNK_BYTES
+        budget = core.CHUNK_BYTES if self.device.type == "cpu" else DEVICE_CHUNK_BYTES
         return max(1, int(budget // max(1, hq * max(nk, 1) * np.dtype(accum).itemsize)))
 
     def __call__(
@@ -179,12 +179,12 @@ class TorchAttend:
         want_randval: bool = False,
         backward=None,
     ):
-        """:func:`ckfmha.reference._core.attend` (same arguments and results, NumPy in and out)."""
+        """:func:`ckfmha.reference.core.attend` (same arguments and results, NumPy in and out)."""
         with ieee_float32(self.torch), self.torch.no_grad():
-            return _Sequence(self, p, q, k, v, ex, accum, key_lo, key_hi, want_randval, backward).run()
+            return TorchSequence(self, p, q, k, v, ex, accum, key_lo, key_hi, want_randval, backward).run()
 
 
-class _Sequence:
+class TorchSequence:
     """One :meth:`TorchAttend.__call__`: the port of ``attend``'s body, chunk by chunk of query rows."""
 
     def __init__(self, tw: TorchAttend, p: Problem, q, k, v, ex: Extras, accum, key_lo, key_hi, want_rv, backward):
@@ -210,11 +210,11 @@ class _Sequence:
         lse = np.full((hq, sq), -np.inf, dtype=accum)
         if sq == 0:
             if self.backward is not None:
-                _core._no_query_gradients(self.backward, self.q_np, self.sk, self.dv, accum)
+                core._no_query_gradients(self.backward, self.q_np, self.sk, self.dv, accum)
             return o, lse, self.randval_out
         q = self.tw.tensor(self.q_np)
         o_t, lse_t = torch.zeros((hq, sq, self.dv), dtype=q.dtype, device=q.device), torch.empty_like(q[:, :, 0])
-        grads = None if self.backward is None else _TorchGradients(self, q)
+        grads = None if self.backward is None else TorchGradients(self, q)
         kT = self.k.transpose(1, 2)[:, None]  # (hk, 1, dq, nk)
         vv4 = self.v[:, None]  # (hk, 1, nk, dv)
         rows_per = self.tw.chunk_rows(hq, self.nk, accum)
@@ -241,7 +241,7 @@ class _Sequence:
         return o_t.cpu().numpy(), lse_t.cpu().numpy(), self.randval_out
 
     def logits(self, s, r0: int, r1: int):
-        """``_core._chunk_logits``: soft-cap, bias, ALiBi and mask on the chunk's scores; returns ``(s, t)``."""
+        """``core._chunk_logits``: soft-cap, bias, ALiBi and mask on the chunk's scores; returns ``(s, t)``."""
         torch, p, ex, lo, hi = self.torch, self.p, self.ex, self.key_lo, self.key_hi
         t = None
         if p.logits_soft_cap > 0:
@@ -261,7 +261,7 @@ class _Sequence:
         return s, t
 
     def alibi(self, r0: int, r1: int):
-        """``_core.alibi_bias`` for rows ``[r0, r1)``, keys ``[key_lo, key_hi)``: (hq, R, nk)."""
+        """``core.alibi_bias`` for rows ``[r0, r1)``, keys ``[key_lo, key_hi)``: (hq, R, nk)."""
         torch, dev = self.torch, self.tw.device
         mode = self.p.mask.alibi_mode()
         j = torch.arange(self.key_lo, self.key_hi, dtype=torch.int64, device=dev)[None, :]
@@ -276,7 +276,7 @@ class _Sequence:
         return slopes[:, None, None] * pos.to(slopes.dtype)[None]
 
     def softmax(self, s):
-        """``_core._chunk_softmax``: exponentiates ``s`` in place; returns ``(l_safe, lse_rows)``."""
+        """``core._chunk_softmax``: exponentiates ``s`` in place; returns ``(l_safe, lse_rows)``."""
         torch = self.torch
         m = s.amax(dim=-1) if s.shape[-1] else torch.full(s.shape[:2], -np.inf, dtype=s.dtype, device=s.device)
         sink = None if self.ex.sink is None else self.tw.tensor(self.ex.sink, self.accum)[:, None]
@@ -293,7 +293,7 @@ class _Sequence:
         return l_safe, torch.where(empty, self.scalar(-np.inf), m_safe + torch.log(l_safe))
 
     def dropout(self, s, r0: int, r1: int):
-        """``_core._chunk_dropout``: ``(pd, keep)``, the random values from the same stream as the host's."""
+        """``core._chunk_dropout``: ``(pd, keep)``, the random values from the same stream as the host's."""
         p, ex = self.p, self.ex
         if not p.p_drop > 0:
             return s, None
@@ -319,10 +319,10 @@ class _Sequence:
         return pd, keep
 
 
-class _TorchGradients:
-    """``_core._Gradients`` on the device: accumulators filled chunk by chunk, written back as NumPy arrays."""
+class TorchGradients:
+    """``core._Gradients`` on the device: accumulators filled chunk by chunk, written back as NumPy arrays."""
 
-    def __init__(self, seq: _Sequence, q) -> None:
+    def __init__(self, seq: TorchSequence, q) -> None:
         torch, bw = seq.torch, seq.backward
         self.seq, self.torch, self.bw = seq, torch, bw
         self.do_all = seq.tw.tensor(bw["do"])
@@ -336,7 +336,7 @@ class _TorchGradients:
         self.lp = None if bw.get("lp_dtype") is None else torch_dtype(torch, bw["lp_dtype"])
 
     def add_chunk(self, r0: int, r1: int, qc, s, pd, keep, oc, t) -> None:
-        """``_core._Gradients.add_chunk`` (same rounding points: O to the output dtype, P and dS to the input's)."""
+        """``core._Gradients.add_chunk`` (same rounding points: O to the output dtype, P and dS to the input's)."""
         torch, seq = self.torch, self.seq
         hk, g, rows, hq, nk = seq.hk, seq.g, r1 - r0, seq.hq, seq.nk
         doc = self.do_all[:, r0:r1]
@@ -360,7 +360,7 @@ class _TorchGradients:
         self.dv_acc += torch.matmul(pd.reshape(hk, g, rows, nk).transpose(2, 3), doc.reshape(hk, g, rows, seq.dv))
 
     def finish(self) -> None:
-        """``_core._Gradients.finish``: dK/dV per q-head over all keys (0 outside the key range), as NumPy."""
+        """``core._Gradients.finish``: dK/dV per q-head over all keys (0 outside the key range), as NumPy."""
         seq = self.seq
         dk_heads = np.zeros((seq.hq, seq.sk, seq.dq), dtype=seq.accum)
         dv_heads = np.zeros((seq.hq, seq.sk, seq.dv), dtype=seq.accum)

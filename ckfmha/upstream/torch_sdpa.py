@@ -101,7 +101,7 @@ def _sel(x_hsd: np.ndarray, s) -> np.ndarray:
 
 def _additive(p: Problem, inputs: dict, b, sq: int, sk: int, sk_ext: int) -> np.ndarray | None:
     """float32 (Ba, Ha, sq, sk_ext): ALiBi term and the sink column (elementwise bias is added separately)."""
-    from ckfmha.reference._core import alibi_bias
+    from ckfmha.reference.core import alibi_bias
 
     parts: np.ndarray | None = None
     if p.bias is Bias.ALIBI:
@@ -259,7 +259,7 @@ def torch_outputs(problem: Problem, inputs: dict, expr: Expression, device, flex
     """Run the problem through torch as ``expr`` says; outputs in CK's shapes and dtypes."""
 
     from ckfmha.inputs import lse_shape, output_dtype, storage_dtype
-    from ckfmha.reference._core import to_hsd
+    from ckfmha.reference.core import to_hsd
 
     p = problem
     dt = _torch_dtype(p)
@@ -324,7 +324,7 @@ def _outputs(
     p: Problem, expr: Expression, o: np.ndarray, lse: np.ndarray, grads: _Backward | None
 ) -> dict[str, np.ndarray]:
     """The compared outputs in CK's layouts: dQ/dK/dV (and dBias) for a backward, else O (and LSE)."""
-    from ckfmha.reference._core import from_hsd
+    from ckfmha.reference.core import from_hsd
 
     if grads is not None:
         outs = {

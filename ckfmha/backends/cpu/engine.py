@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckfmha import rng as _rng
+from ckfmha import rng  # the engine's binding: benchmarks/parity_torch.py's dropout injection replaces it
 from ckfmha.backends.cpu.bias import Alibi, alibi_mode
 from ckfmha.backends.cpu.sequences import SequenceExtras
 from ckfmha.masking import MaskKind
@@ -87,7 +87,7 @@ def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:
 def _randval(p: Problem, ex: SequenceExtras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
     if ex.randval is not None:
         return ex.randval[:, rows[0] : rows[-1] + 1, c0:c1]
-    return _rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(c0, c1))
+    return rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(c0, c1))
 
 
 def _alibi(p: Problem, ex: SequenceExtras, sq: int, sk: int) -> Alibi | None:
@@ -191,7 +191,7 @@ def attend_tiled(
             pt = np.exp(s - m_safe[..., None])
             l = alpha * l + pt.sum(axis=-1)
             if dropout:
-                keep = _rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
+                keep = rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
                 pt = np.where(keep, pt, F32(0))
             pr = round_to(pt, p_dtype)
             acc = alpha[..., None] * acc + _gqa_matmul(pr, v[:, c0:c1], hk)
@@ -264,7 +264,7 @@ def backward_tiled(
             pt = np.exp(s - lse_safe[:, r0:r1, None])
             dp = _gqa_matmul(dot, vtT, hk)
             if dropout:
-                keep = _rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
+                keep = rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
                 pd = np.where(keep, pt * rp, F32(0))
                 dp = np.where(keep, dp * rp, F32(0))
             else:

@@ -287,7 +287,7 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     if dbias is not None:
         written.append("dbias_raw")
     if not needs_convert(p):  # fp32, non-deterministic: the accumulator is dQ
-        _store_dq_rows(p, tensors, dq_acc[0], sdt)
+        store_dq_rows(p, tensors, dq_acc[0], sdt)
         written.append("dq")
     return written
 
@@ -301,11 +301,11 @@ def run_convert_dq(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: di
             acc += dq_acc[i]
     else:
         acc = _sum_key_tile_slices(cfg, p, dq_acc, kn0)
-    _store_dq_rows(p, tensors, acc, storage_dtype(cfg.dtype))
+    store_dq_rows(p, tensors, acc, storage_dtype(cfg.dtype))
     return ["dq"]
 
 
-def _store_dq_rows(p: Problem, tensors: dict, acc_bhsd: np.ndarray, sdt) -> None:
+def store_dq_rows(p: Problem, tensors: dict, acc_bhsd: np.ndarray, sdt) -> None:
     """Store dQ's rows inside each sequence's logical length (:func:`sequence_rows`); group-mode ``s_qpad``
     padding rows keep the buffer's poison: CK's kernels iterate over the logical ``seqlen_q``
     (fmha_bwd_kernel.hpp, ``seqlen_q_ptr``)."""

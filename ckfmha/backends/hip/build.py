@@ -52,6 +52,12 @@ def compiler_version(compiler: Path) -> str:
     return _compiler_version(str(compiler), compiler.stat().st_mtime_ns if compiler.exists() else 0)
 
 
+def forget_compiler_versions() -> None:
+    """Forget the compiler versions read so far: each is read again on its next use (a compiler replaced in place
+    without a new modification time, e.g. a test's fake one switched by an environment variable)."""
+    _compiler_version.cache_clear()
+
+
 def build_key(
     kernel: str, arch: str, checkout: str, compiler: Path, flags: list[str], receipt: int, mask_mode: str
 ) -> str:

@@ -1,7 +1,7 @@
 """Triton kernels of the forward family: attention (batch/group, contiguous/paged K/V, whole/split key range)
 and the split-KV combine. Imported only by the triton backend (this module imports triton).
 
-Numerics follow ckfmha's reference (ckfmha/reference/_core.py) term by term:
+Numerics follow ckfmha's reference (ckfmha/reference/core.py) term by term:
 ``s = scale * q.k`` -> soft-cap ``cap * tanh(s / cap)`` -> ``+ bias`` / ALiBi -> mask -> online softmax in the
 base-2 domain (the optional sink logit seeds the running max and sum) -> dropout on the normalised
 probabilities with CK's Philox mapping (ckfmha/rng.py: bit-exact keep/drop; the launch passes the integer keep

@@ -1,7 +1,7 @@
 """Triton kernels of the backward family: ``bwd_dot_do_o``, ``bwd_dq_dk_dv`` and ``bwd_convert_dq``.
 Imported only by the triton backend (this module imports triton).
 
-Numerics follow ckfmha's reference (ckfmha/reference/_core.py ``_Gradients``) and the cpu stages
+Numerics follow ckfmha's reference (ckfmha/reference/core.py ``_Gradients``) and the cpu stages
 (ckfmha/backends/cpu/stages.py, engine.backward_tiled) term by term:
 
 =================  =============================================================================================

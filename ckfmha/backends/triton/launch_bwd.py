@@ -343,7 +343,8 @@ def dq_dk_dv_launcher(
     return launch
 
 
-_LAUNCHERS = {
+#: the launcher factory of each backward stage's family (:func:`stage_launcher` looks it up here)
+LAUNCHERS = {
     Family.BWD_DOT_DO_O: dot_do_o_launcher,
     Family.BWD_DQ_DK_DV: dq_dk_dv_launcher,
     Family.BWD_CONVERT_DQ: convert_dq_launcher,
@@ -363,7 +364,7 @@ def stage_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor], **va
     back to the host, here or in the callable).  ``variant``: the dq_dk_dv launcher's ``tma`` / ``dq_tma_add``
     overrides (benchmarks only)."""
     check_preconditions(c, p, FAMILY_ROLE[c.family])
-    launcher = _LAUNCHERS[c.family]
+    launcher = LAUNCHERS[c.family]
     return launcher(c, p, t, **variant) if variant and c.family is Family.BWD_DQ_DK_DV else launcher(c, p, t)
 
 
@@ -386,6 +387,7 @@ def warmup_inputs(c: KernelConfig, p: Problem) -> dict[str, np.ndarray]:
 
 __all__ = [
     "BWD_OUTPUTS",
+    "LAUNCHERS",
     "backward_device_tensors",
     "stage_launcher",
     "warmup_inputs",
