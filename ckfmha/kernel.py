@@ -18,7 +18,7 @@ field and parses back (:meth:`KernelConfig.from_id`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -316,6 +316,31 @@ def _install_fast_init(cls: type) -> None:
 _install_fast_init(KernelSignature)
 _install_fast_init(KernelAlgorithm)
 
+
+def _fast_factory(cls: type) -> Any:
+    """A function that builds ``cls`` instances exactly as ``cls(...)`` does (same parameters and defaults, no
+    checks, like the constructor), about three times faster for a wide frozen slots dataclass: it fills an
+    unfrozen twin class of the same slot layout by plain attribute stores (which the interpreter specializes),
+    then gives the object its real class.  Only the enumeration hot paths use it; ``cls(...)`` stays the
+    constructor."""
+    twin = type(f"_{cls.__name__}Builder", (), {"__slots__": cls.__slots__})  # type: ignore[attr-defined]
+    ns: dict[str, Any] = {"_new": object.__new__, "_twin": twin, "_cls": cls}
+    params, body = [], []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        if f.default is not dataclasses.MISSING:
+            ns[f"_d{i}"] = f.default
+        params.append(f.name if f.default is dataclasses.MISSING else f"{f.name}=_d{i}")
+        body.append(f"    o.{f.name} = {f.name}")
+    src = f"def new({', '.join(params)}):\n    o = _new(_twin)\n" + "\n".join(body)
+    exec(src + "\n    o.__class__ = _cls\n    return o\n", ns)  # noqa: S102 - our own code
+    fn = ns["new"]
+    fn.__qualname__ = fn.__name__ = f"new_{cls.__name__}"
+    return fn
+
+
+new_signature: Callable[..., KernelSignature] = _fast_factory(KernelSignature)
+"""``KernelSignature(...)``, three times faster, for the enumerators (about 5 * 10^4 signatures a run)."""
+
 SIGNATURE_FIELDS = tuple(f.name for f in dataclasses.fields(KernelSignature))
 ALGORITHM_FIELDS = tuple(f.name for f in dataclasses.fields(KernelAlgorithm))
 _SIGNATURE_FIELD_SET = frozenset(SIGNATURE_FIELDS)
@@ -421,6 +446,8 @@ class KernelConfig:
 
 
 _install_fast_init(KernelConfig)  # enumeration builds ~2.5 * 10^5 configs
+new_config: Callable[[KernelSignature, KernelAlgorithm], KernelConfig] = _fast_factory(KernelConfig)
+"""``KernelConfig(signature, algorithm)``, a third faster, for the enumerators' hot loops."""
 
 
 def _install_flat_properties() -> None:

@@ -18,9 +18,12 @@ import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
+from operator import eq
 from typing import Any
 
 from ckfmha.archs import ArchSpec, ArchSpecError, load_arch_spec
+from ckfmha.enumeration._fwdlike import SectionError, section_source  # noqa: F401  (public here too)
 from ckfmha.filters import ConfigPredicate
 from ckfmha.kernel import API_FAMILIES, FAMILY_API, Api, Family, KernelConfig, MaskImpl, MaskMode
 from ckfmha.naming import render_ck_names
@@ -157,9 +160,14 @@ def ck_instance_names(
 
 @lru_cache(maxsize=512)
 def _names_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[str, ...]:
-    configs = _enumerate_api_cached(api, arch, receipt, mask_mode)
-    with _no_cyclic_gc():
-        return tuple(sorted(set(render_ck_names(configs))))
+    with _no_cyclic_gc():  # one pause for both steps: each switch back on soon costs a scan of the new objects
+        names = render_ck_names(_enumerate_api_cached(api, arch, receipt, mask_mode))
+    # sorted as generated (long sorted runs, which the sort merges fast), then deduplicated: equal names are
+    # neighbours now, and comparing neighbours is cheaper than hashing every name into a set
+    names.sort()
+    if any(map(eq, names, islice(names, 1, None))):
+        names = list(dict.fromkeys(names))
+    return tuple(names)
 
 
 def clear_caches() -> None:

@@ -68,6 +68,8 @@ from ckfmha.kernel import (
     Pipeline,
     Rope,
     VLayout,
+    new_config,
+    new_signature,
 )
 
 _FEATURE_FIELDS: dict[str, Any] = {
@@ -494,8 +496,8 @@ def enumerate_blocks(
                                 if ok is False:
                                     continue
                                 if sig is None:
-                                    sig = KernelSignature(family, dtype, mode, hdim, hdim_v, arch_tag, **feats)
-                                c = KernelConfig(sig, alg)
+                                    sig = new_signature(family, dtype, mode, hdim, hdim_v, arch_tag, **feats)
+                                c = new_config(sig, alg)
                                 if ok is None:
                                     ok = memo[k] = all(fn(c) for fn in fns)
                                     if not ok:

@@ -87,6 +87,8 @@ from ckfmha.kernel import (
     Pipeline,
     QScale,
     VLayout,
+    new_config,
+    new_signature,
 )
 
 _TOP_KEYS = {"pipeline", "vlayout", "pads", "modes", "page_sizes", "global_load_when", "exclude", "dtypes"}
@@ -451,8 +453,6 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelCo
     probe.paged_kv = True
     out: list[KernelConfig] = []
     append = out.append
-    new_config = KernelConfig
-    new_signature = KernelSignature
     block, global_lds = KVLoad.BLOCK, KVLoad.GLOBAL_LDS
     for d in sec.dtypes:
         for name in _FEATURES:  # a feature a dtype leaves out keeps its default

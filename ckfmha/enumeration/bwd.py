@@ -74,6 +74,8 @@ from ckfmha.kernel import (
     MaskImpl,
     Mode,
     Pipeline,
+    new_config,
+    new_signature,
 )
 
 _TOP_KEYS = {
@@ -313,7 +315,7 @@ class _Plan:
         key = (dtype, mode, hq, hv, mask, bias, dbias, dropout, det)
         s = self.sigs.get(key)
         if s is None:
-            s = self.sigs[key] = KernelSignature(
+            s = self.sigs[key] = new_signature(
                 Family.BWD_DQ_DK_DV,
                 dtype,
                 mode,
@@ -415,12 +417,12 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                                 for dropout in p.dropouts:
                                     sigs = [p.sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, d) for d in dets]
                                     if per_signature:
-                                        sigs = [s for s in sigs if keep(KernelConfig(s, alg0))]
+                                        sigs = [s for s in sigs if keep(new_config(s, alg0))]
                                         if not sigs:
                                             continue
                                         for _, _, alg in algs:
                                             for sig in sigs:
-                                                append(KernelConfig(sig, alg))
+                                                append(new_config(sig, alg))
                                         for f in dv_flags:
                                             dot_keys[(dtype, hq, mode, spads, f)] = None
                                         if convert:
@@ -430,7 +432,7 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                                         continue
                                     for pd, pdv, alg in algs:
                                         for sig in sigs:
-                                            c = KernelConfig(sig, alg)
+                                            c = new_config(sig, alg)
                                             if keep(c):
                                                 append(c)
                                                 dot_keys[(dtype, hq, mode, spads, pdv > 0)] = None

@@ -91,6 +91,8 @@ from ckfmha.kernel import (
     Pipeline,
     QScale,
     VLayout,
+    new_config,
+    new_signature,
 )
 
 # ------------------------------------------------------------------------------------------------ constants
@@ -126,8 +128,9 @@ _HDIM_RE = re.compile(r"^(\d+)x(\d+)\Z")
 _PAD_RE = re.compile(r"^(?:npad|p(s)?(sk)?(d)?(dv)?)\Z")
 
 # Field classes for staged evaluation of constraints and of the receipt filter: a predicate that reads only
-# "signature-stage" fields is evaluated once per signature, one that reads only "algorithm-stage" fields once
-# per (mode, tile, variant), anything else once per config. Results are identical to a per-config evaluation.
+# "head" fields (the problem's: dtype, mode, hdims...) is evaluated once per (dtype, hdim, mode), one that reads
+# only "signature-stage" fields once per signature, one that reads only "algorithm-stage" fields once per (mode,
+# tile, variant), anything else once per config. Results are identical to a per-config evaluation.
 _PROBLEM_FIELDS = frozenset({"family", "dtype", "mode", "hdim_q", "hdim_v", "arch_tag"})
 _SIG_STAGE = frozenset(SIGNATURE_FIELDS)
 _ALG_STAGE = _PROBLEM_FIELDS | frozenset(ALGORITHM_FIELDS) | {"vlayout"}
@@ -137,6 +140,8 @@ _ALL_FIELDS = frozenset(SIGNATURE_FIELDS) | frozenset(ALGORITHM_FIELDS)
 def _stage(read: frozenset[str] | None) -> str:
     if read is None or not read <= _ALL_FIELDS:
         return "config"
+    if read <= _PROBLEM_FIELDS:
+        return "head"
     if read <= _SIG_STAGE:
         return "signature"
     if read <= _ALG_STAGE:
@@ -232,7 +237,7 @@ class _DTypeSpec:
 class _Rule:
     name: str
     fn: Callable[[Any], Any]  # reads c.<field> only: takes a KernelConfig or a _Probe
-    stage: str  # "signature" | "algorithm" | "config"
+    stage: str  # "head" | "signature" | "algorithm" | "config"
 
 
 @dataclass(frozen=True)
@@ -577,15 +582,14 @@ def _keep_fields(keep: Callable) -> frozenset[str] | None:
     return frozenset(code.co_names)
 
 
-def _stage_predicates(sec: _Section, keep: Callable) -> tuple[list, list, list]:
-    """The section's rules as (signature-stage, algorithm-stage, config-stage) predicates, with the receipt filter
-    ``keep`` added to the earliest stage whose fields cover what it reads."""
-    keep_stage = _stage(_keep_fields(keep))
-    sig_preds = [r.fn for r in sec.rules if r.stage == "signature"]
-    alg_preds = [r.fn for r in sec.rules if r.stage == "algorithm"]
-    cfg_preds = [r.fn for r in sec.rules if r.stage == "config"]
-    {"signature": sig_preds, "algorithm": alg_preds, "config": cfg_preds}[keep_stage].append(keep)
-    return sig_preds, alg_preds, cfg_preds
+def _stage_predicates(sec: _Section, keep: Callable) -> tuple[list, list, list, list]:
+    """The section's rules as (head, signature-stage, algorithm-stage, config-stage) predicates, with the receipt
+    filter ``keep`` added to the earliest stage whose fields cover what it reads."""
+    stages: dict[str, list] = {"head": [], "signature": [], "algorithm": [], "config": []}
+    for r in sec.rules:
+        stages[r.stage].append(r.fn)
+    stages[_stage(_keep_fields(keep))].append(keep)
+    return stages["head"], stages["signature"], stages["algorithm"], stages["config"]
 
 
 def _hdim_pattern(
@@ -662,7 +666,7 @@ def _mode_signatures(
         else:
             # positional, in field order (keywords cost a lookup each): ..., vlayout, mask, bias, dbias, lse, dropout,
             # logits_soft_cap, skip_min_seqlen_q, qscale, fp8_static_quant, sink
-            sigs[slot] = KernelSignature(*head, vl, mask, bias, False, lse, dropout, logits, skip, qscale, False, sink)
+            sigs[slot] = new_signature(*head, vl, mask, bias, False, lse, dropout, logits, skip, qscale, False, sink)
     return sigs
 
 
@@ -701,12 +705,12 @@ def _append_configs(
             kept = by_valid[vkey] = [(sig, vi) for sig, vi in mode_entries if valid[vi]]
         if cfg_preds:
             for sig, vi in kept:
-                c = KernelConfig(sig, row[vi])
+                c = new_config(sig, row[vi])
                 if all(p(c) for p in cfg_preds):
                     append(c)
         else:
             for sig, vi in kept:
-                append(KernelConfig(sig, row[vi]))
+                append(new_config(sig, row[vi]))
 
 
 def enumerate_api(ctx) -> list[KernelConfig]:
@@ -715,7 +719,7 @@ def enumerate_api(ctx) -> list[KernelConfig]:
     sec = _section(ctx)
     if sec is None:
         return []
-    sig_preds, alg_preds, cfg_preds = _stage_predicates(sec, ctx.keep)
+    head_preds, sig_preds, alg_preds, cfg_preds = _stage_predicates(sec, ctx.keep)
     masks = ctx.masks
     receipt = ctx.receipt
     arch_tag = sec.arch_tag
@@ -742,6 +746,8 @@ def enumerate_api(ctx) -> list[KernelConfig]:
             algs = _tile_algorithms(tiles, variants, static_ok)
             for mode in sec.modes:
                 sp.mode = ap.mode = mode
+                if head_preds and not all(p(sp) for p in head_preds):
+                    continue  # e.g. the receipt's dtype rule: no signature of this (dtype, hdim, mode) is kept
                 sigs = _mode_signatures(sp, sig_preds, (fam, dtype, mode, hq, hv, arch_tag), combos, slots)
                 mode_entries = [(sig, vi) for slot, vi in entries if (sig := sigs[slot]) is not None]
                 if mode_entries:
