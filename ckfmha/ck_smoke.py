@@ -8,10 +8,16 @@ script that appends its arguments to a file; the script finds it with ``find . -
 real one) -- and returns the distinct command lines in the order the script first ran them.  No grid is copied
 by hand: the scripts are the source, so a new CK version brings its new cases.
 
-The scripts split the binary's arguments at whitespace (``$EXE $@``), so an argument never holds whitespace: a
-line is stored as its arguments joined by single spaces, which is also how the scripts write a failing line into
-their fails file (``"$EXE_NAME $*"``) and how the checkout's known-fails list spells it (:func:`known_fails`,
-matched as ``grep -Fxq`` does: the whole line).
+Arguments are kept as the shell passed them: the fake executable writes each argument NUL-terminated (an
+invocation starts with an RS byte), so an argument that holds blanks, quotes or a newline (a quoted one, or one
+continued with a backslash) stays one argument; the cache stores one invocation per line in shell quoting
+(``shlex.join``; a newline inside an argument stays inside its quotes) and reads it back with ``shlex.split``
+semantics.  A line's :attr:`SmokeLine.command` is its arguments joined by single spaces, which is how the scripts
+write a failing line into their fails file (``"$EXE_NAME $*"``) and how the checkout's known-fails list spells it
+(:func:`known_fails`, matched as ``grep -Fxq`` does: the whole line).
+
+Trusted checkouts only: recording *runs* the checkout's smoke scripts (with bash, as the user running pytest),
+as ``--ckfmha-filter-file`` runs a Python file.
 
 Cache: ``<cache>/ck-smoke/<key>/<binary>_<arch>.txt`` (``<cache>``: :func:`ckfmha.backends.cache.cache_root`),
 ``key`` = sha256 of the recorder's layout, the binary, the script's name, its options, the arch and the script's
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -45,9 +52,10 @@ SMOKE_SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
 KNOWN_FAILS = "fmha_{binary}_known_fails_{arch}.txt"
 """The scripts' default ``KNOWN_FAILS_FILE`` (in the script directory)."""
 SMOKE_CACHE = "ck-smoke"
-RECORD_LAYOUT = "1"
+RECORD_LAYOUT = "2"  # 2: arguments recorded NUL-separated, cached in shell quoting
 RECORD_TIMEOUT_S = 900
-_FAKE_EXE = '#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$CKFMHA_SMOKE_RECORD"\n'
+_FAKE_EXE = "#!/bin/sh\n{ printf '\\036'; printf '%s\\000' \"$@\"; } >> \"$CKFMHA_SMOKE_RECORD\"\n"
+"""The fake executable: an RS byte, then each argument NUL-terminated (no argument: one empty one)."""
 
 
 class CKSmokeError(ValueError):
@@ -119,8 +127,38 @@ def _run_script(script: Path, binary: str, arch: str, record: Path, workdir: Pat
         raise CKSmokeError(f"{script}: the smoke script exited with status {proc.returncode}: {tail}")
 
 
-def _distinct(lines: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(line.strip() for line in lines if line.strip()))
+def _distinct(invocations: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    return list(dict.fromkeys(args for args in invocations if args))
+
+
+def _invocations(record: str) -> list[tuple[str, ...]]:
+    """The fake executable's record (:data:`_FAKE_EXE`) -> each invocation's arguments."""
+    out = []
+    for chunk in record.split("\036")[1:]:
+        args = tuple(chunk.split("\0")[:-1])
+        out.append(() if args == ("",) else args)
+    return out
+
+
+def read_cached_lines(text: str) -> list[tuple[str, ...]]:
+    """The cache file's invocations: one per line in shell quoting, split with ``shlex.split`` semantics; a line
+    whose quote is still open continues on the next (an argument that holds a newline)."""
+    import shlex
+
+    out: list[tuple[str, ...]] = []
+    pending = ""
+    for line in text.splitlines():
+        pending = pending + "\n" + line if pending else line
+        try:
+            args = tuple(shlex.split(pending))
+        except ValueError:  # no closing quotation yet
+            continue
+        pending = ""
+        if args:
+            out.append(args)
+    if pending:
+        raise CKSmokeError(f"the cached smoke lines end inside a quoted argument: {pending[:200]!r}")
+    return out
 
 
 def record_smoke_lines(root: str | os.PathLike, binary: str, arch: str = "gfx942") -> list[SmokeLine]:
@@ -136,7 +174,7 @@ def record_smoke_lines(root: str | os.PathLike, binary: str, arch: str = "gfx942
         with file_lock(d / ".lock"):
             if not cached.is_file():
                 _record_into(base, binary, arch, d, cached)
-    return [SmokeLine(binary, tuple(line.split())) for line in cached.read_text(encoding="utf-8").splitlines()]
+    return [SmokeLine(binary, args) for args in read_cached_lines(cached.read_text(encoding="utf-8"))]
 
 
 def _record_into(base: Path, binary: str, arch: str, d: Path, cached: Path) -> None:
@@ -146,12 +184,12 @@ def _record_into(base: Path, binary: str, arch: str, d: Path, cached: Path) -> N
         record = work / "record.txt"
         record.touch()
         _run_script(script, binary, arch, record, work)
-        lines = _distinct(record.read_text(encoding="utf-8", errors="replace").splitlines())
+        lines = _distinct(_invocations(record.read_text(encoding="utf-8", errors="replace")))
     if not lines:
         raise CKSmokeError(f"{script}: the smoke script ran no {EXECUTABLES[binary]} command")
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("".join(line + "\n" for line in lines))
+        fh.write("".join(shlex.join(args) + "\n" for args in lines))
     os.replace(tmp, cached)
 
 

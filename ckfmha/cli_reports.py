@@ -9,7 +9,7 @@
 |---|---|
 | compare | 0 no regression, 1 regressed (new failures, missing items, timing regressions), 2 bad input |
 | report | 0 written, 2 bad input (or matplotlib missing: ``pip install 'ckfmha[report]'``) |
-| merge | 0 written, 2 bad input (a duplicate item, a missing or incomplete shard, shards of different sweeps) |
+| merge | 0 written, 2 bad input (a duplicate item, a missing shard, a shard whose state is not ``complete``, shards of different sweeps or selections -- the message names the key) |
 | tune | 0 written, 1 nothing to learn (no timed kernel items), 2 bad input |
 
 The rules live in :mod:`ckfmha.runreport` (compare, merge), :mod:`ckfmha.htmlreport` (the page) and

@@ -6,7 +6,9 @@
 ``data/schemas/run_report.schema.yaml``; row ids unique: :func:`report_from_doc`) |
 | :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions |
 | :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates, gaps, shards out of \
-1..N and shards whose rows hold items never run (whatever their header says) are errors |
+1..N, shards in a state other than ``complete`` (interrupted, stopped_early, crashed_workers, internal_error, \
+running), shards whose rows hold items never run (whatever their header says) and shards of another selection \
+(the ``selection`` fingerprint differs in more than ``shard.index``; the message names the key) are errors |
 
 Comparison rules (:func:`compare_reports`):
 
@@ -20,6 +22,8 @@ Comparison rules (:func:`compare_reports`):
   ``threshold`` (default :data:`DEFAULT_THRESHOLD`, 10%) slower, *and* the new run's fastest repetition is slower
   than the baseline's slowest (outside both runs' spread: ``time_min_ms`` / ``time_max_ms``; a report without
   them counts its median as its spread);
+* a report whose ``state`` is not ``complete`` (:data:`STATES`) is compared all the same; the text names its state
+  (its items never run are missing);
 * the comparison *regressed* when it has new failures, missing items or timing regressions (``ckfmha compare``
   exits 1 then).
 """
@@ -40,6 +44,9 @@ READABLE_VERSIONS = (1, 2)
 VERDICTS = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
 FAILING = ("failed", "error", "crashed", "timeout")
 DEFAULT_THRESHOLD = 0.10
+#: a report's ``state`` values (the run_report schema's ``state`` enum; pytest_ckfmha.reporting.STATES); merge takes
+#: shards in state ``complete`` only
+STATES = ("running", "complete", "interrupted", "stopped_early", "crashed_workers", "internal_error")
 #: run fields that must agree between shard reports of one sweep
 SWEEP_KEYS = ("category", "arch", "seed", "receipt", "profile", "max_kernels_per_shape", "backend_option")
 
@@ -139,6 +146,8 @@ class Comparison:
     faster: list[dict[str, Any]] = field(default_factory=list)
     compared: int = 0
     timed: int = 0
+    baseline_state: str | None = None
+    new_state: str | None = None
 
     @property
     def regressed(self) -> bool:
@@ -152,6 +161,8 @@ class Comparison:
             "regressed": self.regressed,
             "compared": self.compared,
             "timed": self.timed,
+            "baseline_state": self.baseline_state,
+            "new_state": self.new_state,
             "new_failures": self.new_failures,
             "fixed": self.fixed,
             "added": self.added,
@@ -165,6 +176,9 @@ class Comparison:
             f"compare {self.baseline} -> {self.new}: {self.compared} items in both, {self.timed} timed in "
             f"both, threshold {self.threshold:.0%}"
         ]
+        for which, state in (("baseline", self.baseline_state), ("new", self.new_state)):
+            if state not in (None, "complete"):
+                lines.append(f"note: the {which} report's state is {state!r}: its items never run count as missing")
         sections = (
             (
                 "new failures",
@@ -201,6 +215,7 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
     if not threshold >= 0:
         raise ReportError(f"threshold: {threshold!r} must be >= 0 (a fraction: 0.1 = 10% slower)")
     cmp = Comparison(baseline.path, new.path, threshold)
+    cmp.baseline_state, cmp.new_state = baseline.meta.get("state"), new.meta.get("state")
     old_rows, new_rows = baseline.by_id, new.by_id
     for rid, old in old_rows.items():
         cur = new_rows.get(rid)
@@ -259,6 +274,35 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
 def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
     """One report document from the shard reports of one sweep (see the module doc): every shard 1..N exactly
     once, each complete, the same sweep settings, no item in two shards."""
+    shards, count = _checked_shards(reports)
+    rows: list[dict[str, Any]] = []
+    owner: dict[str, str] = {}
+    for k in sorted(shards):
+        for r in shards[k].rows:
+            if r["id"] in owner:
+                raise ReportError(f"merge: item {r['id']!r} is in {owner[r['id']]} and {shards[k].path}")
+            owner[r["id"]] = shards[k].path
+            rows.append(r)
+    first = shards[1].meta
+    meta = {k: v for k, v in first.items() if k not in ("shard",)}
+    if isinstance(meta.get("selection"), dict):  # the merged report covers every shard
+        meta["selection"] = {**meta["selection"], "shard": None}
+    meta.update(
+        {
+            "state": "complete",
+            "reason": "",
+            "interrupted": False,
+            "exit_status": max(int(s.meta.get("exit_status") or 0) for s in shards.values()),
+            "collected": sum(int(s.meta.get("collected") or 0) for s in shards.values()),
+            "completed": sum(int(s.meta.get("completed") or 0) for s in shards.values()),
+            "merged_from": [shards[k].path for k in sorted(shards)],
+        }
+    )
+    return {**meta, "rows": rows}
+
+
+def _checked_shards(reports: Sequence[RunReport]) -> tuple[dict[int, RunReport], int]:
+    """Index -> shard report and N, every shard checked (merge_reports' rules but the duplicates)."""
     if not reports:
         raise ReportError("merge: no reports given")
     shards: dict[int, RunReport] = {}
@@ -279,6 +323,7 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
         if sh["index"] in shards:
             raise ReportError(f"{rep.path}: shard {sh['index']}/{count} given twice (also {shards[sh['index']].path})")
         _check_complete_shard(rep, f"shard {sh['index']}/{count}")
+        _check_same_selection(rep, reports[0])
         for key in SWEEP_KEYS:
             if rep.meta.get(key) != reports[0].meta.get(key):
                 raise ReportError(
@@ -294,27 +339,27 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
         )
     if len(reports) > count:  # pragma: no cover - every index is 1..N and none twice
         raise ReportError(f"merge: {len(reports)} reports for {count} shards")
-    rows: list[dict[str, Any]] = []
-    owner: dict[str, str] = {}
-    for k in sorted(shards):
-        for r in shards[k].rows:
-            if r["id"] in owner:
-                raise ReportError(f"merge: item {r['id']!r} is in {owner[r['id']]} and {shards[k].path}")
-            owner[r["id"]] = shards[k].path
-            rows.append(r)
-    first = shards[1].meta
-    meta = {k: v for k, v in first.items() if k not in ("shard",)}
-    meta.update(
-        {
-            "state": "complete",
-            "interrupted": False,
-            "exit_status": max(int(s.meta.get("exit_status") or 0) for s in shards.values()),
-            "collected": sum(int(s.meta.get("collected") or 0) for s in shards.values()),
-            "completed": sum(int(s.meta.get("completed") or 0) for s in shards.values()),
-            "merged_from": [shards[k].path for k in sorted(shards)],
-        }
-    )
-    return {**meta, "rows": rows}
+    return shards, count
+
+
+def _check_same_selection(rep: RunReport, first: RunReport) -> None:
+    """Shards of one sweep have the same ``selection`` fingerprint (docs/report_schema.md) but for
+    ``shard.index``; the first key that differs is named (two reports without one: the sweep keys decide)."""
+    a, b = rep.meta.get("selection"), first.meta.get("selection")
+    if a is None and b is None:
+        return
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        which = rep.path if not isinstance(a, dict) else first.path
+        raise ReportError(f"{which}: selection: the report has no selection fingerprint: not one sweep")
+    for key in dict.fromkeys([*b, *a]):
+        x, y = a.get(key), b.get(key)
+        if key == "shard":
+            x, y = (v.get("count") if isinstance(v, dict) else v for v in (x, y))
+            key = "selection.shard.count"
+        else:
+            key = f"selection.{key}"
+        if x != y:
+            raise ReportError(f"{rep.path}: {key}: {x!r} differs from {first.path}'s {y!r}: not one sweep")
 
 
 def _check_complete_shard(rep: RunReport, what: str) -> None:

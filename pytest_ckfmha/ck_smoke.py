@@ -8,6 +8,8 @@
 | parity mode | with ``--ckfmha-parity``: ``ckfmha::ck-smoke::<line id>::parity`` instead (:class:`SmokeParityItem`), the parity items' comparison (:mod:`pytest_ckfmha.parity_items`) of the upstream with ckfmha's plan on the effective problem; ``tile_example`` runs **the line itself** (:meth:`ckfmha.upstream.tile_runner.TileExampleSide.run_line`: the script's arguments + the runner options, no ``-seed``), whose echo must be the effective problem; upstream's 14 default parity problems are not added |
 | known fails | a line the checkout's ``fmha_<binary>_known_fails_<arch>.txt`` lists (whole-line match, as the scripts' ``grep -Fxq``) is ``xfail`` with that file as the reason |
 | refused | a line CK's runner itself refuses (it exits non-zero before running anything) is an item that skips with the runner's words |
+| unreadable | a line ckfmha cannot read (``-mask=<garbage>``, a value no reader takes) is one item that **fails** naming the script, the line and why (:class:`UnreadableLineItem`); the other lines run (a script that cannot be recorded at all is a usage error) |
+| trust | recording runs the checkout's smoke scripts (bash, as the pytest user): name only checkouts you trust, as with ``--ckfmha-filter-file`` |
 | skipped | the dispatcher finds no kernel (its reason), the cpu backend's ``--ckfmha-cpu-max-flops`` limit (the FLOPs), an unavailable backend -- as for the matrix items |
 
 The kernel space is :func:`pytest_ckfmha.collect.kernel_set`'s: with ``--ckfmha-ck-root`` the checkout's own
@@ -21,7 +23,7 @@ import pytest
 from pytest_ckfmha.ids import PARITY, SMOKE, SMOKE_ROOT, NodeId
 from pytest_ckfmha.items import ShapeCollector, item_of
 from pytest_ckfmha.parity_items import ParityItem
-from pytest_ckfmha.smoke_lines import BINARIES, CATEGORY, RefusedLine, SmokeSpec, line_id, smoke_specs
+from pytest_ckfmha.smoke_lines import BINARIES, CATEGORY, RefusedLine, SmokeSpec, UnreadableLine, line_id, smoke_specs
 
 __all__ = [
     "BINARIES",
@@ -31,6 +33,7 @@ __all__ = [
     "SMOKE_ROOT",
     "RefusedLine",
     "SmokeSpec",
+    "UnreadableLine",
     "line_id",
     "smoke_specs",
 ]
@@ -53,6 +56,8 @@ class SmokeCollector(pytest.Collector):
         for spec in specs:
             if isinstance(spec, RefusedLine):
                 yield item_of(RefusedLineItem, self, NodeId.smoke(spec.shape_id, None), spec=spec)
+            elif isinstance(spec, UnreadableLine):
+                yield item_of(UnreadableLineItem, self, NodeId.smoke(spec.shape_id, None), spec=spec)
             else:
                 yield SmokeLineCollector.from_parent(self, name=spec.shape_id, spec=spec)
 
@@ -124,7 +129,7 @@ class RefusedLineItem(pytest.Item):
 
     group: str | None = None  # a group of its own (NodeId.group_kernel)
 
-    def __init__(self, *, spec: RefusedLine, node_id: NodeId, **kw) -> None:
+    def __init__(self, *, spec: RefusedLine | UnreadableLine, node_id: NodeId, **kw) -> None:
         super().__init__(**kw)
         self.spec = spec
         self.node_id = node_id
@@ -135,3 +140,10 @@ class RefusedLineItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.spec.shape_id}: {self.spec.command}"
+
+
+class UnreadableLineItem(RefusedLineItem):
+    """A line ckfmha cannot read: fails naming the script, the line and why (the other lines run)."""
+
+    def runtest(self) -> None:
+        pytest.fail(self.spec.reason, pytrace=False)

@@ -7,12 +7,17 @@ kernel's own output -- for the backward CK's raw layouts ``dk_raw`` / ``dv_raw``
 (per q-head and batch) against the reference's raw ones; a plan item judges the plan's user-facing result --
 ``dk`` / ``dv`` / ``dbias`` after :func:`ckfmha.runner.reduce_gradients` -- against the reference's reduced ones.
 
-The tensor contract and the execution loop are :mod:`ckfmha.runner`'s (``prepare_tensors``: every output of the
-plan allocated and poisoned with NaN, append-KV on copies of q/k/v/caches, the backward gets the cached reference
-forward's ``o``/``lse``; ``execute``: builds and stages, per-stage cold build time, the host reduction;
-``unwritten_census``); a kernel item pins its kernel in the plan's main stage through
+The stage contract and the execution loop are :mod:`ckfmha.runner`'s (``prepare_tensors``: the inputs, and for
+the backward the cached reference forward's ``o``/``lse``; ``execute``: builds and stages -- each stage returns
+its declared outputs, NaN-poisoned where it writes nothing, append-KV its updated caches as new arrays --, per-stage
+cold build time, the host reduction; ``unwritten_census``); a kernel item pins its kernel in the plan's main stage through
 :class:`ckfmha.dispatcher.PinnedRegistry`, and any Backend object (a test backend from the
 ``pytest_ckfmha_backend`` hook) can run it. The fp8 encoding of the inputs is the arch data's ``fp8_format``.
+
+Where it ran and what judged it (report values): ``worker`` -- the xdist worker id (``PYTEST_XDIST_WORKER``, which
+the kernel child process inherits) or ``main``; ``gpu`` -- ``<index>:<uuid>`` of torch's current CUDA/ROCm device
+where a GPU backend (triton, hip) runs with torch seeing one, else empty; ``reference`` -- what computed the
+reference (:func:`reference_choice` of ``--ckfmha-reference``): ``numpy``, ``torch:cuda`` or ``torch:cpu``.
 
 Crash isolation: every exception of a build or a stage (anything but KeyboardInterrupt and pytest's own
 outcomes) becomes the item's failure with the crash reason (:class:`ckfmha.runner.StageCrash`).  A crash that
@@ -22,7 +27,9 @@ runs in the kernel child process (isolation.py), whose death or timeout fails th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -229,6 +236,41 @@ def _start(rt: Runtime, p, kernel, props: dict):
     return backend, plan, kernel_id
 
 
+#: backends whose kernels run on a GPU (the reference may follow them there: ``--ckfmha-reference``)
+GPU_BACKENDS = ("triton", "hip")
+
+
+def worker_id() -> str:
+    """The xdist worker running this item, ``main`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER") or "main"
+
+
+@lru_cache(maxsize=1)
+def torch_gpu() -> str:
+    """``<index>:<uuid>`` of torch's current GPU, empty when torch is missing or sees none.  Called only for a
+    GPU backend (whose process uses the device anyway): it initializes CUDA."""
+    from ckfmha.reference.torch_twin import import_torch  # torch's one door for the plugin (import contracts)
+
+    try:
+        torch = import_torch()
+    except ImportError:
+        return ""
+    if not torch.cuda.is_available():
+        return ""
+    i = torch.cuda.current_device()
+    return f"{i}:{torch.cuda.get_device_properties(i).uuid}"
+
+
+def reference_choice(setting: str, backend_name: str) -> str:
+    """What computes the reference for ``--ckfmha-reference setting`` (numpy, torch, auto) and the backend:
+    ``numpy``, ``torch:cuda`` (torch sees a GPU and the backend runs on it) or ``torch:cpu``; auto is torch on
+    the GPU for a GPU backend, else numpy."""
+    on_gpu = backend_name in GPU_BACKENDS and bool(torch_gpu())
+    if setting == "numpy" or (setting == "auto" and not on_gpu):
+        return "numpy"
+    return "torch:cuda" if on_gpu else "torch:cpu"
+
+
 def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     """Run one item; raises ItemSkip / ItemFailure; fills ``props`` (report values) as it goes."""
     from ckfmha.inputs import make_inputs
@@ -239,12 +281,15 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     s = rt.settings
     p = shape.problem
     out = Outcome(kernel_id=kernel.kernel_id if kernel is not None else "")
+    props["worker"] = worker_id()
     backend, plan, out.kernel_id = _start(rt, p, kernel, props)
     out.backend = props["backend"]
+    props["gpu"] = torch_gpu() if out.backend in GPU_BACKENDS else ""
+    props["reference"] = which = reference_choice(s.reference, out.backend)
     out.plan_kernels = [st.kernel.kernel_id for st in plan.stages]
     fmt = fp8_format(s.arch)
     inputs = make_inputs(p, s.seed, fp8_format=fmt)
-    ref, out.ref_cached = get_reference(p, inputs, s.seed, s.cache_dir, fmt)
+    ref, out.ref_cached = get_reference(p, inputs, s.seed, s.cache_dir, fmt, which)
     tensors, written = prepare_tensors(p, plan, inputs, ref)
     built: dict = {}
     plan_item = kernel is None  # a plan item: the host reduction of CK's raw gradients is part of it

@@ -10,9 +10,9 @@ table's order, each ``check`` right after its option, so the first bad value is 
 
 | concern | rule |
 |---|---|
-| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-resume`` and ``--ckfmha-parity``; the command line wins over the ini file |
+| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-shard-total``, ``--ckfmha-resume`` and ``--ckfmha-parity``; the command line wins over the ini file |
 | a bad value | ``pytest.UsageError`` ``--ckfmha-<option>: '<value>' <rule>``, naming the option, the value and the rule |
-| choices | ``category``, ``ck-smoke``, ``backend``, ``mask-mode`` and ``isolation`` show their choices in the metavar; the converter checks them, not argparse (ini values bypass argparse, and the message is ckfmha's own); an ini-able choice is stripped of blanks, a command-line-only one taken as given |
+| choices | ``category``, ``ck-smoke``, ``backend``, ``mask-mode``, ``isolation`` and ``reference`` show their choices in the metavar; the converter checks them, not argparse (ini values bypass argparse, and the message is ckfmha's own); an ini-able choice is stripped of blanks, a command-line-only one taken as given |
 | vocabularies | read when the options are added or parsed (importing this module imports no ckfmha module but the package and its categories): categories from :mod:`ckfmha.categories`, backends from :func:`ckfmha.backends.backend_names` (+ ``auto``), mask modes from :class:`ckfmha.kernel.MaskMode`, families from :mod:`ckfmha.families`, smoke suites from :mod:`pytest_ckfmha.smoke_lines`, the receipt/profile rule from :func:`ckfmha.receipts.resolve_receipt` |
 """
 
@@ -34,6 +34,7 @@ from pytest_ckfmha.smoke_lines import BINARIES
 
 CK_SMOKE_CHOICES = tuple(BINARIES)
 ISOLATIONS = ("process", "inline")
+REFERENCES = ("numpy", "torch", "auto")
 PARITY_TORCH_BACKENDS = ("math", "efficient", "flash", "cudnn", "flex")
 DEFAULT_MAX_KERNELS = 2
 DEFAULT_CPU_MAX_FLOPS = 5e9
@@ -224,15 +225,31 @@ def _to_repeat(given: Given) -> int:
 
 
 def _to_shard(given: Given) -> tuple[int, int]:
-    import re
+    """K/N, or ``auto`` from the CI's variables (:func:`pytest_ckfmha.sharding.parse_shard`; ``auto`` reads
+    ``--ckfmha-shard-total`` too)."""
+    from pytest_ckfmha.sharding import parse_shard
 
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(given.value))
-    if not m:
-        raise _bad(given.option, given.value, "is not K/N (shard K of N, e.g. 2/4)")
-    k, n = int(m.group(1)), int(m.group(2))
-    if not 1 <= k <= n:
-        raise _bad(given.option, given.value, "needs 1 <= K <= N")
-    return k, n
+    raw, source = raw_value(given.config, "shard-total")
+    total = None if raw is None else _to_shard_total(Given("shard-total", raw, source, given.config))
+    return parse_shard(given.value, total, os.environ)
+
+
+def _to_shard_total(given: Given) -> int:
+    from pytest_ckfmha.sharding import check_count
+
+    return check_count(given.option, given.value, _int(given.option, given.value, 1))
+
+
+def _to_durations(given: Given) -> str:
+    from ckfmha.runreport import ReportError
+    from pytest_ckfmha.costs import load_durations
+
+    path = str(given.path(str(given.value)))
+    try:
+        load_durations(path)
+    except (ReportError, OSError) as e:
+        raise _bad(given.option, given.value, f"is not a report to read durations from: {e}") from None
+    return path
 
 
 def _to_resume(given: Given) -> str:
@@ -583,10 +600,35 @@ class Settings:
     )
     shard: tuple[int, int] | None = option(  # (K, N)
         "shard",
-        "run shard K of N (1 <= K <= N): the items are split by kernel (each kernel's items in one shard), "
+        "run shard K of N (1 <= K <= N), or auto (K/N from CI_NODE_INDEX/CI_NODE_TOTAL or JOB_COMPLETION_INDEX): "
+        "the items are split by kernel (each kernel's items in one shard), "
         "balanced by estimated cost, the same way on every machine; merge the reports with ckfmha merge",
         convert=_to_shard,
         metavar="K/N",
+    )
+    shard_total: int | None = option(
+        "shard-total",
+        "the shard count N for --ckfmha-shard auto under a Kubernetes Indexed Job (JOB_COMPLETION_INDEX is K-1)",
+        convert=_to_shard_total,
+        metavar="N",
+    )
+    durations: str | None = option(
+        "durations",
+        "a previous run's report: its measured durations order the items (longest first) and balance "
+        "--ckfmha-shard instead of the FLOPs estimate",
+        convert=_to_durations,
+        metavar="REPORT",
+        ini="string",
+    )
+    reference: str = option(
+        "reference",
+        "what computes the reference: numpy, torch (the torch twin, on the run's GPU when the backend runs on one, "
+        "else on the cpu), auto (torch on the GPU for a GPU backend -- triton, hip -- when torch sees one, else "
+        "numpy; default)",
+        choices=lambda: REFERENCES,
+        noun="a reference",
+        default="auto",
+        ini="string",
     )
     resume: str | None = option(
         "resume",
@@ -631,8 +673,8 @@ class Settings:
     )
     report_every: float = option(
         "report-every",
-        "while the run goes on, rewrite the report files (atomically) at most this often, so a killed run "
-        f"leaves a report (default {CHECKPOINT_SECONDS:g})",
+        "while the run goes on, a background thread rewrites the report files (atomically) every this many "
+        f"seconds, also while items run, so a killed run leaves a report of this run (default {CHECKPOINT_SECONDS:g})",
         convert=_seconds("must be a finite number of seconds > 0", lambda s: s > 0),
         default=CHECKPOINT_SECONDS,
         metavar="SECONDS",

@@ -14,9 +14,16 @@ hookspecs.py (hooks for conftests), state.py.
 The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
 are checked before anything runs); the selection is checked (``pytest_sessionstart``: matrix files, kernel set,
 shapes -- a selection that matches nothing is a usage error, exit 4); items run in the kernel child process;
-the controller keeps one row per item, checkpoints the report while the run goes on and writes it at the end
-(also after Ctrl-C or SIGTERM); a run whose every item was skipped, or a parity run in which one side ran for
-no item, ends with an error (``session_checks.py``).
+the controller keeps one row per item, writes a ``running`` report once the collection is known, checkpoints it
+from a timer thread while the run goes on and writes it at the end (also after Ctrl-C or SIGTERM), its ``state``
+saying what happened (:func:`session_outcome`); a run whose every item was skipped, or a parity run in which one
+side ran for no item, ends with an error (``session_checks.py``).
+
+| refused at start (usage error, exit 4) | why |
+|---|---|
+| a ``--dist`` mode other than ``load`` / ``no`` (:func:`check_dist_mode`) | its scheduler does not survive a dying worker, or (``each``) runs an item on every worker |
+| ``--ckfmha-resume`` of another run or selection (:func:`check_resumable`) | the carried rows would not be this run's items |
+
 """
 
 from __future__ import annotations
@@ -113,7 +120,10 @@ def pytest_configure(config) -> None:
         if config.pluginmanager.hasplugin("xdist"):
             from pytest_ckfmha.xdist_support import XdistHooks, user_chose_dist
 
-            own = bool(getattr(config.option, "numprocesses", None)) and not user_chose_dist(config)
+            chose = user_chose_dist(config)
+            if chose:
+                check_dist_mode(getattr(config.option, "dist", "no"))
+            own = bool(getattr(config.option, "numprocesses", None)) and not chose
             config.pluginmanager.register(XdistHooks(settings, own), "ckfmha-xdist")
 
 
@@ -228,18 +238,18 @@ class _Recorder:
         self.state = get_state(config)
         self.book = RowBook(self.state.describe)
         if self.state.settings.resume is not None:  # the completed items' rows come from the earlier report
-            from ckfmha.runreport import load_report
-            from pytest_ckfmha.sharding import check_same_run, completed_nodeids
+            from pytest_ckfmha.sharding import completed_nodeids
 
-            path = self.state.settings.resume
-            check_same_run(self.state.settings, load_report(path).meta, path)
+            check_resumable(self.state.settings)
             done = completed_nodeids(self.state.resumed_rows())
             self.book.rows = {r["nodeid"]: r for r in self.state.resumed_rows() if r.get("nodeid") in done}
         self.writer = ReportWriter(self.state.settings.reports, self.state.settings.report_every)
+        self.book.on_collected = self._collected
         self.rows: list[dict] = []
         self.meta: dict = {}
         self.problems: list[str] = []
         self.signal: str | None = None
+        self.running: set[str] = set()  # node ids of the items started and not finished
         # SIGTERM's handler before install_sigterm (as signal.getsignal gives it), restored at unconfigure
         self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
 
@@ -262,6 +272,7 @@ class _Recorder:
         self._previous_sigterm = previous
 
     def pytest_unconfigure(self, config) -> None:
+        self.writer.stop()
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
@@ -270,12 +281,31 @@ class _Recorder:
     def pytest_collection_finish(self, session) -> None:
         self.book.set_collected([i.nodeid for i in session.items])
 
+    def _collected(self) -> None:
+        """The collection is known (here, or from the first xdist worker): a ``running`` report of this run now,
+        then checkpoints every --ckfmha-report-every seconds from the writer's thread."""
+        if self.config.option.collectonly or not self.state.settings.reports:
+            return
+        self.writer.checkpoint(self._snapshot)
+        self.writer.start(self._snapshot)
+
+    def pytest_runtest_logstart(self, nodeid, location) -> None:
+        with self.writer.lock:
+            self.running.add(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid, location) -> None:
+        with self.writer.lock:
+            self.running.discard(nodeid)
+
     def pytest_runtest_logreport(self, report) -> None:
-        if self.book.add(report) is not None:
-            self.writer.maybe_checkpoint(self._snapshot)
+        with self.writer.lock:
+            self.book.add(report)
 
     def _snapshot(self) -> tuple[list[dict], dict]:
         rows = self.book.complete("not run yet (the session is running)")
+        for r in rows:
+            if r["verdict"] == "not_run" and r["nodeid"] in self.running:
+                r["reason"] = "running when this checkpoint was written"
         return rows, self._meta(rows, {"state": "running"})
 
     def _meta(self, rows: list[dict], run: dict) -> dict:
@@ -285,7 +315,7 @@ class _Recorder:
             "interrupted": False,
             "exit_status": None,
             "signal": self.signal,
-            "collected": len(self.book.collected),
+            "collected": self.book.covered(),
             "completed": self.book.completed(),
             **run,
         }
@@ -294,32 +324,30 @@ class _Recorder:
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         from pytest_ckfmha.session_checks import end_of_session_problems
 
+        self.writer.stop()
         if self.config.option.collectonly:
             return
-        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED) or self.signal is not None
-        stop = getattr(session, "shouldfail", False) or getattr(session, "shouldstop", False)
-        why = (
-            "the session was interrupted (" + (self.signal or "KeyboardInterrupt") + ") before it ran"
-            if interrupted
-            else f"the session stopped before it ran: {stop}"
-            if stop
-            else "never ran (the session ended before it; see pytest's output)"
-        )
-        self.rows = self.book.complete(why)
-        if not interrupted:
+        with self.writer.lock:
+            state, why = session_outcome(self.config, session, int(exitstatus), self.signal)
+            self.rows = self.book.complete(why)
+            if self.running and state == "interrupted":
+                while_running = why.replace("before it ran", "while it was running")
+                for r in self.rows:
+                    if r["verdict"] == "not_run" and r["nodeid"] in self.running:
+                        r["reason"] = while_running
+        if state == "complete" and any(r["verdict"] == "not_run" for r in self.rows):
+            state = "internal_error"  # items unrun, and no stop, signal or crash explains it
+        if state not in ("interrupted", "internal_error"):
             self.problems, status = end_of_session_problems(self.state.settings, self.rows)
             if self.problems and int(session.exitstatus) == 0:
                 session.exitstatus = status
-        state = "interrupted" if interrupted else "complete"
-        self.meta = self._meta(
-            self.rows, {"state": state, "interrupted": interrupted, "exit_status": int(session.exitstatus)}
-        )
+        run = {"state": state, "interrupted": state == "interrupted", "reason": why if state != "complete" else ""}
+        self.meta = self._meta(self.rows, {**run, "exit_status": int(session.exitstatus)})
         if self.state.settings.reports:
             self.writer.final(self.rows, self.meta)
             if self.writer.error is not None:
                 self.problems.append(self.writer.error)
-                if int(session.exitstatus) == 0:
-                    session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # docs/plugin.md: exit 3, whatever else failed
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         from pytest_ckfmha.reporting import terminal_summary
@@ -329,6 +357,66 @@ class _Recorder:
 
     def _command(self) -> list[str]:
         return ["pytest", *self.config.invocation_params.args]
+
+
+#: the ``--dist`` modes a ckfmha run accepts besides its own scheduler (``-n`` without ``--dist``), and why others
+#: are refused (docs/plugin.md, xdist)
+ACCEPTED_DIST = ("no", "load")
+REFUSED_DIST = {
+    "each": "it runs every item on every worker, so an item would have one row per worker",
+}
+DIST_REASON = (
+    "its xdist scheduler does not survive a dying worker (an INTERNALERROR such as KeyError: <WorkerController gw2>, "
+    "the rest of the items never run)"
+)
+
+
+def check_dist_mode(mode: str) -> None:
+    """A user-chosen ``--dist`` other than :data:`ACCEPTED_DIST` is a usage error naming the mode and why."""
+    if mode in ACCEPTED_DIST:
+        return
+    why = REFUSED_DIST.get(mode, DIST_REASON)
+    raise pytest.UsageError(
+        f"--dist {mode}: not supported by ckfmha runs: {why}; leave --dist out (-n N uses ckfmha's kernel-group "
+        "scheduler, which reports a dead worker's item and goes on) or use --dist load"
+    )
+
+
+def session_outcome(config, session, exitstatus: int, sig: str | None) -> tuple[str, str]:
+    """(the report's ``state``, why its unrun items did not run) at the end of a session (reporting.py's module
+    doc): a signal, xdist giving up on crashed workers, ``-x`` / ``--maxfail``, Ctrl-C, an internal error."""
+    dsession = config.pluginmanager.get_plugin("dsession")  # xdist's controller, when it runs
+    gave_up = getattr(dsession, "_summary_report", None)
+    stop = getattr(session, "shouldfail", False) or getattr(dsession, "shouldstop", False) or ""
+    maxfail = int(config.getoption("maxfail", 0) or 0)
+    if sig is not None:
+        return "interrupted", f"the session was interrupted ({sig}) before it ran"
+    if gave_up and "crash" in str(gave_up):
+        return "crashed_workers", f"never ran: xdist gave up after crashed workers ({gave_up})"
+    if stop and "keyboard-interrupt" not in str(stop):  # -x / --maxfail (xdist: "stopping after N failures"), --sw
+        how = f"with -x / --maxfail {maxfail} " if maxfail else ""
+        return "stopped_early", f"never ran: the session stopped early {how}({stop})"
+    if exitstatus == int(pytest.ExitCode.INTERRUPTED):
+        return "interrupted", "the session was interrupted (KeyboardInterrupt) before it ran"
+    if exitstatus == int(pytest.ExitCode.INTERNAL_ERROR):
+        return "internal_error", "never ran: the session ended with an internal error (see pytest's output)"
+    return "complete", "never ran (the session ended before it; see pytest's output)"
+
+
+def check_resumable(settings) -> None:
+    """``--ckfmha-resume PREV``: PREV is a report of this run (sharding.check_same_run) of the same selection
+    (reporting.selection; a report without a fingerprint is checked by the run fields alone)."""
+    from ckfmha.runreport import load_report
+    from pytest_ckfmha.reporting import selection, selection_difference
+    from pytest_ckfmha.sharding import check_same_run
+
+    path = settings.resume
+    meta = load_report(path).meta
+    check_same_run(settings, meta, path)
+    if "selection" in meta:
+        diff = selection_difference(meta["selection"], selection(settings))
+        if diff is not None:
+            raise pytest.UsageError(f"--ckfmha-resume: {path!r}: {diff}: resume a report of the same selection")
 
 
 def load() -> None:

@@ -1,13 +1,17 @@
-"""The reference, computed once per (shape, seed) and shared by every kernel item and xdist worker.
+"""The reference, computed once per (shape, seed, reference) and shared by every kernel item and xdist worker.
 
-``<cache>/references/<key>.npz`` where ``key = sha256(problem, seed, fp8 format, reference code version)``; the
-reference code version (:func:`reference_version`) is a digest of the source files that decide the reference's
-values (``ckfmha/reference/``, ``rng.py``, ``inputs.py``, ``masking.py``, ``problem.py``), so a change to the
-reference never reuses an old result.  The writer holds ``<key>.lock`` and publishes with an atomic
-``os.replace``.  Arrays of ml_dtypes types (bf16, fp8) are stored as float32 (lossless) with their dtype names in
-``__meta__``, next to a sha256 of every array; a file that cannot be read or whose arrays do not match the
-checksums is removed with one :class:`~ckfmha.backends.cache.CacheWarning` naming it and recomputed.  A small
-in-process memo avoids re-reading the file for the next kernel of the same shape.
+``<cache>/references/<key>.npz`` where ``key = sha256(problem, seed, fp8 format, reference code version
+[, reference])``; the reference code version (:func:`reference_version`) is a digest of the source files that
+decide the reference's values (``ckfmha/reference/``, ``rng.py``, ``inputs.py``, ``masking.py``, ``problem.py``),
+so a change to the reference never reuses an old result.  ``reference`` is what computes it
+(``--ckfmha-reference``, :func:`compute`): ``numpy`` adds nothing (the key of earlier caches), ``torch:cuda`` /
+``torch:cpu`` add their name -- the torch twin agrees with NumPy only within a bound, so one shared entry would
+make an item near its tolerance pass or fail by which run filled the cache first, and the row's ``reference``
+would not name what computed the values the item was judged on.  The writer holds ``<key>.lock`` and publishes
+with an atomic ``os.replace``.  Arrays of ml_dtypes types (bf16, fp8) are stored as float32 (lossless) with their
+dtype names in ``__meta__``, next to a sha256 of every array; a file that cannot be read or whose arrays do not
+match the checksums is removed with one :class:`~ckfmha.backends.cache.CacheWarning` naming it and recomputed.  A
+small in-process memo avoids re-reading the file for the next kernel of the same shape.
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ def reference_version() -> str:
     return h.hexdigest()[:16]
 
 
-def ref_key(problem, seed: int, fp8_format: str) -> str:
+def ref_key(problem, seed: int, fp8_format: str, reference: str = "numpy") -> str:
     text = f"{REF_FORMAT}\0{reference_version()}\0{fp8_format}\0{seed}\0{problem!r}"
+    if reference != "numpy":
+        text += f"\0{reference}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -104,19 +110,29 @@ def _load(path: Path) -> dict:
         raise ValueError(f"unreadable: {type(e).__name__}: {e}") from None
 
 
-def get_reference(
-    problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_format: str = "ocp"
-) -> tuple[dict, bool]:
-    """(reference outputs, was_cached)."""
-    from ckfmha.reference import reference
+def compute(problem, inputs: dict, reference: str = "numpy") -> dict:
+    """The reference outputs computed by ``reference``: ``numpy``, or ``torch:<device>`` (the torch twin)."""
+    from ckfmha.reference import reference as ref_fn
 
-    key = ref_key(problem, seed, fp8_format)
+    if reference == "numpy":
+        return ref_fn(problem, inputs)
+    backend, _, device = reference.partition(":")
+    if backend != "torch" or not device:
+        raise ValueError(f"reference {reference!r} is not numpy, torch:cuda or torch:cpu")
+    return ref_fn(problem, inputs, array_backend="torch", device=device)
+
+
+def get_reference(
+    problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_format: str = "ocp", reference: str = "numpy"
+) -> tuple[dict, bool]:
+    """(reference outputs computed by ``reference`` (:func:`compute`), was_cached)."""
+    key = ref_key(problem, seed, fp8_format, reference)
     if key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key], True
     ref: dict | None  # None until read from the cache file or computed
     if cache_dir is None:
-        ref = reference(problem, inputs)
+        ref = compute(problem, inputs, reference)
         cached = False
     else:
         from ckfmha.backends.cache import file_lock, warn_corrupt
@@ -137,7 +153,7 @@ def get_reference(
                         warn_corrupt("reference cache file", path, str(e))
                         path.unlink(missing_ok=True)
                 if ref is None:
-                    ref, cached = reference(problem, inputs), False
+                    ref, cached = compute(problem, inputs, reference), False
                     _save(path, ref)
     _MEMO[key] = ref
     while len(_MEMO) > _MEMO_SIZE:

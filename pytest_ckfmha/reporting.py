@@ -11,9 +11,17 @@ Items record every row value with ``record_property``-style ``user_properties`` 
 | an xdist worker died while running it (report ``when="???"``) | ``crashed``, with the worker's exit status |
 | never ran (interrupted run, xdist gave up after crashed workers) | ``not_run``, with why |
 
-Files: written atomically (a temporary file in the same directory, then ``os.replace``), at the end of the
-session -- also after KeyboardInterrupt or SIGTERM -- and as a checkpoint every ``CHECKPOINT_SECONDS`` while the
-run goes on (``state`` ``running``), so even a SIGKILLed run leaves a readable report of what it had done.
+Files: written atomically (a temporary file in the same directory, then ``os.replace``): a ``running`` report
+right after collection (so an older file never outlives the start of this run), then by a background thread
+every ``--ckfmha-report-every`` seconds (default ``CHECKPOINT_SECONDS``) while the run goes on -- also while one
+item runs for a long time -- and at the end of the session, also after KeyboardInterrupt or SIGTERM; even a
+SIGKILLed run leaves a readable report of this run.
+
+| header | rule |
+|---|---|
+| ``state`` | :data:`STATES`: ``running`` (a checkpoint), ``complete`` (every collected item has its result), ``interrupted`` (Ctrl-C, SIGTERM), ``stopped_early`` (``-x`` / ``--maxfail``), ``crashed_workers`` (xdist gave up after crashed workers), ``internal_error`` (pytest's INTERNALERROR, or a run that left items unrun with no other cause) |
+| ``selection`` | :func:`selection`: the fingerprint of what decides which items are collected; ``ckfmha merge`` and ``--ckfmha-resume`` refuse a report of another selection, naming the key |
+| invariants | :func:`check_invariants`, before every write: one row per collected item, ``completed <= collected``, ``complete`` only when no row is ``not_run`` |
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import datetime as _dt
 import io
 import os
 import tempfile
-import time
+import threading
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -33,7 +41,10 @@ from pytest_ckfmha.ids import NodeId
 
 REPORT_SCHEMA = "ckfmha.report"
 REPORT_VERSION = 2
-#: row verdicts, in summary order
+#: the report's ``state`` values (module doc; the same as ckfmha.runreport.STATES and the schema's enum -- not
+#: imported from there: this module loads at every pytest start and imports no ckfmha module); a final report has
+#: any but ``running``
+STATES = ("running", "complete", "interrupted", "stopped_early", "crashed_workers", "internal_error")
 #: seconds between checkpoint writes of a running session's report
 CHECKPOINT_SECONDS = 30.0
 _ROW_HEAD = ("id", "nodeid", "kind", "matrix", "entry", "category", "ck_normalizations", "ck_unannounced")
@@ -64,6 +75,9 @@ _ROW_TAIL = (
     "build_s",
     "build_cached",
     "ref_cached",
+    "reference",
+    "worker",
+    "gpu",
     "duration_s",
     "parity",
     "parity_status",
@@ -287,10 +301,13 @@ class RowBook:
         self.rows: dict[str, dict[str, Any]] = {}
         self.collected: list[str] = []
         self._describe = describe
+        self.on_collected: Callable[[], None] | None = None  # called once, when the collection is known
 
     def set_collected(self, nodeids: Sequence[str]) -> None:
         if not self.collected:
             self.collected = [n for n in nodeids if is_ckfmha_item(n)]
+            if self.on_collected is not None:
+                self.on_collected()
 
     def _base(self, nodeid: str) -> dict[str, Any]:
         try:
@@ -351,6 +368,11 @@ class RowBook:
     def completed(self) -> int:
         return sum(1 for r in self.rows.values() if r["verdict"] != "not_run")
 
+    def covered(self) -> int:
+        """The items the report covers (its ``collected``): this run's collected items and the rows carried from
+        ``--ckfmha-resume``'s report."""
+        return len(set(self.collected) | set(self.rows))
+
 
 def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
     """Write every report file atomically (:func:`ckfmha.runreport.atomic_write_text`); raises OSError naming the
@@ -399,32 +421,83 @@ def check_writable(path: Path) -> str | None:
     return None
 
 
+class ReportInvariantError(ValueError):
+    """A report that breaks an invariant (module doc); the message names it."""
+
+
+def check_invariants(rows: Sequence[dict], meta: dict) -> None:
+    """The invariants every written report keeps (module doc); raises :class:`ReportInvariantError`."""
+    state, collected, completed = meta.get("state"), meta.get("collected"), meta.get("completed")
+    if state not in STATES:
+        raise ReportInvariantError(f"state: {state!r} is not one of {', '.join(STATES)}")
+    if isinstance(collected, int):
+        ids = [r.get("nodeid") for r in rows]
+        if len(rows) != collected or len(set(ids)) != len(ids):
+            raise ReportInvariantError(
+                f"rows: {len(rows)} rows ({len(set(ids))} items) for {collected} collected items"
+            )
+        if isinstance(completed, int) and completed > collected:
+            raise ReportInvariantError(f"completed: {completed} > collected {collected}")
+    not_run = sum(1 for r in rows if r.get("verdict") == "not_run")
+    if state == "complete" and not_run:
+        raise ReportInvariantError(f"state: complete, but {not_run} row(s) are not_run")
+
+
 class ReportWriter:
-    """Writes the report files: checkpoints while the session runs, the final report at its end."""
+    """Writes the report files: a ``running`` report when the collection is known, checkpoints from a background
+    thread every ``checkpoint_s`` seconds while the session runs (:meth:`start`), the final report at its end.
+    ``lock`` guards the rows the snapshots read: the recorder holds it while it changes them."""
 
     def __init__(self, paths: Sequence[Path], checkpoint_s: float = CHECKPOINT_SECONDS) -> None:
         self.paths = list(paths)
         self.checkpoint_s = checkpoint_s
-        self._last = time.monotonic()
+        self.lock = threading.RLock()
         self.written: list[Path] = []
         self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._finished = False
 
-    def maybe_checkpoint(self, snapshot: Callable[[], tuple[list[dict], dict]]) -> None:
-        """Write ``snapshot()`` = (rows, meta) when the last write is ``checkpoint_s`` old."""
-        if not self.paths or time.monotonic() - self._last < self.checkpoint_s:
+    def start(self, snapshot: Callable[[], tuple[list[dict], dict]]) -> None:
+        """Start the checkpoint thread: it writes ``snapshot()`` = (rows, meta) every ``checkpoint_s`` seconds
+        until :meth:`stop`."""
+        if not self.paths or self._thread is not None:
             return
-        self._last = time.monotonic()
-        try:
-            write_reports(self.paths, *snapshot())
-        except OSError as e:  # the final write reports it
-            self.error = f"checkpoint not written: {e}"
+
+        def loop() -> None:
+            while not self._stop.wait(self.checkpoint_s):
+                self.checkpoint(snapshot)
+
+        self._thread = threading.Thread(target=loop, name="ckfmha-report-checkpoints", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def checkpoint(self, snapshot: Callable[[], tuple[list[dict], dict]]) -> None:
+        """Write ``snapshot()`` now (the final report, once written, is never overwritten by a checkpoint)."""
+        with self.lock:
+            if self._finished or not self.paths:
+                return
+            try:
+                rows, meta = snapshot()
+                check_invariants(rows, meta)
+                write_reports(self.paths, rows, meta)
+            except (OSError, ReportInvariantError) as e:  # the final write reports it
+                self.error = f"checkpoint not written: {e}"
 
     def final(self, rows: list[dict], meta: dict) -> None:
-        try:
-            self.written = write_reports(self.paths, rows, meta)
-            self.error = None
-        except OSError as e:
-            self.error = f"report not written: {e}"
+        self.stop()
+        with self.lock:
+            self._finished = True
+            try:
+                check_invariants(rows, meta)
+                self.written = write_reports(self.paths, rows, meta)
+                self.error = None
+            except (OSError, ReportInvariantError) as e:
+                self.error = f"report not written: {e}"
 
 
 def terminal_summary(tr, rows: list[dict], meta: dict, written: list[Path], problems: Sequence[str] = ()) -> None:
@@ -505,9 +578,123 @@ def environment(command: Sequence[str], rows: list[dict]) -> dict:
     }
 
 
+#: the keys of the ``selection`` header (:func:`selection`), in order
+SELECTION_KEYS = (
+    "category",
+    "ck_smoke",
+    "parity",
+    "families",
+    "arch",
+    "backend",
+    "receipt",
+    "profile",
+    "mask_mode",
+    "filter",
+    "filter_file",
+    "sweep",
+    "matrices",
+    "max_kernels_per_shape",
+    "ck_root",
+    "durations",
+    "shard",
+)
+
+
+def _content_hash(paths: Sequence[str | Path] | None) -> str | None:
+    """sha256 (first 16 hex) of the files' contents (a directory: its files, by relative path); None without
+    paths. Contents, not paths: two machines with the same files in other places select the same items."""
+    if not paths:
+        return None
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in map(Path, paths):
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            h.update(b"\0" + (str(f.relative_to(p)) if p.is_dir() else "").encode() + b"\0")
+            try:
+                h.update(f.read_bytes())
+            except OSError as e:
+                h.update(f"unreadable: {e}".encode())
+    return h.hexdigest()[:16]
+
+
+def _ck_root_identity(settings) -> str | None:
+    """The checkout's identity: its codegen sources' hash (the kernel space), and with ``--ckfmha-ck-smoke`` the
+    smoke scripts' record keys (the lines)."""
+    if settings.ck_root is None:
+        return None
+    from ckfmha.cktree import CKTreeError, codegen_hash
+
+    try:
+        ident = "codegen:" + codegen_hash(settings.ck_root)[:16]
+    except CKTreeError as e:
+        ident = f"unreadable: {e}"
+    if settings.ck_smoke is not None:
+        from ckfmha.ck_smoke import CKSmokeError, record_key
+        from pytest_ckfmha.smoke_lines import BINARIES
+
+        for b in BINARIES[settings.ck_smoke]:
+            try:
+                ident += f" {b}:" + record_key(settings.ck_root, b, settings.arch)[:16]
+            except CKSmokeError as e:
+                ident += f" {b}: unreadable: {e}"
+    return ident
+
+
+def selection(settings) -> dict[str, Any]:
+    """The selection fingerprint (:data:`SELECTION_KEYS`): every setting that decides which items are collected;
+    files by their contents' hash (computed once per settings). Two reports of one sweep differ at most in
+    ``shard.index``."""
+    import copy
+
+    return copy.deepcopy(_selection(settings))
+
+
+@lru_cache(maxsize=8)
+def _selection(settings) -> dict[str, Any]:
+    s = settings
+    return {
+        "category": s.category,
+        "ck_smoke": s.ck_smoke,
+        "parity": s.parity,
+        "families": list(s.families) if s.families else None,
+        "arch": s.arch,
+        "backend": s.backend,
+        "receipt": s.receipt,
+        "profile": s.profile,
+        "mask_mode": s.mask_mode,
+        "filter": s.filter,
+        "filter_file": _content_hash([s.filter_file] if s.filter_file else None),
+        "sweep": _content_hash([s.sweep] if s.sweep else None),
+        "matrices": _content_hash(s.matrices),
+        "max_kernels_per_shape": s.max_kernels_per_shape,
+        "ck_root": _ck_root_identity(s),
+        # the timings that weigh the shard split (--ckfmha-durations, where the option exists)
+        "durations": _content_hash([s.durations] if getattr(s, "durations", None) else None),
+        "shard": {"index": s.shard[0], "count": s.shard[1]} if s.shard else None,
+    }
+
+
+def selection_difference(theirs: Any, ours: dict[str, Any], ignore_shard_index: bool = False) -> str | None:
+    """The first key of :data:`SELECTION_KEYS` in which two selection fingerprints differ (``shard.index`` left
+    out when ``ignore_shard_index``), as ``key: X there, Y here``; None when they agree."""
+    if not isinstance(theirs, dict):
+        return f"selection: {theirs!r} there (no selection fingerprint), {ours!r} here"
+    for key in SELECTION_KEYS:
+        a, b = theirs.get(key), ours.get(key)
+        if key == "shard" and ignore_shard_index:
+            a = a.get("count") if isinstance(a, dict) else a
+            b = b.get("count") if isinstance(b, dict) else b
+            key = "shard count"
+        if a != b:
+            return f"{key}: {a!r} there, {b!r} here"
+    return None
+
+
 def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str] = (), run: dict | None = None) -> dict:
-    """The report's header. ``run``: ``state`` (running / complete / interrupted), ``exit_status``,
-    ``interrupted``, ``collected``, ``completed`` (see docs/report_schema.md)."""
+    """The report's header. ``run``: ``state`` (:data:`STATES`), ``exit_status``, ``interrupted``, ``reason``,
+    ``collected``, ``completed`` (see docs/report_schema.md); ``selection``: :func:`selection`."""
     return {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **(run or {}),
@@ -522,6 +709,7 @@ def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str]
         "profile": settings.profile,
         "collect_seconds": collect_seconds,
         "shard": {"index": settings.shard[0], "count": settings.shard[1]} if settings.shard else None,
+        "selection": selection(settings),
         "resumed_from": settings.resume,
         "bench_repeat": settings.bench_repeat if settings.bench else None,
         "heuristics": settings.heuristics,

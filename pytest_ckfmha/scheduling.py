@@ -1,13 +1,16 @@
-"""ckfmha's xdist scheduler: ``-n N`` keeps each kernel's items on one worker and survives dying workers.
+"""ckfmha's xdist scheduler: ``-n N`` builds each kernel once, then spreads its items over every worker,
+longest first; it survives dying workers.
 
 Registered through ``pytest_xdist_make_scheduler`` when a ckfmha run uses ``-n`` without an explicit ``--dist``.
 
 | concern | rule |
 |---|---|
-| work units | kernel groups (:func:`kernel_groups`, the rule of :meth:`pytest_ckfmha.ids.NodeId.group_kernel` that the ``xdist_group`` marker follows too): a kernel item's group is its kernel (``kernel:<kernel id>``); a plan item joins the first kernel item of its shape in the collection (its best-ranked kernel, which its plan normally uses); other items are groups of one |
-| order | larger groups first, then collection order; a worker is given its next group when it has fewer than two items pending (xdist runs an item only once it knows the next one) |
-| a worker dies | the item it was running is reported failed (``crashed``, the worker's exit status -- see :func:`crash_description`) and is **not** re-run; the rest of its work goes back to the front of the queue; xdist replaces the worker (``--max-worker-restart``) and the run goes on |
-| ``mark_test_pending`` | the item is queued again as a group of one (for rerun plugins) |
+| kernel groups | :func:`kernel_groups` (the rule of :meth:`pytest_ckfmha.ids.NodeId.group_kernel` that the ``xdist_group`` marker follows too): a kernel item's group is its kernel (``kernel:<kernel id>``); a plan item joins the first kernel item of its shape in the collection (its best-ranked kernel, which its plan normally uses); other items are groups of one |
+| builds once | a group's first item (its cheapest, so the build is done soonest) runs first, alone; its siblings are *held* until it completes -- only the worker running it may take them meanwhile (they run after it there) -- then *released*: any worker takes them, from the build cache (``ckfmha/backends/cache.py``; its file lock keeps a build that still races safe) |
+| cost | :mod:`pytest_ckfmha.costs`: the problem's FLOPs, or the seconds measured in ``--ckfmha-durations PREV.json`` |
+| order | the next item of a worker is the costlier of (the released item of highest cost, the first item of the unbuilt group of highest total cost): ties go to the build; ties of cost keep collection order. A worker is given items while it has fewer than two pending (xdist runs an item only once it knows the next one); with neither, it takes a held sibling of a build it runs, else it waits (never shut down while held items remain) |
+| a worker dies | the item it was running is reported failed (``crashed``, the worker's exit status -- see :func:`crash_description`) and is **not** re-run; the rest of its work is queued again (a group whose build was on it is unbuilt again); xdist replaces the worker (``--max-worker-restart``) and the run goes on |
+| ``mark_test_pending`` | the item is queued again ahead of everything (for rerun plugins) |
 
 Grouping reads node ids only, never xdist's ``@group`` node-id suffix, so it works whatever pytest does with
 ``item._nodeid``.
@@ -15,8 +18,9 @@ Grouping reads node ids only, never xdist's ``@group`` node-id suffix, so it wor
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+import heapq
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_ckfmha.ids import NodeId
@@ -55,27 +59,120 @@ def crash_description(node) -> str:
     return f"xdist worker {wid} {describe_exit(worker_exit_status(node))}"
 
 
-class KernelGroupScheduling:
-    """The xdist scheduling protocol (xdist.scheduler.protocol.Scheduling) over kernel groups."""
+class WorkPool:
+    """The items not sent yet (module doc): unbuilt kernel groups, held siblings and released items."""
 
-    def __init__(self, numnodes: int, log=None) -> None:
+    def __init__(self, collection: Sequence[str], groups: dict[str, str], cost: dict[str, float]) -> None:
+        self.index = {n: i for i, n in enumerate(collection)}
+        self.groups = groups
+        self.cost = cost
+        self.unbuilt: dict[str, list[str]] = {}  # group -> its items, cheapest first; none sent
+        self.held: dict[str, list[str]] = {}  # group -> the siblings waiting for its build
+        self.builder: dict[str, str] = {}  # group -> its build item (sent, not completed)
+        self._groups: list[tuple[float, int, str]] = []  # heap over unbuilt (stale entries skipped)
+        self._ready: list[tuple[float, int, str]] = []  # heap of released items
+
+    def __len__(self) -> int:
+        return len(self._ready) + sum(map(len, self.unbuilt.values())) + sum(map(len, self.held.values()))
+
+    def add_group(self, group: str, ids: Sequence[str]) -> None:
+        """Queue a group's items: a kernel group of several is unbuilt, anything else released."""
+        if len(ids) < 2 or not group.startswith("kernel:"):
+            for nid in ids:
+                self.release(nid)
+            return
+        self.unbuilt[group] = sorted(ids, key=lambda n: (self.cost.get(n, 1.0), self.index[n]))
+        total = sum(self.cost.get(n, 1.0) for n in ids)
+        heapq.heappush(self._groups, (-total, min(self.index[n] for n in ids), group))
+
+    def release(self, nid: str, first: bool = False) -> None:
+        """Any worker may take ``nid`` now (``first``: ahead of everything)."""
+        heapq.heappush(self._ready, (-math.inf if first else -self.cost.get(nid, 1.0), self.index[nid], nid))
+
+    def _top_group(self) -> tuple[float, str] | None:
+        while self._groups and self._groups[0][2] not in self.unbuilt:
+            heapq.heappop(self._groups)
+        return (-self._groups[0][0], self._groups[0][2]) if self._groups else None
+
+    def take(self) -> str | None:
+        """The next item by the module doc's order (None: only held items, or nothing, are left)."""
+        group = self._top_group()
+        if self._ready and (group is None or -self._ready[0][0] > group[0]):
+            return heapq.heappop(self._ready)[2]
+        if group is None:
+            return None
+        g = group[1]
+        heapq.heappop(self._groups)
+        first, *rest = self.unbuilt.pop(g)
+        self.builder[g] = first
+        self.held[g] = rest
+        return first
+
+    def take_held(self, running: Sequence[str]) -> str | None:
+        """A held sibling of a build among ``running`` (a worker's pending items), costliest first."""
+        for nid in running:
+            g = self.groups.get(nid, nid)
+            if self.builder.get(g) == nid and self.held.get(g):
+                return self.held[g].pop()
+        return None
+
+    def built(self, nid: str) -> bool:
+        """``nid`` completed; True when it was a build whose siblings are released now."""
+        g = self.groups.get(nid, nid)
+        if self.builder.get(g) != nid:
+            return False
+        del self.builder[g]
+        siblings = self.held.pop(g, [])
+        for s in siblings:
+            self.release(s)
+        return bool(siblings)
+
+    def give_back(self, crashed: str, rest: Sequence[str]) -> None:
+        """A worker died running ``crashed`` with ``rest`` pending: its unfinished builds' groups are unbuilt
+        again (with their held siblings), every other item is released."""
+        lost = {self.groups.get(n, n) for n in (crashed, *rest)}
+        again: dict[str, list[str]] = {}
+        for g in [g for g in lost if g in self.builder]:
+            b = self.builder.pop(g)
+            again[g] = ([] if b == crashed else [b]) + self.held.pop(g, [])
+        for nid in rest:
+            g = self.groups.get(nid, nid)
+            if g in again:
+                if nid not in again[g]:
+                    again[g].append(nid)
+            else:
+                self.release(nid)
+        for g, ids in again.items():
+            self.add_group(g, ids)
+
+
+CostFunction = Callable[[Sequence[str]], dict[str, float]]
+
+
+class BuildOnceScheduling:
+    """The xdist scheduling protocol (xdist.scheduler.protocol.Scheduling): each kernel built once, then its
+    items spread, longest first (module doc).  ``costs``: node ids -> their costs (default: all 1)."""
+
+    def __init__(self, numnodes: int, log=None, costs: CostFunction | None = None) -> None:
         self.numnodes = numnodes
         self.log = log.ckfmhasched if log is not None else (lambda *a: None)
+        self.costs = costs
         self.collection: list[str] | None = None
         self.registered: dict[Any, list[str]] = {}  # node -> its collection
         self.assigned: dict[Any, list[str]] = {}  # node -> node ids sent, in order
         self.done: set[str] = set()
-        self.queue: "OrderedDict[str, list[str]]" = OrderedDict()  # group -> node ids not yet sent
-        self.groups: dict[str, str] = {}
+        self._first: dict[Any, int] = {}  # node -> index of its first sent item not done
+        self.pool = WorkPool([], {}, {})
 
     @classmethod
-    def from_config(cls, config, log=None) -> "KernelGroupScheduling":
+    def from_config(cls, config, log=None) -> "BuildOnceScheduling":
         try:
             from xdist.workermanage import parse_tx_spec_config
         except ImportError:  # pytest-xdist < 3.7 names it parse_spec_config
             from xdist.workermanage import parse_spec_config as parse_tx_spec_config
+        from pytest_ckfmha.costs import nodeid_costs
 
-        return cls(len(parse_tx_spec_config(config)), log)
+        return cls(len(parse_tx_spec_config(config)), log, lambda ids: nodeid_costs(config, ids))
 
     # ---------------------------------------------------------------- protocol properties
     @property
@@ -87,17 +184,22 @@ class KernelGroupScheduling:
         return len(self.registered) >= self.numnodes  # nodes stay registered after they leave
 
     def _pending(self, node) -> list[str]:
-        return [n for n in self.assigned.get(node, ()) if n not in self.done]
+        sent = self.assigned.get(node, [])
+        i = self._first.get(node, 0)  # items before it are done (xdist completes a worker's items in order)
+        while i < len(sent) and sent[i] in self.done:
+            i += 1
+        self._first[node] = i
+        return [n for n in sent[i:] if n not in self.done]
 
     @property
     def tests_finished(self) -> bool:
-        if not self.collection_is_completed or self.queue:
+        if not self.collection_is_completed or len(self.pool):
             return False
         return all(len(self._pending(n)) < 2 for n in self.assigned)
 
     @property
     def has_pending(self) -> bool:
-        return bool(self.queue) or any(self._pending(n) for n in self.assigned)
+        return bool(len(self.pool)) or any(self._pending(n) for n in self.assigned)
 
     # ---------------------------------------------------------------- nodes and collections
     def add_node(self, node) -> None:
@@ -114,85 +216,98 @@ class KernelGroupScheduling:
         self.registered[node] = list(collection)
 
     def remove_node(self, node) -> str | None:
-        """Forget ``node``; when it still had work, return the item it was running (never re-run) and put the
-        rest back at the front of the queue."""
+        """Forget ``node``; when it still had work, return the item it was running (never re-run) and queue the
+        rest again."""
         sent = self.assigned.pop(node, [])
         pending = [n for n in sent if n not in self.done]
         if not pending:
             return None
         crashed, rest = pending[0], pending[1:]
         self.done.add(crashed)
-        if rest:
-            back: "OrderedDict[str, list[str]]" = OrderedDict()
-            for nid in rest:
-                back.setdefault(self.groups.get(nid, nid), []).append(nid)
-            for g, ids in self.queue.items():
-                back.setdefault(g, []).extend(ids)
-            self.queue = back
-        for other in self.assigned:
-            self._reschedule(other)
+        self.pool.give_back(crashed, rest)
+        self._reschedule_all()
         return crashed
 
     def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
-        self.done.add(self.registered[node][item_index])
-        self._reschedule(node)
+        nid = self.registered[node][item_index]
+        self.done.add(nid)
+        self.pool.built(nid)
+        # every worker: released siblings may go anywhere, and a worker waiting with its last item must be shut
+        # down once the pool runs dry (xdist runs that item only then)
+        self._reschedule_all()
 
     def mark_test_pending(self, item: str) -> None:
         self.done.discard(item)
         for sent in self.assigned.values():
             if item in sent:
                 sent.remove(item)
-        self.queue[item] = [item]
-        self.queue.move_to_end(item, last=False)
-        for node in self.assigned:
-            self._reschedule(node)
+        self._first.clear()
+        self.pool.release(item, first=True)
+        self._reschedule_all()
 
     def remove_pending_tests_from_node(self, node, indices: Sequence[int]) -> None:
         raise NotImplementedError("work stealing is not part of ckfmha's scheduler")
 
     # ---------------------------------------------------------------- scheduling
-    def _send_next(self, node) -> None:
-        group, ids = self.queue.popitem(last=False)
-        self.assigned[node].extend(ids)
-        coll = self.registered[node]
-        node.send_runtest_some([coll.index(n) for n in ids])
+    def _send(self, node, nid: str) -> None:
+        self.assigned[node].append(nid)
+        node.send_runtest_some([self.pool.index[nid]])  # every node's collection is self.collection
 
     def _reschedule(self, node) -> None:
         if node.shutting_down or node not in self.registered:
             return
-        if not self.queue:
+        if not len(self.pool):
             node.shutdown()
             return
-        if len(self._pending(node)) < 2:
-            self._send_next(node)
+        while len(self._pending(node)) < 2:
+            nid = self.pool.take()
+            if nid is None:
+                nid = self.pool.take_held(self._pending(node))
+            if nid is None:
+                return  # only siblings of builds running elsewhere are left: wait for one to complete
+            self._send(node, nid)
+
+    def _reschedule_all(self) -> None:
+        for node in self.nodes:
+            self._reschedule(node)
+
+    def _collections_agree(self) -> bool:
+        first = next(iter(self.registered.values()))
+        if all(c == first for c in self.registered.values()):
+            return True
+        from xdist.report import report_collection_diff
+
+        for node, c in self.registered.items():
+            msg = report_collection_diff(first, c, "first", node.gateway.id)
+            if msg:
+                self.log(msg)
+        self.log("**Different tests collected, aborting run**")
+        return False
 
     def schedule(self) -> None:
         assert self.collection_is_completed
         if self.collection is not None:  # initial distribution done: a replacement worker joined
-            for node in self.nodes:
-                self._reschedule(node)
+            self._reschedule_all()
             return
-        first = next(iter(self.registered.values()))
-        if any(c != first for c in self.registered.values()):
-            from xdist.report import report_collection_diff
-
-            for node, c in self.registered.items():
-                msg = report_collection_diff(first, c, "first", node.gateway.id)
-                if msg:
-                    self.log(msg)
-            self.log("**Different tests collected, aborting run**")
+        if not self._collections_agree():
             return
-        self.collection = list(first)
+        self.collection = list(next(iter(self.registered.values())))
         if not self.collection:
             return
-        self.groups = kernel_groups(self.collection)
-        units: "OrderedDict[str, list[str]]" = OrderedDict()
+        groups = kernel_groups(self.collection)
+        cost = self.costs(self.collection) if self.costs is not None else {}
+        self.pool = WorkPool(self.collection, groups, cost)
+        units: dict[str, list[str]] = {}
         for nid in self.collection:
-            units.setdefault(self.groups[nid], []).append(nid)
-        for g, ids in sorted(units.items(), key=lambda kv: -len(kv[1])):  # stable: ties keep collection order
-            self.queue[g] = ids
-        for node in self.nodes:
-            if self.queue:
-                self._send_next(node)
-        for node in self.nodes:
-            self._reschedule(node)
+            units.setdefault(groups[nid], []).append(nid)
+        for g, ids in units.items():
+            self.pool.add_group(g, ids)
+        for node in self.nodes:  # one item each first, so the first builds go to different workers
+            first = self.pool.take()
+            if first is not None:
+                self._send(node, first)
+        self._reschedule_all()
+
+
+KernelGroupScheduling = BuildOnceScheduling
+"""The earlier name of :class:`BuildOnceScheduling`."""

@@ -40,13 +40,23 @@ class RefusedLine:
     reason: str
 
 
-def smoke_specs(settings) -> list[SmokeSpec | RefusedLine]:
+@dataclass(frozen=True)
+class UnreadableLine:
+    """A smoke line ckfmha cannot read (a value CK's runner would not take either, e.g. ``-mask=<garbage>``): one
+    item that fails naming the line, while the other lines run."""
+
+    shape_id: str
+    command: str
+    reason: str
+
+
+def smoke_specs(settings) -> list[SmokeSpec | RefusedLine | UnreadableLine]:
     """Every recorded line of the selected scripts, read with CK's semantics (pytest_ckfmha/ck_smoke.py)."""
     from ckfmha.ck_args import CKRefusal, ck_run_from_args
     from ckfmha.ck_smoke import SMOKE_SCRIPTS, known_fails, known_fails_path, record_smoke_lines
     from ckfmha.matrix import Shape
 
-    out: list[SmokeSpec | RefusedLine] = []
+    out: list[SmokeSpec | RefusedLine | UnreadableLine] = []
     for binary in BINARIES[settings.ck_smoke]:
         script = SMOKE_SCRIPTS[binary][0]
         fails = known_fails(settings.ck_root, binary, settings.arch)
@@ -57,6 +67,11 @@ def smoke_specs(settings) -> list[SmokeSpec | RefusedLine]:
                 run = ck_run_from_args(line.args, binary)
             except CKRefusal as e:
                 out.append(RefusedLine(sid, line.command, f"CK's runner refuses the line ({e}): nothing to run"))
+                continue
+            except ValueError as e:  # a line that cannot be read fails alone, naming the line
+                out.append(
+                    UnreadableLine(sid, line.command, f"{script}: the line {line.command!r} cannot be read: {e}")
+                )
                 continue
             shape = Shape(problem=run.problem, file=script, entry=line.command, category=CATEGORY, index=i)
             known = fails_file if line.command in fails else None

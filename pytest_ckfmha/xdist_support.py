@@ -1,6 +1,7 @@
-"""pytest-xdist integration: ``-n`` uses ckfmha's scheduler (scheduling.py: kernel groups, crashed workers
-handled) unless ``--dist`` is given, the controller's arch reaches the workers, a dead worker's item gets a
-reason that names the worker's exit status and the item, and each worker sees one GPU.
+"""pytest-xdist integration: ``-n`` uses ckfmha's scheduler (scheduling.py: each kernel built once, then its
+items spread over the workers longest first; crashed workers handled) unless ``--dist`` is given, the
+controller's arch reaches the workers, a dead worker's item gets a reason that names the worker's exit status and
+the item, and each worker sees one GPU.
 
 GPU per worker (multi-GPU machines only): worker ``gw<n>`` gets device ``n % count``.  When
 ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` is already set from outside, the worker indexes into that list
@@ -94,9 +95,9 @@ class XdistHooks:
     def pytest_xdist_make_scheduler(self, config, log):
         if not self.own_scheduler:
             return None
-        from pytest_ckfmha.scheduling import KernelGroupScheduling
+        from pytest_ckfmha.scheduling import BuildOnceScheduling
 
-        return KernelGroupScheduling.from_config(config, log)
+        return BuildOnceScheduling.from_config(config, log)
 
     def pytest_handlecrashitem(self, crashitem, report, sched) -> None:
         from pytest_ckfmha.ids import NodeId

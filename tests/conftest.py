@@ -40,6 +40,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_plugin_containment.py::test_a_dying_xdist_worker_fails_its_item_without_rerunning_it": ("slow",),
     "test_plugin_containment.py::test_xdist_load_scheduling_keeps_the_crashed_item_in_the_report": ("slow",),
     "test_plugin_xdist.py::test_xdist_run_groups_items_by_kernel": ("slow",),
+    # inner pytest runs of the scheduler and the sharding (xdist with 2 workers, CI variables): 10-45 s each
+    "test_plugin_schedule_run.py": ("slow",),
     # inner pytest runs of CK's smoke lines against a fake checkout: 15-25 s
     "test_ck_smoke.py::test_parity_mode_runs_each_line_as_the_script_did": ("slow",),
     "test_ck_smoke.py::test_last_failed_reruns_the_failed_smoke_line": ("slow",),

@@ -106,7 +106,7 @@ def test_a_dying_xdist_worker_fails_its_item_without_rerunning_it(pytester, monk
         timeout=120,
     )
     out = res.stdout.str()
-    assert "scheduling tests via KernelGroupScheduling" in out
+    assert "scheduling tests via BuildOnceScheduling" in out
     res.assert_outcomes(passed=2, failed=2, skipped=1)
     assert out.count("replacing crashed worker") == 2  # the kernel item, then the plan item of its group
     rows, doc = _rows(pytester)

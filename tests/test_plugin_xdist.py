@@ -1,11 +1,11 @@
-"""xdist: -n uses ckfmha's scheduler (kernel groups from node ids; a dead worker's item is failed, not re-run);
-GPU per worker."""
+"""xdist: -n uses ckfmha's scheduler (kernel groups from node ids, each built once and then spread: more in
+test_plugin_schedule*.py; a dead worker's item is failed, not re-run); GPU per worker."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_ckfmha.scheduling import KernelGroupScheduling, kernel_groups
+from pytest_ckfmha.scheduling import BuildOnceScheduling, kernel_groups
 from pytest_ckfmha.xdist_support import assign_gpu
 from tests.test_plugin_fixtures import make_project
 
@@ -20,7 +20,7 @@ def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
     )
     assert res.ret == 0, res.stdout.str()
     out = res.stdout.str()
-    assert "scheduling tests via KernelGroupScheduling" in out and "@ck-" not in out
+    assert "scheduling tests via BuildOnceScheduling" in out and "@ck-" not in out
     res.assert_outcomes(passed=6, skipped=2)
     import json
     import re
@@ -34,10 +34,8 @@ def test_xdist_run_groups_items_by_kernel(pytester, monkeypatch, tmp_path):
         for m in re.finditer(r"\[(gw\d+)\] \[\s*\d+%\] \w+ (\S+)", out)
     }
     assert len(worker_of) == 8
-    by_group: dict = {}
-    for nid, g in kernel_groups([r["nodeid"] for r in rows]).items():
-        by_group.setdefault(g, set()).add(worker_of[nid])
-    assert len(by_group) == 3 and all(len(ws) == 1 for ws in by_group.values())  # each kernel on one worker
+    assert len(set(kernel_groups([r["nodeid"] for r in rows]).values())) == 3
+    assert set(worker_of.values()) == {"gw0", "gw1"}  # the first builds of two kernels go to both workers
     # workers' rows carry their device to the controller, which names it in the environment
     assert doc["environment"]["devices"] == ["test device 0"]
     assert {r["device"] for r in rows if r["verdict"] == "passed"} == {"test device 0"}
@@ -79,7 +77,7 @@ class _Node:
 
 
 def _make(nodes, collection):
-    s = KernelGroupScheduling(len(nodes))
+    s = BuildOnceScheduling(len(nodes))
     for n in nodes:
         s.add_node(n)
         s.add_node_collection(n, collection)
@@ -87,12 +85,14 @@ def _make(nodes, collection):
     return s
 
 
-def test_scheduler_sends_whole_groups_and_never_reruns_a_crashed_item():
+def test_scheduler_sends_builds_first_and_never_reruns_a_crashed_item():
     coll = [f"ckfmha::s{i}::fwd.k{i % 3}" for i in range(9)] + [f"ckfmha::s{i}::plan" for i in range(9)]
     a, b = _Node("gw0"), _Node("gw1")
     s = _make([a, b], coll)
     sent_a = [coll[i] for batch in a.sent for i in batch]
-    assert sent_a and len({kernel_groups(coll)[n] for n in sent_a}) == 1  # one whole group
+    first_b = coll[b.sent[0][0]]
+    groups = kernel_groups(coll)
+    assert len({groups[n] for n in sent_a + [first_b]}) == 3  # the three kernels' builds, before any sibling
     # gw0 dies while running its first item: it is reported and never sent again
     crashed = s.remove_node(a)
     assert crashed == sent_a[0]
@@ -108,7 +108,7 @@ def test_scheduler_sends_whole_groups_and_never_reruns_a_crashed_item():
             for batch in list(node.sent):
                 for i in batch:
                     s.mark_test_complete(node, i)
-    assert s.tests_finished and not s.queue
+    assert s.tests_finished and not len(s.pool)
     every = [coll[i] for node in (a, a2, b) for batch in node.sent for i in batch]
     assert sorted(every) == sorted(coll + sent_a[1:])  # re-queued items sent twice (second time on a live node)
 

@@ -151,7 +151,11 @@ def test_report_errors_name_the_file(tmp_path: Path) -> None:
             _doc([], version=3),
             "r.json: version: expected one of 1, 2, found 3 (rule: the report format versions this ckfmha reads)",
         ),
-        (_doc([], state="done"), "r.json: state: expected one of 'running', 'complete', 'interrupted', found 'done'"),
+        (
+            _doc([], state="done"),
+            "r.json: state: expected one of 'running', 'complete', 'interrupted', 'stopped_early', 'crashed_workers', "
+            "'internal_error', found 'done'",
+        ),
         (_doc([], collected=-1), "r.json: collected: expected a value >= 0, found -1 (rule: a count of items"),
         (_doc([], exit_status="0"), "r.json: exit_status: expected an integer or null, found '0'"),
         (

@@ -1,0 +1,266 @@
+"""Nightly sweeps at GPU speed, the scheduler's side: each kernel built once and then spread over the workers,
+longest first (pytest_ckfmha/scheduling.py); costs from the model or a previous report's durations
+(pytest_ckfmha/costs.py); shards balanced by them, ``--ckfmha-shard auto`` from the CI's variables and huge shard
+counts refused (pytest_ckfmha/sharding.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ckfmha.costs import costs, durations_of, row_seconds
+from pytest_ckfmha.scheduling import BuildOnceScheduling, kernel_groups
+from pytest_ckfmha.sharding import MAX_SHARDS, assign_shards, parse_shard, shard_from_env
+
+
+class _Node:
+    def __init__(self, name):
+        self.gateway = type("G", (), {"id": name})()
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices):
+        self.sent.extend(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def _start(nodes, collection, cost=None):
+    s = BuildOnceScheduling(len(nodes), costs=(lambda ids: dict(cost)) if cost else None)
+    for n in nodes:
+        s.add_node(n)
+        s.add_node_collection(n, collection)
+    s.schedule()
+    return s
+
+
+def _simulate(s, nodes, collection, stop_after=None):
+    """Run the protocol as xdist's workers do (a worker runs an item once it knows the next one, or is shut down);
+    one item per step, round-robin over the workers. Returns [(worker, node id)] in completion order."""
+    done: list[tuple[str, str]] = []
+    ran = {n: 0 for n in nodes}
+    while s.has_pending:
+        progressed = False
+        for n in nodes:
+            queue = n.sent[ran[n] :]
+            if queue and (len(queue) >= 2 or n.shutting_down):
+                done.append((n.gateway.id, collection[queue[0]]))
+                ran[n] += 1
+                s.mark_test_complete(n, queue[0])
+                progressed = True
+                if stop_after is not None and len(done) >= stop_after:
+                    return done
+        assert progressed, f"deadlock: {[(n.gateway.id, n.sent[ran[n] :]) for n in nodes]}"
+    return done
+
+
+def test_a_kernel_is_built_by_its_first_item_alone_then_its_items_spread():
+    coll = [f"ckfmha::s{i}::fwd.k0" for i in range(6)] + [f"ckfmha::s{i}::plan" for i in range(6)]
+    cost = {n: 10.0 + i for i, n in enumerate(coll)}  # s0's kernel item is the cheapest: it builds
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _start([a, b], coll, cost)
+    assert [coll[i] for i in a.sent] == [coll[0], coll[11]]  # the build, then (held) its costliest sibling
+    assert b.sent == []  # nothing to do until the kernel is built
+    done = _simulate(s, [a, b], coll)
+    assert done[0] == ("gw0", coll[0])
+    assert sorted(n for _, n in done) == sorted(coll)
+    on_b = [n for w, n in done if w == "gw1"]
+    assert len(on_b) >= 4  # spread after the build: the old scheduler ran all 12 on one worker
+    assert s.tests_finished and a.shutting_down and b.shutting_down
+
+
+def test_items_start_longest_first_and_the_first_builds_early():
+    # two kernels of 3 items each and three items of their own (groups of one), with costs
+    coll = [
+        "ckfmha::a::fwd.k1",
+        "ckfmha::b::fwd.k1",
+        "ckfmha::c::fwd.k1",
+        "ckfmha::d::fwd.k2",
+        "ckfmha::e::fwd.k2",
+        "ckfmha::f::fwd.k2",
+        "tests/t.py::test_small",
+        "tests/t.py::test_big",
+        "tests/t.py::test_mid",
+    ]
+    cost = dict(zip(coll, [5, 9, 7, 1, 2, 3, 4, 100, 8], strict=True))
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _start([a, b], coll, cost)
+    first = [coll[a.sent[0]], coll[b.sent[0]]]
+    # test_big (100) costs more than either kernel (21, 6): it goes first; then k1's build (its cheapest item)
+    assert first == ["tests/t.py::test_big", "ckfmha::a::fwd.k1"]
+    order = [coll[i] for n in (a, b) for i in n.sent]
+    assert "ckfmha::d::fwd.k2" in order  # k2 builds early, before the cheap items of its own
+    done = _simulate(s, [a, b], coll)
+    singles = [n for _, n in done if n.startswith("tests/")]
+    assert singles == ["tests/t.py::test_big", "tests/t.py::test_mid", "tests/t.py::test_small"]
+
+
+def test_a_dead_worker_s_item_is_never_rerun_and_its_build_is_redone_elsewhere():
+    coll = [f"ckfmha::s{i}::fwd.k{i % 2}" for i in range(6)] + [f"ckfmha::s{i}::plan" for i in range(6)]
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _start([a, b], coll)
+    sent_a = [coll[i] for i in a.sent]
+    assert len({kernel_groups(coll)[n] for n in sent_a}) == 1  # a build and a held sibling of it
+    crashed = s.remove_node(a)
+    assert crashed == sent_a[0]
+    a2 = _Node("gw2")
+    s.add_node(a2)
+    s.add_node_collection(a2, coll)
+    s.schedule()
+    done = _simulate(s, [a2, b], coll)
+    ran = [n for _, n in done]
+    assert crashed not in ran and sorted(ran + [crashed]) == sorted(coll)
+    assert s.tests_finished
+
+
+def test_mark_test_pending_queues_the_item_first():
+    coll = [f"tests/t.py::test_{i}" for i in range(6)]
+    a = _Node("gw0")
+    s = _start([a], coll, {n: float(i) for i, n in enumerate(coll)})
+    assert [coll[i] for i in a.sent] == [coll[5], coll[4]]  # longest first
+    s.mark_test_complete(a, 5)
+    assert coll[a.sent[-1]] == coll[3]
+    s.mark_test_pending(coll[5])  # a rerun plugin wants test_5 again: it is next, ahead of test_2
+    s.mark_test_complete(a, 4)
+    assert coll[a.sent[-1]] == coll[5]
+
+
+def test_costs_from_a_previous_report_replace_the_model():
+    rows = [
+        {"id": "a::k", "nodeid": "ckfmha::a::k@ck-1", "verdict": "passed", "duration_s": 3.0},
+        {"id": "b::k", "nodeid": "ckfmha::b::k", "verdict": "failed", "duration_s": 0, "time_ms": 500, "build_s": 2},
+        {"id": "c::k", "nodeid": "ckfmha::c::k", "verdict": "skipped", "duration_s": 0.1},
+        {"id": "d::plan", "nodeid": "ckfmha::old::plan", "verdict": "passed", "duration_s": "7"},
+    ]
+    assert row_seconds(rows[1]) == 2.5 and row_seconds(rows[2]) is None
+    d = durations_of(rows)
+    got = costs(["ckfmha::a::k", "ckfmha::b::k", "ckfmha::c::k", "ckfmha::d::plan"], lambda n: 1e9, d)
+    # c has no time: the mean of the measured ones; d is found by its report id
+    assert got == {"ckfmha::a::k": 3.0, "ckfmha::b::k": 2.5, "ckfmha::c::k": 12.5 / 3, "ckfmha::d::plan": 7.0}
+    assert costs(["ckfmha::z::k"], lambda n: 42.0, d) == {"ckfmha::z::k": 42.0}  # nothing measured: the model
+
+
+def test_durations_rebalance_shards():
+    ids = [f"ckfmha::s{i}::fwd.k{i}" for i in range(4)]
+    model = {n: 1.0 for n in ids}
+    assert assign_shards(ids, model, 2) == {ids[0]: 1, ids[1]: 2, ids[2]: 1, ids[3]: 2}
+    measured = dict(zip(ids, [1.0, 10.0, 9.0, 1.0], strict=True))
+    got = assign_shards(ids, measured, 2)
+    assert got == {ids[1]: 1, ids[2]: 2, ids[0]: 2, ids[3]: 1}  # LPT: 10 + 1 | 9 + 1
+    assert got == assign_shards(list(reversed(ids)), measured, 2)  # deterministic whatever the order
+
+
+@pytest.mark.parametrize(
+    "env, total, want",
+    [
+        ({"CI_NODE_INDEX": "3", "CI_NODE_TOTAL": "4"}, None, (3, 4)),
+        ({"CI_NODE_INDEX": "1", "CI_NODE_TOTAL": "1", "JOB_COMPLETION_INDEX": "5"}, None, (1, 1)),
+        ({"JOB_COMPLETION_INDEX": "0"}, 8, (1, 8)),
+        ({"JOB_COMPLETION_INDEX": "7"}, 8, (8, 8)),
+    ],
+)
+def test_shard_auto_reads_the_ci_variables(env, total, want):
+    assert parse_shard("auto", total, env) == want == shard_from_env(env, total)
+
+
+@pytest.mark.parametrize(
+    "env, total, words",
+    [
+        ({}, None, "finds no CI variables: set CI_NODE_INDEX and CI_NODE_TOTAL"),
+        ({"CI_NODE_INDEX": "2"}, None, "CI_NODE_TOTAL is unset"),
+        ({"CI_NODE_INDEX": "5", "CI_NODE_TOTAL": "4"}, None, "1 <= CI_NODE_INDEX <= CI_NODE_TOTAL; they are 5 and 4"),
+        ({"CI_NODE_INDEX": "x", "CI_NODE_TOTAL": "4"}, None, "$CI_NODE_INDEX, which is 'x'"),
+        ({"JOB_COMPLETION_INDEX": "2"}, None, "give the count with --ckfmha-shard-total N"),
+        ({"JOB_COMPLETION_INDEX": "8"}, 8, "JOB_COMPLETION_INDEX < --ckfmha-shard-total; they are 8 and 8"),
+        ({"CI_NODE_INDEX": "1", "CI_NODE_TOTAL": "99999999999999999999"}, None, "needs 1 <= N <= 10,000"),
+    ],
+)
+def test_shard_auto_refuses_without_usable_variables(env, total, words):
+    with pytest.raises(pytest.UsageError) as e:
+        parse_shard("auto", total, env)
+    assert str(e.value).startswith("--ckfmha-shard: 'auto") and words in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["1/100000000", "1/99999999999999999999", f"1/{MAX_SHARDS + 1}", "0/3", "2/1", "x"])
+def test_bad_shard_values_are_usage_errors(value):
+    with pytest.raises(pytest.UsageError) as e:
+        parse_shard(value, None, {})
+    assert str(e.value).startswith(f"--ckfmha-shard: {value!r} ")
+
+
+def test_the_largest_shard_count_is_accepted():
+    assert parse_shard(f"{MAX_SHARDS}/{MAX_SHARDS}", None, {}) == (MAX_SHARDS, MAX_SHARDS)
+
+
+@pytest.mark.parametrize(
+    "setting, backend, gpu, want",
+    [
+        ("auto", "cpu", "", "numpy"),
+        ("auto", "triton", "0:uuid", "torch:cuda"),
+        ("auto", "hip", "", "numpy"),  # torch sees no GPU
+        ("auto", "testref", "0:uuid", "numpy"),  # not a GPU backend
+        ("torch", "cpu", "", "torch:cpu"),
+        ("torch", "triton", "0:uuid", "torch:cuda"),
+        ("numpy", "triton", "0:uuid", "numpy"),
+    ],
+)
+def test_which_reference_judges_the_item(monkeypatch, setting, backend, gpu, want):
+    from pytest_ckfmha import execute
+
+    monkeypatch.setattr(execute, "torch_gpu", lambda: gpu)
+    assert execute.reference_choice(setting, backend) == want
+
+
+def test_each_reference_has_its_own_cache_key_and_numpy_keeps_the_old_one():
+    from ckfmha.problem import Problem
+    from pytest_ckfmha.refcache import ref_key
+
+    p = Problem(batch=1, nhead_q=1, seqlen_q=8, hdim_q=32)
+    keys = {r: ref_key(p, 0, "ocp", r) for r in ("numpy", "torch:cuda", "torch:cpu")}
+    assert len(set(keys.values())) == 3 and keys["numpy"] == ref_key(p, 0, "ocp")
+
+
+def test_the_worker_is_named(monkeypatch):
+    from pytest_ckfmha.execute import worker_id
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    assert worker_id() == "gw3"
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert worker_id() == "main"
+
+
+def test_a_worker_waiting_for_a_build_is_shut_down_when_nothing_is_left_for_it():
+    # gw0 gets the big single item, gw1 the kernel's build and then its held sibling: gw0, whose last item runs only
+    # once it knows the next one or is shut down, must be shut down when the pool runs dry
+    coll = ["tests/t.py::test_big", "ckfmha::a::fwd.k1", "ckfmha::b::fwd.k1"]
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _start([a, b], coll, {coll[0]: 100.0, coll[1]: 1.0, coll[2]: 2.0})
+    assert [coll[i] for i in a.sent] == [coll[0]] and [coll[i] for i in b.sent] == [coll[1], coll[2]]
+    done = _simulate(s, [a, b], coll)
+    assert sorted(n for _, n in done) == sorted(coll) and a.shutting_down and b.shutting_down
+
+
+def test_the_controller_costs_items_by_their_shape_s_flops_or_by_durations(monkeypatch):
+    from types import SimpleNamespace
+
+    from ckfmha.problem import Problem
+    from ckfmha.work import flops
+    from pytest_ckfmha import state
+    from pytest_ckfmha.costs import nodeid_costs
+
+    small, big = (
+        Problem(batch=1, nhead_q=1, seqlen_q=16, hdim_q=32),
+        Problem(batch=2, nhead_q=4, seqlen_q=64, hdim_q=64),
+    )
+    specs = [SimpleNamespace(shape_id=sid, shape=SimpleNamespace(problem=p)) for sid, p in (("s", small), ("b", big))]
+    settings = SimpleNamespace(category="full", ck_smoke=None, parity=None, durations=None)
+    st = SimpleNamespace(settings=settings, specs=lambda: specs)
+    monkeypatch.setattr(state, "has_state", lambda config: True)
+    monkeypatch.setattr(state, "get_state", lambda config: st)
+    ids = ["ckfmha::s::fwd.k1", "ckfmha::b::fwd.k1", "ckfmha::b::plan", "tests/t.py::test_x"]
+    got = nodeid_costs(object(), ids)
+    assert got == {ids[0]: flops(small) + 1.0, ids[1]: flops(big) + 1.0, ids[2]: flops(big) + 1.0, ids[3]: 1.0}
+    monkeypatch.setattr(settings, "durations", "prev.json")  # the measured seconds of two items:
+    monkeypatch.setattr("pytest_ckfmha.costs.load_durations", lambda path: {ids[0]: 9.0, ids[2]: 3.0})
+    # the others get their mean
+    assert nodeid_costs(object(), ids) == {ids[0]: 9.0, ids[1]: 6.0, ids[2]: 3.0, ids[3]: 6.0}
