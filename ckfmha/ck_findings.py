@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckfmha.datafile import DataFileError, check_schema, load_yaml
-from ckfmha.kernel import Bias, Family, KernelConfig, Mode, Pipeline
+from ckfmha.kernel import Bias, Family, KernelConfig, Pipeline
 from ckfmha.masking import MaskKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,7 +71,7 @@ class Finding:
 
     def max_operand(self, problem: "Problem", order: str) -> int:
         """The largest position operand a kernel of ``order`` forms for ``problem`` (over its sequences)."""
-        qs, ks = _lengths(problem)
+        qs, ks = problem.seqlens_q_list, problem.seqlens_k_list  # per sequence (batch mode: per batch entry)
         m = problem.mask
         left, right = (m.y, m.x) if m.kind is MaskKind.GENERIC else (m.left, m.right)
         vertical = m.kind is not MaskKind.NONE and left < 0 and right == 0  # make_alibi_from_lr_mask: causal
@@ -81,12 +81,6 @@ class Finding:
 
     def triggers(self, problem: "Problem", order: str) -> bool:
         return problem.bias is self.bias and self.max_operand(problem, order) >= self.operand_limit
-
-
-def _lengths(problem: "Problem") -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if problem.mode is Mode.GROUP:
-        return problem.seqlens_q_list, problem.seqlens_k_list
-    return (problem.seqlen_q,), (problem.seqlen_k,)
 
 
 def default_findings_path() -> Path:

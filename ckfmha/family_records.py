@@ -50,6 +50,7 @@ from ckfmha.inputs import (
     lse_shape,
     o_shape,
     output_dtype,
+    paged_cache_shape,
     q_shape,
     storage_dtype,
 )
@@ -158,16 +159,6 @@ def _appendkv_outputs(p: "Problem", c: KernelConfig, num_splits: int | None, fp8
         k_shape, v_shape = (paged_cache_shape(p, pages, d) for d in (p.hdim_q, p.hdim_v))
     out = [_spec(n, s, sdt, updates=n) for n, s in zip(names, (k_shape, v_shape))]
     return tuple(out) + (_spec("q", q_shape(p), sdt, updates="q"),)  # rotated with RoPE, else q as it was
-
-
-def paged_cache_shape(p: "Problem", pages: int, hdim: int) -> tuple[int, ...]:
-    """A paged-KV family's page pool of ``pages`` pages in the input layout (CK's vLLM-style pool)."""
-    from ckfmha.problem import Layout
-
-    page = p.page_block_size
-    if p.input_layout is Layout.BHSD:
-        return (pages, p.nhead_k, page, hdim)
-    return (pages, page, p.nhead_k, hdim)
 
 
 def bind_to_inputs(specs: tuple[OutputSpec, ...], inputs: Any) -> tuple[OutputSpec, ...]:
@@ -392,7 +383,6 @@ __all__ = [
     "needs_convert",
     "reduced_outputs",
     "bind_to_inputs",
-    "paged_cache_shape",
     "split_partials_shape",
     "stage_outputs",
 ]

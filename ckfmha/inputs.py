@@ -223,14 +223,20 @@ def _batch_prefill_cache(out: dict, rng: np.random.Generator, p: Problem, sdt: n
     _lookup(out, p, nblk, perm)
 
 
+def paged_cache_shape(p: Problem, pages: int, hdim: int) -> tuple[int, ...]:
+    """A paged-KV family's page pool of ``pages`` pages in the input layout (CK's vLLM-style pool)."""
+    if p.input_layout is Layout.BHSD:
+        return (pages, p.nhead_k, p.page_block_size, hdim)
+    return (pages, p.page_block_size, p.nhead_k, hdim)
+
+
 def _paged_cache(out: dict, rng: np.random.Generator, p: Problem, sdt: np.dtype, scale_in: float) -> None:
     """Paged-KV families' K/V page caches (in the input layout), vllm block table and cache sequence lengths."""
     page = p.page_block_size
-    shp = (
-        (lambda n, d: (n, p.nhead_k, page, d))
-        if p.input_layout is Layout.BHSD
-        else (lambda n, d: (n, page, p.nhead_k, d))
-    )
+
+    def shp(n: int, d: int) -> tuple[int, ...]:
+        return paged_cache_shape(p, n, d)
+
     nblk = [(-(-sk // page)) for sk in p.seqlens_k_list]
     num_pages = sum(nblk) + 1
     perm = rng.permutation(num_pages).astype(np.int32)
