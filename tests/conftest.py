@@ -48,6 +48,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     # the fake HIP compiler builds host programs with g++: 12-17 s
     "test_hip_backend.py::test_build_runs_the_commands_once_per_key": ("slow",),
     "test_hip_backend.py::test_a_failed_compile_shows_its_log_and_keeps_the_logs": ("slow",),
+    # ckfmha adequacy: a baseline and one fault run, each an inner pytest run: 15-35 s
+    "test_faults_cli.py::test_a_gqa_shape_catches_the_head_map_fault": ("slow",),
+    "test_faults_cli.py::test_without_gqa_the_fault_escapes": ("slow",),
     "test_hip_backend.py::test_build_many_prints_a_line_per_kernel_and_the_slowest": ("slow",),
 }
 

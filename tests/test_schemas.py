@@ -17,6 +17,7 @@ PACKAGED = [
     ("tolerances", data_dir() / "tolerances.yaml"),
     ("parity_set", data_dir() / "parity_default.yaml"),
     ("ck_findings", data_dir() / "ck_findings.yaml"),
+    ("faults", data_dir() / "faults.yaml"),
 ] + [
     (name, p)
     for name, folder in (("receipt_rules", "receipt_rules"), ("arch", "archs"))

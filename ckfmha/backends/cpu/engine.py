@@ -25,6 +25,10 @@ in CK) loops over the query tiles (``bm0``) it can see, recomputes ``P = exp(s -
 tile's own slice when deterministic, else into slice 0 (CK's atomics). dS is rounded to the input type before the
 two GEMMs. dK/dV (and dBias) are produced per q-head, CK's raw layout; the reduction over a K/V head's group of
 q-heads (GQA) is the runner's host step, not the kernel's.
+
+Fault hooks (:func:`ckfmha.faults.perturb`, docs/faults.md): mask bounds, key-tile loop ends, GQA heads, dropout
+keep mask / seed / rescale, softmax start and finish, ALiBi slopes and the backward's LSE guard, D term, scales, dQ
+update and per-sequence dK/dV pass through named hook points; each returns its value unless a fault is active.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 from ckfmha import rng  # the engine's binding: benchmarks/parity_torch.py's dropout injection replaces it
 from ckfmha.backends.cpu.bias import Alibi, alibi_mode
 from ckfmha.backends.cpu.sequences import SequenceExtras
+from ckfmha.faults import perturb  # the fault hooks (docs/faults.md): each returns its value unless a fault is active
 from ckfmha.masking import MaskKind
 from ckfmha.problem import Problem
 
@@ -48,11 +53,17 @@ def round_to(x: np.ndarray, dtype) -> np.ndarray:
     return x.astype(dtype).astype(F32)
 
 
+def mask_key_range(p: Problem, sq: int, sk: int, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The mask's allowed keys ``[start, end)`` of each query row (every row when ``rows`` is None)."""
+    bounds = p.mask.key_range(sq, sk) if rows is None else p.mask.key_range(sq, sk, rows)
+    return perturb("mask.key_range", bounds, sk=sk)
+
+
 def tile_key_range(p: Problem, sq: int, sk: int, rows: np.ndarray, bn0: int) -> tuple[int, int]:
     """Key range ``[lo, hi)`` a query tile visits: the mask's extent rounded out to whole ``bn0`` tiles."""
     if p.mask.kind is MaskKind.NONE:
         return 0, sk
-    start, end = p.mask.key_range(sq, sk, rows)
+    start, end = mask_key_range(p, sq, sk, rows)
     live = end > start
     if not live.any():
         return 0, 0
@@ -80,6 +91,9 @@ def split_key_ranges(sk: int, num_splits: int) -> list[tuple[int, int]]:
 def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:
     """(hq, R, x) @ (hk, x, n) with q-head h using kv-head h // group -> (hq, R, n)."""
     hq, r, x = a.shape
+    heads = perturb("gqa.heads", None, hq=hq, hk=hk)  # None: CK's h // g
+    if heads is not None:
+        return np.matmul(a, b[heads])
     g = hq // hk
     return np.matmul(a.reshape(hk, g * r, x), b).reshape(hq, r, b.shape[-1])
 
@@ -87,14 +101,21 @@ def _gqa_matmul(a: np.ndarray, b: np.ndarray, hk: int) -> np.ndarray:
 def _randval(p: Problem, ex: SequenceExtras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
     if ex.randval is not None:
         return ex.randval[:, rows[0] : rows[-1] + 1, c0:c1]
-    return rng.dropout_randval(p.drop_seed, p.drop_offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(c0, c1))
+    seed, offset = perturb("dropout.seed", (p.drop_seed, p.drop_offset))
+    return rng.dropout_randval(seed, offset, ex.batch, np.arange(hq), p.nhead_q, rows, np.arange(c0, c1))
+
+
+def _keep(p: Problem, ex: SequenceExtras, hq: int, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """The dropout keep mask of one score tile."""
+    randval = _randval(p, ex, hq, rows, c0, c1)
+    return perturb("dropout.keep", rng.dropout_keep(randval, p.p_drop), randval=randval, p_drop=p.p_drop)
 
 
 def _alibi(p: Problem, ex: SequenceExtras, sq: int, sk: int) -> Alibi | None:
     """CK's Alibi of this sequence, or None without ALiBi slopes."""
     if ex.alibi is None:
         return None
-    return Alibi(np.asarray(ex.alibi, dtype=F32), alibi_mode(p.mask), sq, sk)
+    return Alibi(perturb("alibi.slopes", np.asarray(ex.alibi, dtype=F32)), alibi_mode(p.mask), sq, sk)
 
 
 def _logits(
@@ -124,6 +145,7 @@ def _softmax_start(sink: np.ndarray | None, hq: int, rows: int, dv: int) -> tupl
     else:
         m = np.full((hq, rows), NEG_INF, dtype=F32)
         l = np.zeros((hq, rows), dtype=F32)
+    m, l = perturb("softmax.start", (m, l), sink=sink)
     return m, l, np.zeros((hq, rows, dv), dtype=F32)
 
 
@@ -135,8 +157,8 @@ def _softmax_finish(m: np.ndarray, l: np.ndarray, acc: np.ndarray, p_drop: float
     m_safe = np.where(np.isfinite(m), m, F32(0))
     ot = acc / l_safe[..., None]
     if p_drop > 0:
-        ot = ot * F32(1.0 / (1.0 - p_drop))
-    return ot, np.where(empty, NEG_INF, m_safe + np.log(l_safe))
+        ot = ot * perturb("dropout.rescale", F32(1.0 / (1.0 - p_drop)))
+    return perturb("softmax.finish", (ot, np.where(empty, NEG_INF, m_safe + np.log(l_safe))), empty=empty)
 
 
 def attend_tiled(
@@ -177,9 +199,9 @@ def attend_tiled(
         m, l, acc = _softmax_start(sink, hq, R, dv)
         start = end = None
         if has_mask:
-            start, end = p.mask.key_range(sq, sk, rows)
+            start, end = mask_key_range(p, sq, sk, rows)
         qt = q[:, r0:r1]
-        for c0 in range(lo, hi, bn0):
+        for c0 in range(lo, perturb("tiles.key_end", hi, lo=lo, bn0=bn0), bn0):
             c1 = min(c0 + bn0, hi)
             if stats is not None:
                 stats["tiles"] = stats.get("tiles", 0) + 1
@@ -191,8 +213,7 @@ def attend_tiled(
             pt = np.exp(s - m_safe[..., None])
             l = alpha * l + pt.sum(axis=-1)
             if dropout:
-                keep = rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
-                pt = np.where(keep, pt, F32(0))
+                pt = np.where(_keep(p, ex, hq, rows, c0, c1), pt, F32(0))
             pr = round_to(pt, p_dtype)
             acc = alpha[..., None] * acc + _gqa_matmul(pr, v[:, c0:c1], hk)
             m = m_new
@@ -236,12 +257,16 @@ def backward_tiled(
     has_mask = p.mask.kind is not MaskKind.NONE
     alibi = _alibi(p, ex, sq, sk)
     dropout = p.p_drop > 0
-    rp = F32(1.0 / (1.0 - p.p_drop)) if dropout else F32(1)
+    rp = perturb("dropout.rescale", F32(1.0 / (1.0 - p.p_drop))) if dropout else F32(1)
     g = hq // hk
+    heads = perturb("gqa.heads", None, hq=hq, hk=hk)  # None: CK's h // g
+    dk_scale, dq_scale = perturb("bwd.dk_scale", scale), perturb("bwd.dq_scale", scale)
+    accumulate = perturb("bwd.dq_update", "add") == "add"
     if has_mask:
-        start_all, end_all = p.mask.key_range(sq, sk)
-    lse_safe = np.where(np.isfinite(lse), lse, F32(np.inf))  # a fully masked row: P = exp(-inf - inf) = 0
-    for it, c0 in enumerate(range(0, sk, bn0)):
+        start_all, end_all = mask_key_range(p, sq, sk)
+    # a fully masked row: P = exp(-inf - inf) = 0
+    lse_safe = perturb("bwd.lse", np.where(np.isfinite(lse), lse, F32(np.inf)), lse=lse)
+    for it, c0 in enumerate(range(0, perturb("tiles.key_end", sk, lo=0, bn0=bn0), bn0)):
         c1 = min(sk, c0 + bn0)
         n = c1 - c0
         kt, vt = k[:, c0:c1], v[:, c0:c1]
@@ -264,20 +289,26 @@ def backward_tiled(
             pt = np.exp(s - lse_safe[:, r0:r1, None])
             dp = _gqa_matmul(dot, vtT, hk)
             if dropout:
-                keep = rng.dropout_keep(_randval(p, ex, hq, rows, c0, c1), p.p_drop)
+                keep = _keep(p, ex, hq, rows, c0, c1)
                 pd = np.where(keep, pt * rp, F32(0))
                 dp = np.where(keep, dp * rp, F32(0))
             else:
                 pd = pt
             dv_acc += np.matmul(round_to(pd, p_dtype).transpose(0, 2, 1), dot)
-            ds = pt * (dp - d[:, r0:r1, None])
+            ds = pt * (dp - perturb("bwd.d_term", d[:, r0:r1, None]))
             if dbias is not None:
                 dbias[:, r0:r1, c0:c1] = ds
             ds_r = round_to(ds, p_dtype)
-            dk_acc += np.matmul(ds_r.transpose(0, 2, 1), qt) * scale
-            dq_acc[slot, :, r0:r1] += (
-                np.matmul(ds_r.reshape(hk, g, r1 - r0, n), kt[:, None]).reshape(hq, r1 - r0, dq) * scale
-            )
+            dk_acc += np.matmul(ds_r.transpose(0, 2, 1), qt) * dk_scale
+            if heads is None:
+                dq_t = np.matmul(ds_r.reshape(hk, g, r1 - r0, n), kt[:, None]).reshape(hq, r1 - r0, dq) * dq_scale
+            else:
+                dq_t = np.matmul(ds_r, kt[heads]) * dq_scale
+            if accumulate:
+                dq_acc[slot, :, r0:r1] += dq_t
+            else:
+                dq_acc[slot, :, r0:r1] = dq_t
         dk_out[:, c0:c1] = dk_acc
         dv_out[:, c0:c1] = dv_acc
+    dk_out, dv_out = perturb("bwd.sequence_out", (dk_out, dv_out), sq=sq)
     return dk_out, dv_out, dbias

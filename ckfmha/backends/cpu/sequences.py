@@ -31,6 +31,7 @@ import numpy as np
 from ckfmha.backends.common.kv import KVSource
 from ckfmha.backends.cpu.errors import KernelInputError
 from ckfmha.backends.cpu.layout import as_bhsd
+from ckfmha.faults import perturb
 from ckfmha.inputs import bias_shape
 from ckfmha.kernel import Bias, Mode
 from ckfmha.problem import Problem
@@ -54,14 +55,16 @@ class SequenceExtras:
 def query_rows(p: Problem, b: int) -> slice:
     """Sequence ``b``'s rows in a (B, h, S, ...) query-side tensor (module doc)."""
     if p.mode is Mode.GROUP:
-        return slice(p.seqstart_q[b], p.seqstart_q[b] + p.seqlens_q_list[b])
+        start = perturb("rows.start", p.seqstart_q[b], problem=p, b=b, side="q")
+        return slice(start, start + p.seqlens_q_list[b])
     return slice(0, p.seqlens_q_list[b])
 
 
 def key_rows(p: Problem, b: int) -> slice:
     """Sequence ``b``'s rows in a (B, h, S_k, ...) key-side tensor (module doc)."""
     if p.mode is Mode.GROUP:
-        return slice(p.seqstart_k[b], p.seqstart_k[b] + p.seqlens_k_list[b])
+        start = perturb("rows.start", p.seqstart_k[b], problem=p, b=b, side="k")
+        return slice(start, start + p.seqlens_k_list[b])
     return slice(0, p.seqlens_k_list[b])
 
 

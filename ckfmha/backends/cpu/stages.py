@@ -58,6 +58,7 @@ from ckfmha.backends.cpu.sequences import (
     query_rows,
     sequence_extras,
 )
+from ckfmha.faults import perturb
 from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, o_shape, output_dtype, storage_dtype
 from ckfmha.kernel import DType, KernelConfig, KVLookupTable, KVMemoryLayout, Mode
 from ckfmha.masking import MaskKind
@@ -117,7 +118,7 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
     if role == "splitkv" and not num_splits:
         raise BackendError("stage splitkv: the stage arguments carry no num_splits")
     _need(tensors, "q", role)
-    kv = sequence_kv(p, tensors, kv_addressing(cfg, p))  # every index checked before any work
+    kv = perturb("kv.sources", sequence_kv(p, tensors, kv_addressing(cfg, p)), problem=p)  # indices checked first
     nb, ns = _rows_shape(p)
     hq, dv = p.nhead_q, p.hdim_v
     skip = not num_splits and cfg.skip_min_seqlen_q and p.min_seqlen_q > 0  # CK's kSkipMinSeqlenQ
@@ -135,15 +136,17 @@ def run_attention(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dic
         written[bi, rows] = True
         ex = sequence_extras(p, tensors, b, sq, sk)
         if num_splits:
-            for i, (lo, hi) in enumerate(split_key_ranges(sk, num_splits)):
+            ranges = perturb("splitkv.ranges", split_key_ranges(sk, num_splits), sk=sk)
+            for i, (lo, hi) in enumerate(ranges):
+                sink = perturb("splitkv.sink", i == 0, split=i)
                 oi, li = attend_tiled(
-                    p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt, key_lo=lo, key_hi=hi, use_sink=(i == 0)
+                    p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt, key_lo=lo, key_hi=hi, use_sink=sink
                 )
-                o_acc[i, bi, :, rows] = oi
+                o_acc[i, bi, :, rows] = perturb("attention.out", oi, kernel=cfg, bm0=bm0)
                 lse_acc[i, bi, :, rows] = li
         else:
             ob, lb = attend_tiled(p, qb, kb, vb, ex, bm0=bm0, bn0=bn0, p_dtype=pdt)
-            o_hsd[bi, :, rows] = ob
+            o_hsd[bi, :, rows] = perturb("attention.out", ob, kernel=cfg, bm0=bm0)
             lse[bi, :, rows] = lb
     if num_splits:
         return ["o_acc", "lse_acc"]
@@ -190,15 +193,19 @@ def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     q = _need(tensors, "q", "appendkv")
     addressing = kv_addressing(cfg, p)
     kname, vname = ("k_cache", "v_cache") if addressing.page_block_size else ("k", "v")
-    kv = sequence_kv(p, tensors, addressing)
+    kv = perturb("kv.sources", sequence_kv(p, tensors, addressing), problem=p)
     cache = p.cache_seqlens
     per_row = p.mask.kind is not MaskKind.NONE  # CK: q's table row stride is has_mask * rotary_dim / 2
+    per_row = perturb("rope.q_rows", per_row)
     q_rows = [table_rows(cache[b], p.seqlen_q, per_row) for b in range(p.batch)]
     knew_rows = [table_rows(cache[b], p.seqlen_knew, True) for b in range(p.batch)]
     tables: tuple[np.ndarray, np.ndarray] | None = None  # (cos, sin) when p.rotary_dim
-    if p.rotary_dim:
+    rotary_dim = p.rotary_dim
+    if rotary_dim:
         last = max([int(r.max()) for r in q_rows + knew_rows if r.size], default=-1)
-        tables = rotary_tables(tensors, p.rotary_dim, last)
+        cos_sin = rotary_tables(tensors, rotary_dim, last)
+        rotary_dim, cos_t, sin_t = perturb("rope.dim", (rotary_dim, *cos_sin), hdim=p.hdim_q)
+        tables = (cos_t, sin_t)
     new_kv: tuple[np.ndarray, np.ndarray] | None = None  # (knew, vnew) as bhsd when p.seqlen_knew
     if p.seqlen_knew:
         new_kv = (
@@ -210,7 +217,8 @@ def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
         cos, sin = tables
         q_bhsd = as_bhsd(q, p.input_layout).copy()
         for b in range(p.batch):
-            q_bhsd[b] = rotate(q_bhsd[b], cos[q_rows[b]], sin[q_rows[b]], cfg.rope, p.rotary_dim)
+            qb = perturb("rope.input", q_bhsd[b], rope=cfg.rope.value, rotary_dim=rotary_dim)
+            q_bhsd[b] = rotate(qb, cos[q_rows[b]], sin[q_rows[b]], cfg.rope, rotary_dim)
         tensors["q"] = from_bhsd(q_bhsd, p.input_layout)
         written.append("q")
     if new_kv is not None:
@@ -219,9 +227,11 @@ def run_appendkv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
             knb = kn[b]
             if tables is not None:
                 cos, sin = tables
-                knb = rotate(knb, cos[knew_rows[b]], sin[knew_rows[b]], cfg.rope, p.rotary_dim)
-            k_dst.write(cache[b], knb)
-            v_dst.write(cache[b], vn[b])
+                knb = perturb("rope.input", knb, rope=cfg.rope.value, rotary_dim=rotary_dim)
+                knb = rotate(knb, cos[knew_rows[b]], sin[knew_rows[b]], cfg.rope, rotary_dim)
+            at = perturb("appendkv.offset", int(cache[b]))
+            k_dst.write(at, knb)
+            v_dst.write(at, vn[b])
         written += [kname, vname]
     return written
 
@@ -244,6 +254,7 @@ def run_dq_dk_dv(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: dict
     q_bhsd = as_bhsd(_need(tensors, "q", "dq_dk_dv"), p.input_layout)
     do_bhsd = as_bhsd(_need(tensors, "do", "dq_dk_dv"), p.output_layout)
     kv = sequence_kv(p, tensors, KVAddressing.of(p, lookup=KVLookupTable.NONE, kv_layout=KVMemoryLayout.NONE))
+    kv = perturb("kv.sources", kv, problem=p)
     lse = np.asarray(_need(tensors, "lse", "dq_dk_dv"), dtype=F32)
     d = np.asarray(_need(tensors, "d", "dq_dk_dv"), dtype=F32)
     dq_acc = _out(tensors, "dq_acc", dq_acc_shape(p, bn0), F32)
@@ -297,7 +308,7 @@ def run_convert_dq(plan: dict, cfg: KernelConfig, stage, p: Problem, tensors: di
     kn0 = plan["loop"].get("split_key_tile")
     if kn0 is None:
         acc = dq_acc[0].astype(F32, copy=True)
-        for i in range(1, dq_acc.shape[0]):  # deterministic: the per-key-tile slices, summed in order
+        for i in range(1, perturb("convert.slices", dq_acc.shape[0])):  # deterministic: the slices, in order
             acc += dq_acc[i]
     else:
         acc = _sum_key_tile_slices(cfg, p, dq_acc, kn0)
@@ -331,7 +342,7 @@ def _sum_key_tile_slices(cfg: KernelConfig, p: Problem, dq_acc: np.ndarray, kn0:
                 "bn0 differs from this kN0): CK's kernel would read past the workspace"
             )
         bi, rows = batch_index(p, b), query_rows(p, b)
-        for i in range(n):
+        for i in range(perturb("convert.slices", n)):
             acc[bi, :, rows] += dq_acc[i, bi, :, rows]
     return acc
 
