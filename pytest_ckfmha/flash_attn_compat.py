@@ -1,0 +1,69 @@
+"""``--ckfmha-flash-attn-compat``: FlashAttention's own tests on ckfmha (docs/flash_attn.md).
+
+| step | when | what |
+|---|---|---|
+| register | ``pytest_configure`` (before any test module is imported) | :func:`ckfmha.compat.flash_attn.install` with ``--ckfmha-backend`` (for CUDA tensors; CPU tensors run on cpu) and ``--ckfmha-arch`` (the kernel space the dispatcher plans over) |
+| kernel log | ``pytest_sessionfinish`` of every process, with ``--ckfmha-report PATH`` | the process's compat call log (:mod:`ckfmha.compat.calllog`) written to :func:`log_path`: ``PATH``'s name with ``.flash_attn_calls.json`` (``.flash_attn_calls.<worker>.json`` in an xdist worker) beside it; ``ckfmha coverage`` reads them |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LOG_SUFFIX = ".flash_attn_calls"
+
+
+def log_path(report: Path, worker: str | None) -> Path:
+    """Where a process writes its kernel log for the report ``report`` (module table)."""
+    stem = report.name.rsplit(".", 1)[0] if "." in report.name else report.name
+    tail = f".{worker}" if worker else ""
+    return report.with_name(f"{stem}{LOG_SUFFIX}{tail}.json")
+
+
+class FlashAttnCompat:
+    """The plugin object registered with the option: writes the kernel logs at the session's end."""
+
+    def __init__(self, reports: list[Path], meta: dict[str, Any], worker: str | None) -> None:
+        self.reports = reports
+        self.meta = meta
+        self.worker = worker
+        self.written: list[Path] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session) -> None:
+        from ckfmha.compat import calllog
+
+        for report in self.reports:
+            self.written.append(
+                calllog.write_log(log_path(report, self.worker), {**self.meta, "worker": self.worker or ""})
+            )
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        for p in self.written:
+            terminalreporter.write_line(f"ckfmha: flash-attn compat kernel log written to {p}")
+
+
+def register(config: pytest.Config) -> None:
+    """Install the compat module with the session's ``--ckfmha-backend`` (for CUDA tensors), ``--ckfmha-arch``,
+    receipt / profile and mask mode (the options as :func:`pytest_ckfmha.options.parse` validates them; the hip
+    backend is pointed at ``--ckfmha-ck-root`` as for ckfmha's own items) and register :class:`FlashAttnCompat` for
+    ``--ckfmha-report``'s paths."""
+    from ckfmha.compat import flash_attn
+    from ckfmha.receipts import resolve_receipt
+    from pytest_ckfmha.options import parse
+
+    settings = parse(config)
+    if settings.backend == "hip":
+        from pytest_ckfmha.execute import configure_hip_backend
+
+        configure_hip_backend(settings)
+    flash_attn.configure(
+        receipt=resolve_receipt(settings.receipt, profile=settings.profile), mask_mode=settings.mask_mode
+    )
+    flash_attn.install(backend=settings.backend, arch=settings.arch)
+    worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
+    meta = {"arch": settings.arch, "backend_option": settings.backend}
+    config.pluginmanager.register(FlashAttnCompat(list(settings.reports), meta, worker), "ckfmha-flash-attn-compat")
