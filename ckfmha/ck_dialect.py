@@ -205,10 +205,13 @@ def _to_bias(k: str, v: str) -> tuple[Bias, int]:
 
 
 def _to_mask(k: str, v: str) -> MaskSpec:
+    """``-mask``: :meth:`MaskSpec.parse`; its error names the argument once (``-mask: invalid mask value ...``, not
+    ``-mask: mask: ...``)."""
     try:
         return MaskSpec.parse(v)
     except MaskError as e:
-        raise ProblemError(f"-{k}: {e}") from None
+        words = str(e).removeprefix("mask: ")
+        raise ProblemError(f"-{k}: {words}") from None
 
 
 def _to_vlayout(k: str, v: str) -> VLayout:

@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -124,12 +124,20 @@ class StageExplanation:
     def chosen(self) -> KernelConfig | None:
         return self.verdicts[0].config if self.verdicts and self.verdicts[0].ok else None
 
-    def summary(self, show: int = 5) -> str:
+    def summary(
+        self, show: int = 5, detail: Callable[[KernelConfig], str] | None = None, mark_chosen: bool = False
+    ) -> str:
+        """The candidates that can serve the stage (up to ``show``; ``detail``: a second line for each, e.g. its CK
+        instance name; ``mark_chosen``: ``*`` on the one the plan picks, the best-ranked), then the others grouped
+        by the first rule they fail."""
         ok = [v for v in self.verdicts if v.ok]
         bad = [v for v in self.verdicts if not v.ok]
-        lines = [f"stage {self.role.value}: {len(self.verdicts)} candidate(s), {len(ok)} can serve it"]
-        for v in ok[:show]:
-            lines.append(f"  OK    {v.config.kernel_id}")
+        head = f"stage {self.role.value}: {len(self.verdicts)} candidate(s), {len(ok)} can serve it"
+        lines = [head + ("; * = the kernel the plan picks" if mark_chosen and ok else "")]
+        for i, v in enumerate(ok[:show]):
+            lines.append(f"  OK {'*' if mark_chosen and i == 0 else ' '}  {v.config.kernel_id}")
+            if detail is not None:
+                lines.append(f"        {detail(v.config)}")
         if len(ok) > show:
             lines.append(f"  ... and {len(ok) - show} more that can serve it")
         # Group rejections by reason so a long list stays readable.

@@ -16,6 +16,10 @@ Kernel choice per shape (deterministic, documented in docs/plugin.md):
 
 The other stages of a kernel item (combine, dot_do_o, convert_dq, the attention after appendkv) are chosen by the
 dispatcher at run time with the item's kernel pinned.
+
+Each shape keeps where it was written (:attr:`ShapeSpec.location`: the matrix file and the line of its entry's
+``name:``, :func:`entry_lines`), which the items give pytest as their location (skip and failure lines name the
+matrix entry).
 """
 
 from __future__ import annotations
@@ -37,6 +41,34 @@ class ShapeSpec:
     shape: "Shape"
     shape_id: str
     kernels: tuple["KernelConfig", ...]  # chosen kernels of the main stage, in item order
+    # the matrix file and the 0-based line of the entry's ``name:`` (None: not found in the file)
+    location: tuple[str, int | None] | None = None
+
+    @property
+    def where(self) -> str:
+        """``<matrix file name>:<line> entry <name> (combination <i>)``: the shape in words, for failure texts."""
+        s = self.shape
+        at = f"{s.file}:{self.location[1] + 1}" if self.location and self.location[1] is not None else s.file
+        return f"{at} entry {s.entry!r} (combination {s.index})"
+
+
+def entry_lines(path: str) -> dict[str, int]:
+    """The 0-based line of each entry's ``name:`` in the matrix file ``path`` (block ``- name: x`` or flow
+    ``- {name: x, ...}`` style); an unreadable file gives none."""
+    import re
+    from pathlib import Path
+
+    pattern = re.compile(r"^\s*-\s*\{?\s*name:\s*['\"]?([A-Za-z0-9_]+)")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for i, line in enumerate(text.splitlines()):
+        m = pattern.match(line)
+        if m:
+            out.setdefault(m.group(1), i)
+    return out
 
 
 class DtypeView:
@@ -149,7 +181,7 @@ def ranked_candidates(views: Views, problem) -> list["KernelConfig"]:
 
 
 def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
-    from ckfmha.matrix import load_matrices, select
+    from ckfmha.matrix import load_matrices, matrix_files, select
     from pytest_ckfmha.ids import shape_id
 
     if settings.category is None:  # State.specs() is called only when --ckfmha-category is given
@@ -158,11 +190,14 @@ def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
     views = Views(registry, heuristics_of(settings))
     specs = []
     seen: dict[str, object] = {}
+    files = {p.name: str(p) for p in matrix_files(settings.matrices)}
+    lines = {name: entry_lines(path) for name, path in files.items()}
     for s in shapes:
         sid = shape_id(s.problem)
         if sid in seen:  # pragma: no cover - ids name every non-default field
             raise ValueError(f"shape id {sid!r} is shared by two problems ({seen[sid]} and {s.problem})")
         seen[sid] = s.problem
         ranked = ranked_candidates(views, s.problem)
-        specs.append(ShapeSpec(s, sid, tuple(choose(ranked, settings.max_kernels_per_shape))))
+        location = (files[s.file], lines[s.file].get(s.entry)) if s.file in files else None
+        specs.append(ShapeSpec(s, sid, tuple(choose(ranked, settings.max_kernels_per_shape)), location))
     return specs

@@ -11,17 +11,43 @@ Group mode lists the per-sequence lengths (``s1_17_100x1_17_100``).  Features, i
 (``bshd``/``ibshd``/``obshd``), ``vcol``, ``page{n}``, ``{kv_lookup}``, ``{kv_layout}``, ``cbi``, ``knew{n}``,
 ``rope{dim}{i|h}``, ``split{n}``, ``minq{n}``, ``det``, ``dbias``, ``kpad{...}``.
 
+Numbers are written without a dot (``drop0p2``, ``softcap30``), so no node id holds a ``.``.
+
+A kernel is named by its compact id (:func:`kernel_token`): ``{pipeline}-b{bm0}x{bn0}x{bk0}-{hash}``, the
+hash being the first :data:`KERNEL_HASH_LEN` hex digits of the SHA-1 of its full kernel id -- a function of the
+kernel id alone, so it is the same in every run, shard and xdist worker, and within a shape two kernels never
+share one (the collection checks it).  The full kernel id is the report's ``kernel_id`` and is printed in the
+item's failure text and crash reasons (pytest_ckfmha/items.py).
+
 Node ids (:class:`NodeId`, the one place they are rendered and read; xdist's ``loadgroup`` may append
 ``@<group>``, which :meth:`NodeId.parse` drops):
 
 | item kind | node id | item id (the report's ``id``) | kernel group |
 |---|---|---|---|
-| kernel item | ``ckfmha::<shape id>::<kernel id>`` | ``<shape id>::<kernel id>`` | its kernel |
+| kernel item | ``ckfmha::<shape id>::<kernel token>`` | ``<shape id>::<kernel token>`` | its kernel |
 | plan item | ``ckfmha::<shape id>::plan`` | ``<shape id>::plan`` | its shape's first (best-ranked) kernel item |
 | CK smoke line | ``ckfmha::ck-smoke::<line id>::plan`` | ``<line id>::plan`` | none (a group of its own) |
 | CK smoke line, parity mode | ``ckfmha::ck-smoke::<line id>::parity`` | ``<line id>::parity`` | none |
 | a line CK refuses | ``ckfmha::ck-smoke::<line id>`` | ``ck-smoke::<line id>`` | none |
 | parity item | ``ckfmha-parity::<upstream>::<label>`` | ``<upstream>::<label>`` | none |
+
+E.g. ``ckfmha::fwd-bf16-batch-b2h8k2s128d128-causal::qr_async-b128x128x32-a4399a6e`` and
+``ckfmha::fwd-bf16-batch-b2h8k2s128d128-causal::plan``.
+
+| id format | kernel item's last part | read by this version |
+|---|---|---|
+| 1 (before issue 28) | the full kernel id (``fwd.fp16.batch.d128x128.qr_async.b64x...gfx9.mask=any``) | no: :attr:`NodeId.old_format` names it, and ``--ckfmha-resume`` refuses such a report |
+| 2 (:data:`ID_FORMAT`) | the kernel token | yes |
+
+Named on the command line (:meth:`NodeId.parse_argument`), a node id -- or a collector's, ``ckfmha::<shape id>``
+-- is read as pytest prints it, also with the ``../`` pytest puts in front when it runs in a subdirectory of the
+rootdir; pytest_ckfmha/items.py takes such arguments out of pytest's path arguments and keeps only the items they
+name (:meth:`NodeId.covers`).
+
+``-k`` words (:func:`keywords`): besides the parts of the node id, every item matches its family, dtype, mode,
+feature tokens, matrix entry name, ``kernel`` or ``plan``, and a kernel item its pipeline
+(``-k "fwd and bf16 and causal"``, ``-k "qr_async and not lse"``, ``-k gqa_prefill``; ``-k`` matches substrings,
+so ``fwd`` also matches ``fwd_splitkv``).
 
 The kernel group (:meth:`NodeId.group_kernel`) is one rule for the ``xdist_group`` marker (:func:`group_name`) and
 ckfmha's own scheduler and shards (:func:`pytest_ckfmha.scheduling.kernel_groups`).
@@ -41,8 +67,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _num(x: float) -> str:
+    """A number without ``.`` (``0.2`` -> ``0p2``, ``30.0`` -> ``30``): node ids hold no dot, so pytest's ``-v``
+    (which rewrites a location's dots to ``::``) prints them as they are."""
     s = repr(float(x))
-    return s[:-2] if s.endswith(".0") else s
+    s = s[:-2] if s.endswith(".0") else s
+    return s.replace(".", "p")
 
 
 def _lens(xs) -> str:
@@ -176,8 +205,9 @@ class NodeId:
     parts: tuple[str, ...]
 
     @classmethod
-    def kernel(cls, shape_id: str, kernel_id: str) -> "NodeId":
-        return cls(ROOT, (shape_id, kernel_id))
+    def kernel(cls, shape_id: str, token: str) -> "NodeId":
+        """A kernel item: ``token`` the kernel's :func:`kernel_token`."""
+        return cls(ROOT, (shape_id, token))
 
     @classmethod
     def plan(cls, shape_id: str) -> "NodeId":
@@ -190,9 +220,21 @@ class NodeId:
 
     @classmethod
     def shape_items(cls, shape_id: str, kernels: Iterable[Any]) -> list[tuple["NodeId", Any]]:
-        """A matrix shape's items, in collection order: ``(node id, pinned kernel)`` of each kernel, then ``(node
-        id, None)`` of the plan item (the collector and the state's descriptions of items both use this)."""
-        return [(cls.kernel(shape_id, k.kernel_id), k) for k in kernels] + [(cls.plan(shape_id), None)]
+        """A matrix shape's items, in collection order: ``(node id, pinned kernel)`` of each kernel (named by its
+        :func:`kernel_token`), then ``(node id, None)`` of the plan item (the collector and the state's
+        descriptions of items both use this).  Two kernels of the shape with one token are a ValueError naming
+        both kernel ids."""
+        out: list[tuple[NodeId, Any]] = []
+        seen: dict[str, str] = {}
+        for k in kernels:
+            token = kernel_token(k)
+            if token in seen and seen[token] != k.kernel_id:  # pragma: no cover - a SHA-1 prefix collision
+                raise ValueError(
+                    f"shape {shape_id}: kernels {seen[token]} and {k.kernel_id} share the kernel token {token!r}"
+                )
+            seen[token] = k.kernel_id
+            out.append((cls.kernel(shape_id, token), k))
+        return out + [(cls.plan(shape_id), None)]
 
     @classmethod
     def smoke_line(cls, line_id: str, parity: bool) -> "NodeId":
@@ -213,6 +255,35 @@ class NodeId:
         if len(parts) > (3 if smoke else 2) or (smoke and len(parts) == 3 and parts[2] not in (PLAN, PARITY)):
             return None
         return cls(root, tuple(parts))
+
+    @classmethod
+    def parse_argument(cls, arg: str) -> "NodeId | None":
+        """A ckfmha node id named on the command line, or None when ``arg`` is none (a path, an option, another
+        plugin's id).  Read as pytest prints it: leading ``./`` and ``../`` (pytest's ``-v`` and ``FAILED`` lines
+        from a subdirectory of the rootdir) and an xdist ``@group`` suffix are dropped.  Besides an item's node id,
+        a collector's is accepted (``ckfmha::<shape id>``, ``ckfmha::ck-smoke``, ``ckfmha-parity::<upstream>``):
+        it names every item under it (:meth:`covers`)."""
+        text = arg.split("@", 1)[0]
+        while text.startswith(("./", "../")):
+            text = text.split("/", 1)[1]
+        item = cls.parse(text)
+        if item is not None:
+            return item
+        root, *parts = text.split(SEP)
+        if root not in (ROOT, PARITY_ROOT) or len(parts) != 1 or not parts[0]:
+            return None
+        return cls(root, tuple(parts))
+
+    def covers(self, other: "NodeId") -> bool:
+        """Whether ``other`` is this node or an item under it (this a collector's node id from
+        :meth:`parse_argument`)."""
+        return self.root == other.root and other.parts[: len(self.parts)] == self.parts
+
+    @property
+    def old_format(self) -> bool:
+        """A kernel item's node id of id format 1 (module doc): the full, dotted kernel id as its last part, which
+        no node id of this version holds (they have no dot)."""
+        return self.root == ROOT and not self.is_smoke and len(self.parts) == 2 and "." in self.parts[1]
 
     def __str__(self) -> str:
         return SEP.join((self.root, *self.parts))
@@ -250,17 +321,18 @@ class NodeId:
 
     @property
     def name(self) -> str:
-        """The item's own name under its scope: a kernel id, ``plan``, ``parity``, a parity label, a line id."""
+        """The item's own name under its scope: a kernel token, ``plan``, ``parity``, a parity label, a line id."""
         return self.parts[-1]
 
     @property
     def kernel_id(self) -> str | None:
-        """The pinned kernel of a kernel item, else None."""
+        """The pinned kernel's :func:`kernel_token` of a kernel item (the kernel as node ids name it), else None."""
         return self.name if self.kind == "kernel" else None
 
     def group_kernel(self, first_kernel_of_shape: str | None) -> str | None:
-        """The kernel whose group this item joins (module doc): a kernel item its own, a matrix plan item its
-        shape's first kernel item's (``first_kernel_of_shape``; None: no kernel item), any other item none."""
+        """The kernel (its token) whose group this item joins (module doc): a kernel item its own, a matrix plan
+        item its shape's first kernel item's (``first_kernel_of_shape``, a token; None: no kernel item), any other
+        item none."""
         kind = self.kind
         return self.name if kind == "kernel" else first_kernel_of_shape if kind == "plan" else None
 
@@ -273,8 +345,37 @@ class NodeId:
         return f"shape {self.scope}, kernel {kernel}"
 
 
-def group_name(kernel_id: str) -> str:
-    """xdist_group name of a kernel: short (xdist appends it to every node id) and stable."""
+ID_FORMAT = 2
+"""The node-id format of this version (module doc's table)."""
+KERNEL_HASH_LEN = 8
+"""Hex digits of the kernel id's SHA-1 in a kernel token."""
+
+
+def kernel_token(kernel) -> str:
+    """A kernel's compact id in node ids (module doc): ``{pipeline}-b{bm0}x{bn0}x{bk0}-{hash}``."""
     import hashlib
 
-    return "ck-" + hashlib.sha1(kernel_id.encode()).hexdigest()[:12]
+    a = kernel.algorithm
+    tile = "b" + "x".join(str(v) for v in a.tile[:3])
+    digest = hashlib.sha1(kernel.kernel_id.encode()).hexdigest()[:KERNEL_HASH_LEN]
+    return f"{a.pipeline.value}-{tile}-{digest}"
+
+
+def keywords(problem: Problem, kernel: Any = None, entry: str | None = None) -> set[str]:
+    """The ``-k`` words of an item (module doc): family, dtype, mode, feature tokens, ``kernel`` / ``plan``, the
+    kernel's pipeline, the matrix entry's name."""
+    p = problem
+    words = {family_token(p), p.dtype.value, p.mode.value, *_feature_tokens(p)}
+    words.add("plan" if kernel is None else "kernel")
+    if kernel is not None:
+        words.add(kernel.algorithm.pipeline.value)
+    if entry:
+        words.add(entry)
+    return words
+
+
+def group_name(kernel: str) -> str:
+    """xdist_group name of a kernel (its token): short (xdist appends it to every node id) and stable."""
+    import hashlib
+
+    return "ck-" + hashlib.sha1(kernel.encode()).hexdigest()[:12]

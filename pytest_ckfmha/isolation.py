@@ -379,7 +379,7 @@ def run_contained(item) -> None:
         warnings.warn(message, _warning_class(cls_name), stacklevel=1)
     if status == "done" and output.strip():
         sys.stdout.write(output)  # the child's output becomes the item's captured output
-    if result.outcome == "skipped":
-        pytest.skip(result.message)
+    if result.outcome == "skipped":  # at the item's location where it has a line (a matrix item: its entry)
+        raise pytest.skip.Exception(result.message, _use_item_location=item.reportinfo()[1] is not None)
     if result.outcome == "failed":
         pytest.fail(result.message, pytrace=False)

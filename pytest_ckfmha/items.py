@@ -1,10 +1,26 @@
 """The collector tree: ``ckfmha`` (Session-level) -> one collector per shape -> one item per kernel + ``plan``.
 
-Node ids: ``ckfmha::<shape id>::<kernel id>`` and ``ckfmha::<shape id>::plan`` (xdist's loadgroup appends
+Node ids: ``ckfmha::<shape id>::<kernel token>`` and ``ckfmha::<shape id>::plan`` (xdist's loadgroup appends
 ``@<group>``), rendered by :class:`pytest_ckfmha.ids.NodeId` alone: each item is made from its NodeId
-(:func:`item_of`) and names its own group (``group``), problem, item id and words (``describe``).  Markers: ``ckfmha``, ``ckfmha_<family>``, ``ckfmha_kernel`` / ``ckfmha_plan``, ``gpu`` (with
-``--ckfmha-backend triton|hip``) and ``xdist_group(ck-<hash of the kernel id>)`` -- the plan item joins the group
-of its shape's best-ranked kernel, which its plan normally uses, so each kernel is built by one worker.
+(:func:`item_of`) and names its own group (``group``), problem, item id and words (``describe``).  Markers:
+``ckfmha``, ``ckfmha_<family>``, ``ckfmha_kernel`` / ``ckfmha_plan``, ``gpu`` (with ``--ckfmha-backend
+triton|hip``) and ``xdist_group(ck-<hash of the kernel token>)`` -- the plan item joins the group of its shape's
+best-ranked kernel, which its plan normally uses, so each kernel is built by one worker.
+
+| what pytest shows | a matrix item gives |
+|---|---|
+| the node id (``-v``, ``FAILED``, ``--collect-only -q``, failure headers) | one string: the location's domain is the node id itself, which holds no dot, so ``-v`` prints it unchanged |
+| the location (skip lines, ``-vv``'s ``<-``) | the matrix file and the line of the entry's ``name:`` (:attr:`pytest_ckfmha.collect.ShapeSpec.location`) |
+| ``-k`` words | :func:`pytest_ckfmha.ids.keywords` |
+| failure text | the item id, the full kernel id and the matrix entry |
+
+Node ids named on the command line (:func:`take_node_id_arguments`, from ``pytest_load_initial_conftests``):
+pytest would read ``ckfmha::...`` as a path (``directory argument cannot contain :: selection parts`` where a
+``ckfmha`` directory exists, ``file or directory not found`` elsewhere), so the plugin takes every positional
+argument that :meth:`pytest_ckfmha.ids.NodeId.parse_argument` reads out of pytest's arguments before pytest
+resolves them; the matrix collectors collect only the items they name, and :class:`NamedItems` keeps only the
+ckfmha items they name (CK smoke and parity items too; other tests named as paths run as pytest would run them).  A named node id that names no item of the run is a usage error naming it; so is one given
+without ``--ckfmha-category`` / ``--ckfmha-ck-smoke`` / ``--ckfmha-parity``.
 """
 
 from __future__ import annotations
@@ -13,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_ckfmha.ids import ROOT, NodeId, group_name
+from pytest_ckfmha.ids import ROOT, NodeId, group_name, kernel_token, keywords
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_ckfmha.isolation import ItemResult
@@ -26,7 +42,10 @@ class MatrixCollector(pytest.Collector):
         from pytest_ckfmha.state import get_state
 
         st = get_state(self.config)
+        named = named_node_ids(self.config)
         for spec in st.specs():
+            if named and not any(n.root == ROOT and n.parts[0] == spec.shape_id for n in named):
+                continue  # a node id named on the command line, of another shape (NamedItems)
             yield ShapeCollector.from_parent(self, name=spec.shape_id, spec=spec)
 
     def reportinfo(self):
@@ -43,8 +62,10 @@ class ShapeCollector(pytest.Collector):
         return NodeId.shape_items(self.spec.shape_id, self.spec.kernels)
 
     def collect(self):
+        named = named_node_ids(self.config)
         for node, k in self.item_nodes():
-            yield CkfmhaItem.of(self, node, spec=self.spec, kernel=k)
+            if not named or any(n.covers(node) for n in named):
+                yield CkfmhaItem.of(self, node, spec=self.spec, kernel=k)
 
     def reportinfo(self):
         return self.path, None, self.name
@@ -74,6 +95,7 @@ class CkfmhaItem(pytest.Item):
             self.add_marker(pytest.mark.gpu)
         if self.group is not None:
             self.add_marker(pytest.mark.xdist_group(name=self.group))
+        self.extra_keyword_matches.update(keywords(spec.shape.problem, kernel, spec.shape.entry))
 
     @classmethod
     def of(cls, parent, node: NodeId, **kw) -> "CkfmhaItem":
@@ -82,7 +104,7 @@ class CkfmhaItem(pytest.Item):
     @property
     def group(self) -> str | None:
         """The ``xdist_group`` of the item (:meth:`NodeId.group_kernel`: its kernel, or its shape's first)."""
-        first = self.spec.kernels[0].kernel_id if self.spec.kernels else None
+        first = kernel_token(self.spec.kernels[0]) if self.spec.kernels else None
         kernel = self.node_id.group_kernel(first)
         return None if kernel is None else group_name(kernel)
 
@@ -117,10 +139,12 @@ class CkfmhaItem(pytest.Item):
             outcome = run_item(st.runtime(), self.spec.shape, self.kernel, props)
         except ItemSkip as e:
             props["reason"] = f"{self.spec.shape_id}: {e}"
-            return ItemResult("skipped", "skipped", props["reason"], props)
+            return ItemResult("skipped", "skipped", props["reason"], props)  # its location is the matrix entry
         except ItemFailure as e:
             props["reason"] = str(e)
-            return ItemResult("failed", "failed", f"{self.item_id}\n{e}", props, fresh_process_next=e.raised)
+            return ItemResult(
+                "failed", "failed", f"{self.item_id}\n{e}\n  {self.details()}", props, fresh_process_next=e.raised
+            )
         except Exception as e:  # noqa: BLE001 - a bug outside the kernel's stages: an error with its traceback
             props["reason"] = f"{type(e).__name__}: {e}"
             return ItemResult.error(self.item_id, e, props)
@@ -135,11 +159,22 @@ class CkfmhaItem(pytest.Item):
         ]
         lines += [f"  {c}" for c in outcome.checks.values()]
         lines.append(f"  plan: {' -> '.join(outcome.plan_kernels)}")
+        lines.append(f"  {self.details()}")
         return ItemResult("failed", "failed", "\n".join(lines), props)
 
     def describe(self) -> str:
-        """The item in words, for crash and timeout reasons."""
+        """The item in words, for crash and timeout reasons: :meth:`NodeId.describe`, a kernel item naming its
+        full kernel id (its node id holds the kernel token)."""
+        if self.kernel is not None:
+            return f"shape {self.node_id.scope}, kernel {self.kernel.kernel_id}"
         return self.node_id.describe()
+
+    def details(self) -> str:
+        """``kernel <full kernel id | the dispatcher's plan>; matrix <file>:<line> entry <name> (combination i)``
+        (a CK smoke line: its script line instead of a matrix entry)."""
+        kernel = self.kernel.kernel_id if self.kernel is not None else "the dispatcher's plan"
+        where = getattr(self.spec, "where", None)
+        return f"kernel {kernel}" + (f"; matrix {where}" if where else "")
 
     def runtest(self) -> None:
         from pytest_ckfmha.isolation import run_contained
@@ -147,4 +182,91 @@ class CkfmhaItem(pytest.Item):
         run_contained(self)
 
     def reportinfo(self):
-        return self.path, None, self.item_id
+        """The matrix entry as the location (a CK smoke line: the rootdir), the node id as the domain (module
+        doc)."""
+        location = getattr(self.spec, "location", None)
+        if location is not None:
+            return location[0], location[1], str(self.node_id)
+        return self.path, None, str(self.node_id)
+
+
+NAMED_KEY = pytest.StashKey[tuple[NodeId, ...]]()
+"""The ckfmha node ids named on the command line (:func:`take_node_id_arguments`)."""
+
+
+def take_node_id_arguments(config, args: list[str]) -> tuple[NodeId, ...]:
+    """Take the ckfmha node ids out of pytest's arguments ``args`` (in place) and out of its early namespace, and
+    keep them in ``config.stash`` (module doc).  Only positional arguments are taken: a value equal to one that
+    follows ``--deselect`` stays; when the count of positional ones cannot be matched, nothing is taken (pytest's
+    own error then names the argument)."""
+    namespace = getattr(config, "known_args_namespace", None)
+    positional = list(getattr(namespace, "file_or_dir", None) or [])
+    named: list[tuple[str, NodeId]] = []
+    for a in positional:
+        node = NodeId.parse_argument(a)
+        if node is not None:
+            named.append((a, node))
+    if not named or namespace is None:
+        return ()
+    taken: list[int] = []
+    for text, _ in named:
+        for i, a in enumerate(args):
+            if a == text and i not in taken and (i == 0 or args[i - 1] != "--deselect"):
+                taken.append(i)
+                break
+        else:
+            return ()
+    for i in sorted(taken, reverse=True):
+        del args[i]
+    namespace.file_or_dir = [a for a in positional if NodeId.parse_argument(a) is None]
+    nodes = tuple(n for _, n in named)
+    config.stash[NAMED_KEY] = nodes
+    return nodes
+
+
+def named_node_ids(config) -> tuple[NodeId, ...]:
+    return config.stash.get(NAMED_KEY, ())
+
+
+class NamedItems:
+    """Keeps only the ckfmha items the command line names (registered by the plugin when it names any)."""
+
+    def __init__(self, named: tuple[NodeId, ...]) -> None:
+        self.named = named
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, session, config, items) -> None:
+        """Before ``-k`` / ``-m`` and the shards, as pytest keeps only the items of a named node id: the ckfmha
+        items no named node id covers are dropped (not deselected); a named node id covering no item is a usage
+        error naming it."""
+        used: set[NodeId] = set()
+        keep = []
+        for item in items:
+            node = NodeId.parse(item.nodeid)
+            if node is None:
+                keep.append(item)
+                continue
+            hits = [n for n in self.named if n.covers(node)]
+            used.update(hits)
+            if hits:
+                keep.append(item)
+        missing = [str(n) for n in self.named if n not in used]
+        if missing:
+            raise pytest.UsageError(
+                f"ckfmha: node id {missing[0]!r} names no item of this run: run it with the options of the run "
+                "that printed it (--ckfmha-category, --ckfmha-arch, --ckfmha-family, ...)"
+            )
+        items[:] = keep
+
+
+def use_named(config, active: bool) -> None:
+    """The ckfmha node ids named on the command line: kept by :class:`NamedItems` in a ckfmha run (``active``);
+    without one, a usage error naming the first."""
+    named = named_node_ids(config)
+    if named and not active:
+        raise pytest.UsageError(
+            f"ckfmha: node id {str(named[0])!r} names a ckfmha item, but no ckfmha items are collected: give the "
+            "options of the run that printed it (--ckfmha-category, --ckfmha-ck-smoke or --ckfmha-parity)"
+        )
+    if named:
+        config.pluginmanager.register(NamedItems(named), "ckfmha-named")

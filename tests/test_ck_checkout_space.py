@@ -150,3 +150,18 @@ def test_a_registry_over_the_checkouts_kernel_space(fake):
         Registry.from_checkout(fake, "gfx942", families=["bwd"])
     with pytest.raises(CKTreeError, match=r"has no example/ck_tile/01_fmha/generate.py"):
         Registry.from_checkout(fake / "include", "gfx942")
+
+
+def test_cli_explain_and_run_plan_over_the_checkouts_kernel_space(fake, capsys, monkeypatch):
+    """issue 28: `--ck-root` (and $CK_ROOT) on run / explain too: the plan's kernels are the checkout's."""
+    from ckfmha.cli import main
+
+    line = ["-prec=fp16", "-b=1", "-h=2", "-s=64", "-d=64"]
+    assert main(["explain", *line, "--ck-root", str(fake)]) == 0
+    out = capsys.readouterr().out
+    assert f"kernel space: the CK checkout {fake}" in out
+    assert "stage fwd: 2 candidate(s), 1 can serve it" in out and f"        CK {FWD_KERNEL_NLSE}.cpp\n" in out
+    monkeypatch.setenv("CK_ROOT", str(fake))
+    assert main(["run", *line]) == 0
+    out = capsys.readouterr().out
+    assert f"kernel space: the CK checkout {fake}" in out and "verdict: PASS" in out

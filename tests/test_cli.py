@@ -258,9 +258,12 @@ def test_run_passes_and_prints_plan_checks_and_verdict(capsys) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "problem: fwd: -prec=fp16 -b=2 -h=8 -s=128 -s_k=128 -d=64 -mask=t"  # -h=8 is CK's nhead
-    assert lines[1] == "backend: cpu, arch gfx942, receipt 0, mask mode simplified, seed 0"
-    assert lines[2] == "plan:" and lines[3].startswith("  fwd: fwd.fp16.batch.d64x64.")
-    assert lines[4].startswith("  o: PASS max_abs_err=") and "mismatches=0/131072 (rtol=0.001, atol=0.001)" in lines[4]
+    assert lines[1] == "backend: cpu, arch gfx942, receipt 0, mask mode simplified, kernel space: ckfmha's enumeration"
+    assert lines[2] == (
+        "seeds: inputs 0 (ckfmha's --seed); CK's -seed 11939 (its default) seeds only the lengths the runner generates"
+    )
+    assert lines[3] == "plan:" and lines[4].startswith("  fwd: fwd.fp16.batch.d64x64.")
+    assert lines[5].startswith("  o: PASS max_abs_err=") and "mismatches=0/131072 (rtol=0.001, atol=0.001)" in lines[5]
     assert lines[-1] == "verdict: PASS (o matches the reference)"
 
 
@@ -268,7 +271,7 @@ def test_run_backward_as_one_string_with_the_program_name(capsys) -> None:
     code, out, err = run_cli(capsys, "run", "tile_example_fmha_bwd -prec=bf16 -b=1 -h=2 -s=64 -d=64", "--seed", "3")
     assert code == 0, err
     assert out.startswith("problem: bwd_dq_dk_dv: -prec=bf16 -b=1 -h=2 -s=64")
-    assert "seed 3" in out
+    assert "seeds: inputs 3 (ckfmha's --seed)" in out
     assert [ln.split(":")[0].strip() for ln in out.splitlines() if "PASS max_abs_err" in ln] == ["dq", "dk", "dv"]
     code, out2, _ = run_cli(
         capsys, "run", "--binary", "bwd", "-prec=bf16", "-b=1", "-h=2", "-s=64", "-d=64", "--seed=3"
@@ -306,7 +309,8 @@ def test_run_option_errors_from_argparse_exit_2(capsys) -> None:
 def test_run_no_kernel_prints_the_explanation(capsys) -> None:
     code, out, _ = run_cli(capsys, "run", "-prec=fp32", "-b=1", "-h=2", "-s=64", "-d=64")  # receipt 0 has no fp32
     assert code == 1
-    assert "no kernel serves this problem:" in out
+    assert "no kernel serves stage(s) fwd:\nstage fwd: " in out
+    assert out.count("problem: ") == 1  # the problem line once, not again in the explanation
     assert "stage fwd: " in out and "0 can serve it" in out and "dtype: kernel is fp16, problem is fp32" in out
     assert out.splitlines()[-1] == "verdict: FAIL (no kernel)"
 
@@ -346,8 +350,9 @@ def test_explain(capsys) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "problem: fwd: -prec=fp16 -b=2 -h=8 -s=128 -s_k=128 -d=64 -mask=t"
-    assert lines[1].startswith("stage fwd: ") and "can serve it" in lines[1]
-    assert lines[2].startswith("  OK    fwd.fp16.batch.d64x64.")
+    assert lines[1].startswith("kernel space: ckfmha's enumeration, arch gfx942")
+    assert lines[2].startswith("stage fwd: ") and "can serve it" in lines[2]
+    assert lines[3].startswith("  OK *  fwd.fp16.batch.d64x64.")
     code, out, _ = run_cli(capsys, "explain", "-prec=fp32", "-b=1", "-h=2", "-s=64", "-d=64")
     assert code == 1 and "0 can serve it" in out
     code, out, _ = run_cli(capsys, "explain", "tile_example_fmha_bwd", "-prec=fp16", "-b=1", "-h=2", "-s=64", "-d=64")
@@ -365,3 +370,89 @@ def test_explain_help_is_long_only(capsys) -> None:
     out = capsys.readouterr().out
     assert out.startswith("usage: ckfmha explain [tile_example_fmha_fwd|tile_example_fmha_bwd] -key=value")
     assert "-h=N is CK's head count" in " ".join(out.split())
+
+
+# ----------------------------------------------------------------------------- issue 28: the CLI as CK's runner
+def test_run_prints_the_normalizations_ck_announces_in_its_words(capsys) -> None:
+    code, out, err = run_cli(capsys, "run", "-s_knew=16", "-rotary_dim=64", "-mode=1", "-b=1", "-h=2", "-s=64", "-d=64")
+    assert code == 0, err
+    assert (
+        out.splitlines()[1]
+        == "tile_example_fmha_fwd says: fmha_fwd_appendkv() will be invoked. ignoring the 'mode' option"
+    )
+    code, out, _ = run_cli(
+        capsys, "explain", "-page_block_size=128", "-cache_batch_idx=1", "-b=1", "-h=2", "-s=256", "-d=64"
+    )
+    assert (
+        "tile_example_fmha_fwd says: paged-kvcache does not support cache_batch_idx. ignoring the 'cache_batch_idx' "
+        "option"
+    ) in out.splitlines()
+
+
+def test_run_names_cks_seed_and_ckfmhas_seed_apart(capsys) -> None:
+    code, out, err = run_cli(capsys, "run", "-seed=1", "-b=1", "-h=2", "-s=64", "-d=64", "--seed", "0")
+    assert code == 0, err
+    assert "seeds: inputs 0 (ckfmha's --seed); CK's -seed 1 seeds only the lengths the runner generates" in out
+    assert "seed 0\n" not in out
+
+
+def test_ck_root_is_checked_the_same_way_by_every_command(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CK_ROOT", str(tmp_path / "nonexistent"))
+    for command in (["count", "--arch", "gfx942"], ["run", *SMALL], ["explain", *SMALL]):
+        code, _, err = run_cli(capsys, *command)
+        assert code == 2 and "$CK_ROOT: " in err and "nonexistent" in err, command
+    monkeypatch.delenv("CK_ROOT")
+    for command in ("run", "explain"):
+        code, _, err = run_cli(capsys, command, *SMALL, "--ck-root", str(tmp_path / "nonexistent"))
+        assert code == 2 and f"ckfmha {command}: error: --ck-root: " in err
+
+
+def test_cpu_run_above_the_size_guard_is_refused_naming_the_override(capsys) -> None:
+    code, out, err = run_cli(capsys, "run", "-b=1", "-h=8", "-s=100000", "-d=128")
+    assert code == 2 and out == ""
+    assert "--cpu-max-flops: the problem is 4.1e+13 FLOPs, above the cpu backend's limit 5e+10" in err
+    assert "pass --cpu-max-flops 4.1e+13 (or 0 = no limit)" in err
+
+
+def test_long_runs_write_progress_to_stderr(capsys) -> None:
+    code, _, err = run_cli(capsys, "run", "-b=1", "-h=4", "-s=1024", "-d=128", "--cpu-max-flops", "1e12")
+    assert code == 0
+    assert "ckfmha run: running the plan on the cpu backend..." in err and "computing the reference: done in" in err
+
+
+def test_explain_shows_ck_instance_names_and_marks_the_picked_kernel(capsys) -> None:
+    from ckfmha.kernel import KernelConfig
+    from ckfmha.naming import ck_instance_name
+
+    code, out, err = run_cli(capsys, "explain", *SMALL)
+    assert code == 0, err
+    lines = out.splitlines()
+    picked = [i for i, ln in enumerate(lines) if ln.startswith("  OK *  ")]
+    assert len(picked) == 1
+    kernel_id = lines[picked[0]].split()[-1]
+    assert lines[picked[0] + 1] == f"        CK {ck_instance_name(KernelConfig.from_id(kernel_id))}"
+    code, run_out, _ = run_cli(capsys, "run", *SMALL)
+    assert f"  fwd: {kernel_id}" in run_out.splitlines()  # the marked kernel is the one run's plan uses
+
+
+def test_a_pass_with_a_large_relative_error_says_which_rule_passed(capsys) -> None:
+    code, out, err = run_cli(capsys, "run", "-s_knew=16", "-rotary_dim=64", "-b=1", "-h=2", "-s=64", "-d=64")
+    assert code == 0, err
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("  o: PASS"))
+    rel = float(lines[i].split("max_rel_err=")[1].split()[0])
+    assert rel > 0.001 and lines[i + 1].startswith("      PASS by CK's rule |out - ref| <= atol + rtol * |ref|")
+    assert "pass by atol=0.001" in lines[i + 1]
+
+
+def test_mask_errors_name_the_argument_once(capsys) -> None:
+    code, _, err = run_cli(capsys, "run", "-mask=zz", "-b=1")
+    assert code == 2 and "error: -mask: invalid mask value 'zz'" in err and "mask: mask:" not in err
+
+
+def test_count_and_list_default_to_the_same_arch_as_run(capsys) -> None:
+    code, out, err = run_cli(capsys, "count", "--format", "json")
+    assert code == 0 and json.loads(out)["arch"] == "gfx942"
+    assert "ckfmha count: arch gfx942 (the default; choose another with --arch)" in err
+    code, out, err = run_cli(capsys, "list", "--api", "fwd", "--filter", "c.hdim_q == 64")
+    assert code == 0 and out and "arch gfx942 (the default" in err

@@ -300,10 +300,10 @@ def test_scalar_with_a_trailing_comma_is_the_number():
         ("-mode=1 -b=2 -s=4,x", "-s: '4,x' has 'x', which is not an integer"),
         (
             "-mask=t:2,0,4",
-            "-mask: mask: 't:2,0,4' has sink component 4 (StreamingLLM sink tokens, CK's mask_info.sink / "
+            "-mask: 't:2,0,4' has sink component 4 (StreamingLLM sink tokens, CK's mask_info.sink / "
             "sink_size), which ckfmha does not model; only sink 0 is accepted",
         ),
-        ("-mask=b:1,0,2", "-mask: mask: 'b:1,0,2' has sink component 2"),
+        ("-mask=b:1,0,2", "-mask: 'b:1,0,2' has sink component 2"),
         ("-mask=t:2,0,-1", "sink component -1: the number of sink tokens must be >= 0"),
         ("-mask=g:1,2,3", "invalid mask value 'g:1,2,3' ('2,3' is not an integer)"),
         (
@@ -361,7 +361,7 @@ def test_ck_res_sink_log_commands():
     cmds = _real_log_commands()
     assert len(cmds) == 8 and all(" -d=16, " in c for c in cmds)
     for cmd in cmds:
-        with pytest.raises(ProblemError, match=r"-mask: mask: '[tb]:[12],0,[24]' has sink component [24] "):
+        with pytest.raises(ProblemError, match=r"-mask: '[tb]:[12],0,[24]' has sink component [24] "):
             Problem.from_ck_args(cmd)
         no_sink = cmd.replace("-mask=t:2,0,4", "-mask=t:2,0,0").replace("-mask=b:1,0,2", "-mask=b:1,0,0")
         p = Problem.from_ck_args(no_sink)
