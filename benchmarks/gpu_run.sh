@@ -18,6 +18,9 @@
 #   profile    Nsight Compute over one launch (benchmarks/profile_attn.py) of our forward and backward and of
 #              cuDNN's, fp16 d128 s4k non-causal (PROFILE_ARGS overrides the shape): $OUT/ncu_<dir>_<target>.txt
 #   bwdtune    the backward's descriptor variants and tiles (bench_bwd.py --variants --tiles BWD_TILES, fp16, 4k/16k)
+#   scale      issue 25's figures (benchmarks/bench_nightly.py): smoke cold + warm, then the nightly category cold until
+#              NIGHTLY_LIMIT s (SIGTERM to the run's process group after it: the report must say interrupted);
+#              GPUS (CUDA_VISIBLE_DEVICES), CPUS (taskset list) and WORKERS (-n) emulate a smaller box
 # Usage on the GPU machine, from the repository root: bash benchmarks/gpu_run.sh [STEP ...]   (default: all but causal)
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -78,7 +81,12 @@ for step in "${steps[@]}"; do
     bwdtune) timeout 420 python3 benchmarks/bench_bwd.py --dtypes fp16 --seqlens 4096,16384 --variants \
                --tiles "${BWD_TILES:-64x128w8s2,64x128w8s3,32x128w8s2,128x64w8s2,64x64w4s3}" --json "$OUT/bwd_tune.json" 2>&1 \
                | tee "$OUT/bwd_tune.txt" | tail -40 ;;
-    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|hopper|ptx|bwd|kvcache|profile|bwdtune)"; exit 2 ;;
+    scale) box=(--workers "${WORKERS:-auto}" ${GPUS:+--gpus "$GPUS"} ${CPUS:+--cpus "$CPUS"})
+           python3 benchmarks/bench_nightly.py --category smoke --passes cold,warm --limit 200 --out "$OUT" "${box[@]}" \
+             2>&1 | tee "$OUT/scale_smoke.txt"
+           python3 benchmarks/bench_nightly.py --category nightly --passes cold --limit "${NIGHTLY_LIMIT:-900}" --grace 45 \
+             --out "$OUT" "${box[@]}" 2>&1 | tee "$OUT/scale_nightly.txt" ;;
+    *) echo "unknown step '$step' (tests|contain|smoke|smokeall|gfx942|gfx942all|parity|bench|causal|hopper|ptx|bwd|kvcache|profile|bwdtune|scale)"; exit 2 ;;
   esac
   echo "== step $step: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 done

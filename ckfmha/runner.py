@@ -250,8 +250,9 @@ class StageCrash(BackendError):
 @dataclass(frozen=True)
 class StageRun:
     """One stage of an :class:`Execution`: ``cold`` -- its kernel was built from scratch in this call (neither the
-    on-disk build cache nor ``built`` had it), ``build_seconds`` that build's time (0.0 otherwise); ``wall_ms``
-    the wall time of ``run_stage``; ``device_ms`` the device time the backend reported (None: not reported)."""
+    on-disk build cache nor ``built`` had it, or the stage compiled at its launch: ``StageResult.compile_seconds``),
+    ``build_seconds`` that build's time (0.0 otherwise); ``wall_ms`` the wall time of ``run_stage`` less its
+    compiling; ``device_ms`` the device time the backend reported (None: not reported)."""
 
     role: StageRole
     kernel_id: str
@@ -391,6 +392,9 @@ def execute(
             res = _call(what, contain, passthrough, run_stage, built[kid], st, problem, MappingProxyType(views),
                         timing=timing, context=context)  # fmt: skip
             wall = (time.perf_counter() - t0) * 1e3
+            compile_s = res.compile_seconds if res is not None else 0.0
+            if compile_s > 0:  # compiled at its launch (Triton): the build's time, not the run's
+                cold, build_s, wall = True, build_s + compile_s, max(wall - compile_s * 1e3, 0.0)
             returned |= _call(what, contain, passthrough, _merge, st, res, specs, tensors, views)
             runs.append(StageRun(st.role, kid, cold, build_s, wall, res.device_ms if res is not None else None))
         _call("the plan", contain, passthrough, _check_complete, plan, returned)

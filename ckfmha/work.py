@@ -15,10 +15,20 @@ counted.  Backward (no mask discount; K/V counted with nhead_q, as CK does)::
                              + |dQ| sq dq + |dK| sk dq + |dV| sk dv + 4 * sq)
 
 ``TFLOPS = flops / 1e9 / ms`` and ``GB/s = bytes / 1e6 / ms``.  All counts are Python ints (no overflow).
+
+:func:`host_bytes` is ckfmha's own estimate (not CK's) of the memory a harness item of the problem holds at its
+peak, for admitting items to a run's workers (``--ckfmha-memory-budget``)::
+
+    host_bytes = 8 * (elements of the inputs) + 32 * (elements of the outputs)
+
+inputs: Q, K, V (+ O and dO for the backward; an elementwise bias); outputs: O (+ dQ, and dK / dV per query head
+for the backward): each input in its storage type and once more as a device-bound copy, each output as the
+kernel's result, the float64 reference and the validator's float64 temporaries.
 """
 
 from __future__ import annotations
 
+from ckfmha.kernel import Bias
 from ckfmha.problem import Problem, output_itemsize, storage_itemsize
 
 
@@ -53,6 +63,21 @@ def bytes_moved(problem: Problem) -> int:
             total += p.nhead_q * (e_in * sq * p.hdim_q + e_out * sq * p.hdim_v)
             total += p.nhead_k * (e_in * sk * p.hdim_q + e_in * sk * p.hdim_v)
     return total
+
+
+def host_bytes(problem: Problem) -> int:
+    """The estimate of the module doc: bytes an item of ``problem`` holds at its peak."""
+    p = problem
+    inputs = outputs = 0
+    for sq, sk in zip(p.seqlens_q_list, p.seqlens_k_list):
+        inputs += p.nhead_q * sq * p.hdim_q + p.nhead_k * sk * (p.hdim_q + p.hdim_v)
+        outputs += p.nhead_q * sq * p.hdim_v
+        if p.is_backward:
+            inputs += 2 * p.nhead_q * sq * p.hdim_v  # O, dO
+            outputs += p.nhead_q * (sq * p.hdim_q + sk * (p.hdim_q + p.hdim_v))  # dQ, raw dK / dV per query head
+        if p.bias is Bias.ELEMENTWISE:
+            inputs += (p.nhead_q if p.bias_rank else 1) * sq * sk
+    return 8 * inputs + 32 * outputs
 
 
 def tflops(problem: Problem, ms: float) -> float:

@@ -8,7 +8,8 @@
 
 The controller of an xdist run has node ids only: :func:`nodeid_costs` finds each item's problem through the
 session's state (the matrix shapes, the CK smoke lines, the parity problems); the shard selection has the items
-(:func:`item_costs`).  Costs are plain floats; only their order and sums matter.
+(:func:`item_costs`).  Costs are plain floats; only their order and sums matter.  :func:`nodeid_memory` gives the
+scheduler each item's peak host memory (:func:`ckfmha.work.host_bytes`) for ``--ckfmha-memory-budget``.
 """
 
 from __future__ import annotations
@@ -115,24 +116,47 @@ def problems_by_key(state) -> dict[str, Any]:
     return out
 
 
-def nodeid_costs(config, nodeids: Sequence[str]) -> dict[str, float]:
-    """The costs of the collected ``nodeids`` (the xdist controller's view, module doc)."""
+def _problem_lookup(config) -> Callable[[str], Any] | None:
+    """Node id -> its problem (None: a test without one), through the session's state; None without a state."""
     from pytest_ckfmha.state import get_state, has_state
 
     if not has_state(config):
-        return {n: 1.0 for n in nodeids}
-    st = get_state(config)
+        return None
     try:
-        problems = problems_by_key(st)
+        problems = problems_by_key(get_state(config))
     except Exception:  # noqa: BLE001 - costs only order the queue: a selection error is pytest's to report
         problems = {}
 
-    def model(nid: str) -> float:
+    def problem(nid: str) -> Any:
         node = NodeId.parse(nid)
         if node is None:
-            return 1.0
-        key = node.name if node.kind == "parity" else node.scope
-        return model_cost(problems.get(key))
+            return None
+        return problems.get(node.name if node.kind == "parity" else node.scope)
 
-    durations = load_durations(st.settings.durations) if st.settings.durations else None
-    return costs(nodeids, model, durations)
+    return problem
+
+
+def nodeid_costs(config, nodeids: Sequence[str]) -> dict[str, float]:
+    """The costs of the collected ``nodeids`` (the xdist controller's view, module doc)."""
+    from pytest_ckfmha.state import get_state
+
+    problem = _problem_lookup(config)
+    if problem is None:
+        return {n: 1.0 for n in nodeids}
+    settings = get_state(config).settings
+    durations = load_durations(settings.durations) if settings.durations else None
+    return costs(nodeids, lambda nid: model_cost(problem(nid)), durations)
+
+
+def nodeid_memory(config, nodeids: Sequence[str]) -> dict[str, float]:
+    """Node id -> the bytes its item holds at its peak (:func:`ckfmha.work.host_bytes`; 0 without a problem)."""
+    from ckfmha.work import host_bytes
+
+    problem = _problem_lookup(config)
+    if problem is None:
+        return {n: 0.0 for n in nodeids}
+    out = {}
+    for nid in nodeids:
+        p = problem(nid)
+        out[nid] = float(host_bytes(p)) if p is not None else 0.0
+    return out

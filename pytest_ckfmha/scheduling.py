@@ -9,6 +9,7 @@ Registered through ``pytest_xdist_make_scheduler`` when a ckfmha run uses ``-n``
 | builds once | a group's first item (its cheapest, so the build is done soonest) runs first, alone; its siblings are *held* until it completes -- only the worker running it may take them meanwhile (they run after it there) -- then *released*: any worker takes them, from the build cache (``ckfmha/backends/cache.py``; its file lock keeps a build that still races safe) |
 | cost | :mod:`pytest_ckfmha.costs`: the problem's FLOPs, or the seconds measured in ``--ckfmha-durations PREV.json`` |
 | order | the next item of a worker is the costlier of (the released item of highest cost, the first item of the unbuilt group of highest total cost): ties go to the build; ties of cost keep collection order. A worker is given items while it has fewer than two pending (xdist runs an item only once it knows the next one); with neither, it takes a held sibling of a build it runs, else it waits (never shut down while held items remain) |
+| memory | ``--ckfmha-memory-budget`` (default 0.6 of MemTotal): a worker's footprint is the largest estimated peak (:func:`ckfmha.work.host_bytes`) of the items it holds (they run one after the other); an item is sent to a worker only while the summed footprints stay within the budget; an item that fits nowhere waits (the next that fits goes first), and when no worker could start anything the next item goes anyway (one item always runs, however large) |
 | a worker dies | the item it was running is reported failed (``crashed``, the worker's exit status -- see :func:`crash_description`) and is **not** re-run; the rest of its work is queued again (a group whose build was on it is unbuilt again); xdist replaces the worker (``--max-worker-restart``) and the run goes on |
 | ``mark_test_pending`` | the item is queued again ahead of everything (for rerun plugins) |
 
@@ -94,26 +95,46 @@ class WorkPool:
             heapq.heappop(self._groups)
         return (-self._groups[0][0], self._groups[0][2]) if self._groups else None
 
-    def take(self) -> str | None:
-        """The next item by the module doc's order (None: only held items, or nothing, are left)."""
-        group = self._top_group()
-        if self._ready and (group is None or -self._ready[0][0] > group[0]):
-            return heapq.heappop(self._ready)[2]
-        if group is None:
-            return None
-        g = group[1]
-        heapq.heappop(self._groups)
-        first, *rest = self.unbuilt.pop(g)
-        self.builder[g] = first
-        self.held[g] = rest
-        return first
+    def take(self, fits: Callable[[str], bool] = lambda nid: True) -> str | None:
+        """The next item by the module doc's order among those that ``fits`` admits (None: none admitted, only
+        held items, or nothing, are left); the items passed over keep their places."""
+        passed_ready: list[tuple[float, int, str]] = []
+        passed_groups: list[tuple[float, int, str]] = []
+        try:
+            while True:
+                group = self._top_group()
+                if self._ready and (group is None or -self._ready[0][0] > group[0]):
+                    entry = heapq.heappop(self._ready)
+                    if fits(entry[2]):
+                        return entry[2]
+                    passed_ready.append(entry)
+                    continue
+                if group is None:
+                    return None
+                entry = heapq.heappop(self._groups)
+                g = entry[2]
+                if not fits(self.unbuilt[g][0]):
+                    passed_groups.append(entry)
+                    continue
+                first, *rest = self.unbuilt.pop(g)
+                self.builder[g] = first
+                self.held[g] = rest
+                return first
+        finally:
+            for e in passed_ready:
+                heapq.heappush(self._ready, e)
+            for e in passed_groups:
+                heapq.heappush(self._groups, e)
 
-    def take_held(self, running: Sequence[str]) -> str | None:
-        """A held sibling of a build among ``running`` (a worker's pending items), costliest first."""
+    def take_held(self, running: Sequence[str], fits: Callable[[str], bool] = lambda nid: True) -> str | None:
+        """A held sibling of a build among ``running`` (a worker's pending items), costliest first, that ``fits``
+        admits."""
         for nid in running:
             g = self.groups.get(nid, nid)
             if self.builder.get(g) == nid and self.held.get(g):
-                return self.held[g].pop()
+                for i in range(len(self.held[g]) - 1, -1, -1):
+                    if fits(self.held[g][i]):
+                        return self.held[g].pop(i)
         return None
 
     def built(self, nid: str) -> bool:
@@ -153,10 +174,20 @@ class BuildOnceScheduling:
     """The xdist scheduling protocol (xdist.scheduler.protocol.Scheduling): each kernel built once, then its
     items spread, longest first (module doc).  ``costs``: node ids -> their costs (default: all 1)."""
 
-    def __init__(self, numnodes: int, log=None, costs: CostFunction | None = None) -> None:
+    def __init__(
+        self,
+        numnodes: int,
+        log=None,
+        costs: CostFunction | None = None,
+        memory: CostFunction | None = None,
+        budget: float | None = None,
+    ) -> None:
         self.numnodes = numnodes
         self.log = log.ckfmhasched if log is not None else (lambda *a: None)
         self.costs = costs
+        self.memory_of = memory  # node ids -> estimated peak bytes (the memory row of the module doc)
+        self.budget = budget  # bytes the items held at once may take (None: no limit)
+        self.memory: dict[str, float] = {}
         self.collection: list[str] | None = None
         self.registered: dict[Any, list[str]] = {}  # node -> its collection
         self.assigned: dict[Any, list[str]] = {}  # node -> node ids sent, in order
@@ -170,9 +201,19 @@ class BuildOnceScheduling:
             from xdist.workermanage import parse_tx_spec_config
         except ImportError:  # pytest-xdist < 3.7 names it parse_spec_config
             from xdist.workermanage import parse_spec_config as parse_tx_spec_config
-        from pytest_ckfmha.costs import nodeid_costs
+        from pytest_ckfmha.costs import nodeid_costs, nodeid_memory
+        from pytest_ckfmha.state import get_state, has_state
 
-        return cls(len(parse_tx_spec_config(config)), log, lambda ids: nodeid_costs(config, ids))
+        budget = None
+        if has_state(config):
+            budget = memory_budget_bytes(get_state(config).settings.memory_budget)
+        return cls(
+            len(parse_tx_spec_config(config)),
+            log,
+            lambda ids: nodeid_costs(config, ids),
+            memory=lambda ids: nodeid_memory(config, ids),
+            budget=budget,
+        )
 
     # ---------------------------------------------------------------- protocol properties
     @property
@@ -253,23 +294,46 @@ class BuildOnceScheduling:
         self.assigned[node].append(nid)
         node.send_runtest_some([self.pool.index[nid]])  # every node's collection is self.collection
 
-    def _reschedule(self, node) -> None:
+    def _footprint(self, node) -> float:
+        """The memory ``node`` holds: its pending items run one after the other, so the largest of them."""
+        return max((self.memory.get(n, 0.0) for n in self._pending(node)), default=0.0)
+
+    def _fits(self, node) -> Callable[[str], bool]:
+        """Whether an item sent to ``node`` now keeps the workers' summed footprints within the memory budget
+        (module doc)."""
+        if self.budget is None or not self.memory:
+            return lambda nid: True
+        others = sum(self._footprint(other) for other in self.assigned if other is not node)
+        own = self._footprint(node)
+        budget = self.budget
+        return lambda nid: others + max(own, self.memory.get(nid, 0.0)) <= budget
+
+    def _reschedule(self, node, fits: Callable[[str], bool] | None = None) -> None:
         if node.shutting_down or node not in self.registered:
             return
         if not len(self.pool):
             node.shutdown()
             return
         while len(self._pending(node)) < 2:
-            nid = self.pool.take()
+            admit = fits or self._fits(node)
+            nid = self.pool.take(admit)
             if nid is None:
-                nid = self.pool.take_held(self._pending(node))
+                nid = self.pool.take_held(self._pending(node), admit)
             if nid is None:
-                return  # only siblings of builds running elsewhere are left: wait for one to complete
+                return  # only siblings of builds running elsewhere, or items over the budget: wait for one to complete
             self._send(node, nid)
 
     def _reschedule_all(self) -> None:
         for node in self.nodes:
             self._reschedule(node)
+        if len(self.pool) and not any(len(self._pending(n)) >= 2 for n in self.nodes):
+            # no worker can start an item (xdist runs one only with the next known): the next goes over the budget
+            for node in self.nodes:
+                if not node.shutting_down and node in self.registered:
+                    before = len(self._pending(node))
+                    self._reschedule(node, fits=lambda nid: True)
+                    if len(self._pending(node)) > before:
+                        break
 
     def _collections_agree(self) -> bool:
         first = next(iter(self.registered.values()))
@@ -296,6 +360,8 @@ class BuildOnceScheduling:
             return
         groups = kernel_groups(self.collection)
         cost = self.costs(self.collection) if self.costs is not None else {}
+        if self.budget is not None and self.memory_of is not None:
+            self.memory = self.memory_of(self.collection)
         self.pool = WorkPool(self.collection, groups, cost)
         units: dict[str, list[str]] = {}
         for nid in self.collection:
@@ -303,10 +369,35 @@ class BuildOnceScheduling:
         for g, ids in units.items():
             self.pool.add_group(g, ids)
         for node in self.nodes:  # one item each first, so the first builds go to different workers
-            first = self.pool.take()
+            first = self.pool.take(self._fits(node))
             if first is not None:
                 self._send(node, first)
         self._reschedule_all()
+
+
+def memory_budget_bytes(setting: tuple[str, float] | None, total: float | None = None) -> float | None:
+    """``--ckfmha-memory-budget``'s bytes: ("share", x) of ``total`` (default: this machine's MemTotal, None
+    where /proc/meminfo cannot be read -- no limit then), ("bytes", n), or None (no limit)."""
+    if setting is None:
+        return None
+    kind, value = setting
+    if kind == "bytes":
+        return value
+    if total is None:
+        total = machine_memory()
+    return None if total is None else value * total
+
+
+def machine_memory() -> float | None:
+    """MemTotal of /proc/meminfo in bytes (None: not Linux, or unreadable)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 KernelGroupScheduling = BuildOnceScheduling

@@ -1,4 +1,5 @@
-"""On a GPU: a hung GPU kernel is really stopped, and a GPU fault fails its item alone.
+"""On a GPU: a hung GPU kernel is really stopped, a GPU fault and an out-of-memory item fail alone, and on a
+multi-GPU machine each xdist worker runs on a GPU of its own.
 
 The inner pytest runs use a test backend (from a conftest, through the ``pytest_ckfmha_backend`` hook) whose stages
 launch real Triton kernels: a kernel that spins forever, a kernel that stores far out of bounds (CUDA's sticky
@@ -46,7 +47,7 @@ class GpuTestBackend(Backend):
 
     def device(self):
         import torch
-        return f"{torch.cuda.get_device_name()} pid {os.getpid()}"
+        return f"{torch.cuda.get_device_name()} uuid {torch.cuda.get_device_properties(0).uuid} pid {os.getpid()}"
 
     def supports(self, c):
         return None
@@ -85,6 +86,8 @@ class GpuTestBackend(Backend):
         if misbehave and mode == "fault":
             wild_store[(1,)](torch.zeros(1, device="cuda"))
             torch.cuda.synchronize()
+        if misbehave and mode == "oom":
+            torch.empty(1 << 46, dtype=torch.uint8, device="cuda")  # 64 TiB: more than any GPU has
         x = torch.arange(1000, dtype=torch.float32, device="cuda")
         y = torch.empty_like(x)
         scale[(1,)](x, y, 1000, BLOCK=1024)
@@ -145,3 +148,35 @@ def test_a_gpu_fault_fails_its_items_alone(pytester, monkeypatch, tmp_path):
     ok = [r for r in rows.values() if r["verdict"] == "passed"]
     pids = {r["device"] for r in bad} | {r["device"] for r in ok}
     assert len(ok) == 2 and len(pids) >= 2  # the causal items ran in a fresh process with a working GPU
+
+
+def test_an_out_of_memory_item_fails_alone_with_that_reason(pytester, monkeypatch, tmp_path):
+    res, rows = _run(pytester, monkeypatch, tmp_path, "oom", "-n", "2")
+    res.assert_outcomes(passed=2, failed=2)
+    bad = [r for r in rows.values() if r["verdict"] != "passed"]
+    assert all(r["verdict"] == "failed" and "out of memory" in r["reason"].lower() for r in bad), bad
+    assert len([r for r in rows.values() if r["verdict"] == "passed"]) == 2
+
+
+def _gpu_count() -> int:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def test_each_worker_runs_on_a_gpu_of_its_own(pytester, monkeypatch, tmp_path):
+    n = _gpu_count()
+    if n < 2:
+        pytest.skip(f"needs two GPUs: nvidia-smi -L lists {n}")
+    res, rows = _run(pytester, monkeypatch, tmp_path, "", "-n", str(n))
+    res.assert_outcomes(passed=4)
+    by_worker: dict[str, set] = {}
+    for r in rows.values():
+        by_worker.setdefault(r["worker"], set()).add(r["device"].split(" uuid ")[1].split()[0])
+    assert all(len(uuids) == 1 for uuids in by_worker.values()), by_worker  # a worker never moves to another GPU
+    used = set().union(*by_worker.values())
+    assert len(used) == min(len(by_worker), n), by_worker  # the workers that ran items were on different GPUs

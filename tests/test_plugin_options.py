@@ -33,6 +33,9 @@ pytest_plugins = ["pytester"]
         (["--ckfmha-filter-file", "nope.py"], "--ckfmha-filter-file: 'nope.py' does not exist"),
         (["--ckfmha-mask-mode", "fancy"], "--ckfmha-mask-mode: 'fancy' is not a mask mode"),
         (["--ckfmha-matrix", "missing.yaml"], "--ckfmha-matrix: 'missing.yaml' does not exist"),
+        (["--ckfmha-memory-budget", "lots"], "--ckfmha-memory-budget: 'lots' is not auto, none, a share"),
+        (["--ckfmha-memory-budget", "1.5"], "--ckfmha-memory-budget: '1.5' is not a share in (0, 1]"),
+        (["--ckfmha-memory-budget", "0GB"], "--ckfmha-memory-budget: '0GB' is no memory: a size must be > 0"),
     ],
 )
 def test_bad_values_are_usage_errors(pytester, monkeypatch, tmp_path, args, needle):

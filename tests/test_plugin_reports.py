@@ -3,6 +3,7 @@ Ctrl-C) and as checkpoints while the run goes on; the report path is checked bef
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -200,3 +201,30 @@ def test_rowbook_covers_every_phase():
     assert rows["ckfmha::c::k"]["verdict"] == "crashed" and "gw0" in rows["ckfmha::c::k"]["reason"]
     assert rows["ckfmha::d::k"]["verdict"] == "not_run" and rows["ckfmha::d::k"]["reason"] == "interrupted"
     assert book.completed() == 3
+
+
+def test_a_group_sigterm_stops_an_xdist_run_that_inherited_sigterm_ignored(pytester, monkeypatch, tmp_path):
+    # a CI time limit (timeout(1), a runner) signals the whole process group; a launcher that left SIGTERM ignored
+    # (SIG_IGN is inherited through fork and exec) must not turn that into a run going on until the SIGKILL
+    pytest.importorskip("xdist")
+    base = make_project(pytester, monkeypatch, tmp_path, die="slow", die_on="fwd.fp16")
+    monkeypatch.setenv("CKT_SLOW_S", "2.0")
+    out = open(pytester.path / "out.txt", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *base, "--ckfmha-category", "full", "-n", "2",
+         "--ckfmha-report", "r.json", "--ckfmha-report-every", "0.1"],
+        cwd=pytester.path, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        assert _wait_for(lambda: _completed(pytester.path / "r.json") >= 1), (pytester.path / "out.txt").read_text()
+        os.killpg(proc.pid, signal.SIGTERM)
+        rc = proc.wait(60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert doc["state"] == "interrupted" and doc["signal"] == "SIGTERM" and rc == 2, (
+        pytester.path / "out.txt"
+    ).read_text()
+    assert doc["collected"] == len(doc["rows"]) == 8 and doc["completed"] < 8

@@ -140,3 +140,15 @@ def test_cpu_backend_runs_the_hand_built_kernels(pytester, monkeypatch, tmp_path
         r["ref_cached"] for r in rows if r["verdict"] == "passed" and r["id"].startswith("fwd-fp16-batch-b1h2s16d64::")
     ]
     assert cached.count(False) <= 1 and cached.count(True) >= 1
+
+
+def test_the_backend_releases_its_device_memory_after_every_item(pytester, monkeypatch, tmp_path):
+    # workers sharing a GPU: each item ends by handing cached device memory back, a failing or skipped one too
+    base = make_project(pytester, monkeypatch, tmp_path, mode="wrong")
+    log = tmp_path / "released.txt"
+    monkeypatch.setenv("CKT_RELEASE_LOG", str(log))
+    pytester.runpytest_subprocess(*base, "--ckfmha-category", "full", "--ckfmha-report", "r.json")
+    rows = json.loads((pytester.path / "r.json").read_text())["rows"]
+    ran = [r for r in rows if r["verdict"] not in ("skipped", "not_run")]
+    assert len(ran) >= 2 and any(r["verdict"] == "failed" for r in ran)
+    assert len(log.read_text().split()) == len(rows) == 8  # the skipped items (backend loaded) release too

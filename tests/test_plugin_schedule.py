@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_ckfmha.costs import costs, durations_of, row_seconds
-from pytest_ckfmha.scheduling import BuildOnceScheduling, kernel_groups
+from pytest_ckfmha.scheduling import BuildOnceScheduling, kernel_groups, memory_budget_bytes
 from pytest_ckfmha.sharding import MAX_SHARDS, assign_shards, parse_shard, shard_from_env
 
 
@@ -25,8 +25,13 @@ class _Node:
         self.shutting_down = True
 
 
-def _start(nodes, collection, cost=None):
-    s = BuildOnceScheduling(len(nodes), costs=(lambda ids: dict(cost)) if cost else None)
+def _start(nodes, collection, cost=None, memory=None, budget=None):
+    s = BuildOnceScheduling(
+        len(nodes),
+        costs=(lambda ids: dict(cost)) if cost else None,
+        memory=(lambda ids: dict(memory)) if memory else None,
+        budget=budget,
+    )
     for n in nodes:
         s.add_node(n)
         s.add_node_collection(n, collection)
@@ -34,13 +39,17 @@ def _start(nodes, collection, cost=None):
     return s
 
 
-def _simulate(s, nodes, collection, stop_after=None):
+def _simulate(s, nodes, collection, stop_after=None, running=None):
     """Run the protocol as xdist's workers do (a worker runs an item once it knows the next one, or is shut down);
-    one item per step, round-robin over the workers. Returns [(worker, node id)] in completion order."""
+    one item per step, round-robin over the workers. Returns [(worker, node id)] in completion order.  ``running``:
+    called with the node ids the workers run in each round (one per worker that can run)."""
     done: list[tuple[str, str]] = []
     ran = {n: 0 for n in nodes}
     while s.has_pending:
         progressed = False
+        if running is not None:
+            running([collection[n.sent[ran[n]]] for n in nodes
+                     if n.sent[ran[n] :] and (len(n.sent[ran[n] :]) >= 2 or n.shutting_down)])  # fmt: skip
         for n in nodes:
             queue = n.sent[ran[n] :]
             if queue and (len(queue) >= 2 or n.shutting_down):
@@ -264,3 +273,31 @@ def test_the_controller_costs_items_by_their_shape_s_flops_or_by_durations(monke
     monkeypatch.setattr("pytest_ckfmha.costs.load_durations", lambda path: {ids[0]: 9.0, ids[2]: 3.0})
     # the others get their mean
     assert nodeid_costs(object(), ids) == {ids[0]: 9.0, ids[1]: 6.0, ids[2]: 3.0, ids[3]: 6.0}
+
+
+def test_items_that_would_exceed_the_memory_budget_wait_and_one_always_runs():
+    # 4 workers; six huge items (60 each) and twelve small ones (1 each), budget 100: never two huge items at once,
+    # the small ones fill the other workers meanwhile, and a 150-item (over the whole budget) still runs, alone
+    coll = [f"tests/t.py::test_huge{i}" for i in range(6)] + [f"tests/t.py::test_small{i}" for i in range(12)]
+    coll.append("tests/t.py::test_giant")
+    memory = {n: 60.0 if "huge" in n else 1.0 for n in coll}
+    memory["tests/t.py::test_giant"] = 150.0
+    cost = {n: memory[n] for n in coll}
+    nodes = [_Node(f"gw{i}") for i in range(4)]
+    s = _start(nodes, coll, cost, memory, budget=100.0)
+    peaks: list[float] = []
+    done = _simulate(s, nodes, coll, running=lambda ids: peaks.append(sum(memory[n] for n in ids)))
+    assert sorted(n for _, n in done) == sorted(coll)
+    rounds_with_giant = [p for p in peaks if p >= 150]
+    assert rounds_with_giant and all(p == 150 for p in rounds_with_giant)  # the giant ran alone
+    assert max(p for p in peaks if p < 150) <= 100  # otherwise within the budget
+    unlimited = _start([_Node(f"gw{i}") for i in range(4)], coll, cost)
+    wide: list[float] = []
+    _simulate(unlimited, unlimited.nodes, coll, running=lambda ids: wide.append(sum(memory[n] for n in ids)))
+    assert max(wide) > 150  # without a budget the huge items start together (the run a budget prevents)
+
+
+def test_memory_budget_setting_to_bytes():
+    assert memory_budget_bytes(("share", 0.5), total=64e9) == 32e9
+    assert memory_budget_bytes(("bytes", 48e9), total=64e9) == 48e9
+    assert memory_budget_bytes(None, total=64e9) is None

@@ -177,3 +177,27 @@ def test_unwritten_raw_gradient_heads_are_detected(monkeypatch) -> None:
         r"\(still the poison NaN\), first at \(0, 2, 0, 0\)",
     ):
         run(p, make_inputs(p, 0), registry=cpu_registry())
+
+
+class _CompileAtLaunchBackend(CpuBackend):
+    """Reports half a second of compiling inside each stage (as Triton's first launch of a specialization)."""
+
+    def run_stage(self, kernel, stage, problem, inputs, *, timing=False, context=None):
+        res = super().run_stage(kernel, stage, problem, inputs, timing=timing, context=context)
+        res.compile_seconds = 0.5
+        return res
+
+
+def test_compile_at_launch_is_counted_as_the_build_not_the_run() -> None:
+    from ckfmha.dispatcher import Dispatcher
+    from ckfmha.runner import execute, prepare_tensors
+
+    p = Problem(batch=1, nhead_q=2, seqlen_q=40, hdim_q=64)
+    plan = Dispatcher(cpu_registry(), backend=_CompileAtLaunchBackend()).select(p)
+    built = {s.kernel.kernel_id: CpuBackend().build(s.kernel) for s in plan.stages}  # built ahead: no build here
+    tensors, _ = prepare_tensors(p, plan, make_inputs(p, 0), None)
+    ex = execute(_CompileAtLaunchBackend(), plan, tensors, built=dict(built))
+    assert ex.cold and ex.build_seconds == pytest.approx(0.5 * len(plan.stages))
+    assert all(0 <= s.wall_ms < 500 for s in ex.stages)  # the compile left the run's time
+    again = execute(CpuBackend(), plan, prepare_tensors(p, plan, make_inputs(p, 0), None)[0], built=dict(built))
+    assert not again.cold and again.build_seconds == 0.0

@@ -315,7 +315,7 @@ def test_group_mode_plan_makes_no_host_sync(deterministic: bool) -> None:
 @pytest.mark.parametrize("family", ["bwd_dot_do_o", "bwd_dq_dk_dv", "bwd_convert_dq"])
 @pytest.mark.parametrize("mode", ["batch", "group"])
 def test_each_stage_compiles_alone(family: str, mode: str) -> None:
-    # backend.build warms a kernel on a synthetic problem: a later stage's inputs are fabricated (warmup_inputs)
+    # compile_ahead launches a kernel on a synthetic problem: a later stage's inputs are fabricated (warmup_inputs)
     want = {
         "bwd_dq_dk_dv": dict(dbias=True, deterministic=True, mask="generic"),
         "bwd_convert_dq": dict(deterministic=True),
@@ -327,7 +327,7 @@ def test_each_stage_compiles_alone(family: str, mode: str) -> None:
         and c.dtype.value == "fp16"
         and all(getattr(getattr(c, k), "value", getattr(c, k)) == v for k, v in want.get(family, {}).items())
     )
-    info = _backend.build(c).info
+    info = _backend.compile_ahead(c)
     assert info["warmup_seconds"] >= 0 and "device" in info
 
 

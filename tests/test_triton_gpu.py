@@ -430,3 +430,23 @@ def test_a_table_without_launch_variants_launches_without_them(launched) -> None
     tensors.update(_backend.run_stage(_backend.build(plan.stages[0].kernel), plan.stages[0], p, tensors).outputs)
     assert (launched[-1]["QK_AHEAD"], launched[-1]["LPT_HEADS"]) == (False, 0)
     assert_valid(p, tensors, ref)
+
+
+def test_a_compile_is_counted_once_as_build_and_never_as_run_time() -> None:
+    # build compiles nothing; the first launch of a specialization compiles (unless Triton's disk cache has it) and
+    # says so (compile_seconds, no device time); another shape of the same kernel -- lengths of another
+    # divisibility class, other batch and heads: not specialized on -- compiles nothing
+    from ckfmha.backends.triton.device import COMPILES_COUNTED
+
+    assert COMPILES_COUNTED, "Triton has no compilation listener: compiles cannot be counted"
+    p = Problem(dtype="fp16", mask="b:13,7", lse=True, batch=3, nhead_q=5, seqlen_q=77, seqlen_k=91, hdim_q=96)
+    st = dispatcher().select(p).stages[0]
+    kernel = _backend.build(st.kernel)
+    assert kernel.build_seconds == 0.0 and kernel.cached
+    first = _backend.run_stage(kernel, st, p, make_inputs(p, 0), timing=True)
+    assert first.compile_seconds == 0.0 or first.device_ms is None  # a compiling launch has no device time
+    p2 = Problem(dtype="fp16", mask="b:13,7", lse=True, batch=2, nhead_q=3, seqlen_q=64, seqlen_k=96, hdim_q=96)
+    st2 = dispatcher().select(p2).stages[0]
+    assert st2.kernel == st.kernel
+    second = _backend.run_stage(kernel, st2, p2, make_inputs(p2, 1), timing=True)
+    assert second.compile_seconds == 0.0 and second.device_ms is not None and second.device_ms > 0

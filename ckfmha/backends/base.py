@@ -14,7 +14,8 @@ A backend
   backend, the name and the ones it takes.  ``kernel_source()`` -> the CK checkout whose generator lists the
   kernels this backend builds (None: ckfmha's built-in enumeration); core code configures a backend and asks it
   this through these two methods only (:func:`ckfmha.backends.configure_backend`);
-* ``run_stage(kernel, stage, problem, inputs, *, timing, context)`` -> :class:`StageResult`: runs one plan stage.
+* ``run_stage(kernel, stage, problem, inputs, *, timing, context)`` -> :class:`StageResult`: runs one plan stage;
+* ``release_memory()``: hands cached device memory back (called after each harness item; a no-op by default).
 
 The stage contract:
 
@@ -25,7 +26,10 @@ The stage contract:
                     may be absent); elements the kernel does not write hold the NaN poison of ``spec.allocate()``
 ``stage.launch``    the dispatcher's backend-neutral launch choices (:class:`ckfmha.plan.Launch`)
 ``StageResult``     ``outputs``: name -> a new NumPy array per spec; ``device_ms``: the stage's device time when
-                    ``timing`` is set (None otherwise or where not measurable)
+                    ``timing`` is set (None otherwise or where not measurable); ``compile_seconds``: what compiling
+                    took inside this stage, for a backend that compiles at a kernel's first launch (Triton's JIT
+                    specializes on the problem, so its ``build`` compiles nothing): the runner counts it as the
+                    stage's build, not its run
 ``context``         a :class:`RunContext` per plan execution: where a backend keeps what it reuses across the
                     stages of one run (device copies of inputs); never the caller's dict
 ==================  ================================================================================================
@@ -99,10 +103,11 @@ class BuiltKernel:
 @dataclass
 class StageResult:
     """What a stage returns (see the module doc): ``outputs`` name -> new NumPy array, one per output spec of the
-    stage; ``device_ms`` the device time when asked for."""
+    stage; ``device_ms`` the device time when asked for; ``compile_seconds`` the compiling done at its launches."""
 
     outputs: dict[str, Any]
     device_ms: float | None = None
+    compile_seconds: float = 0.0
 
 
 class RunContext:
@@ -165,6 +170,10 @@ class Backend(abc.ABC):
     def clocks(self) -> str:
         """The device clocks now, in words, where readable (reports carry them with timings); "" here."""
         return ""
+
+    def release_memory(self) -> None:  # noqa: B027 - optional hook: backends without a device allocator keep the no-op
+        """Give the device memory this process caches but no longer uses back to the device (the harness calls it
+        after each item: processes that share a GPU must not starve each other with cached blocks); a no-op here."""
 
     @abc.abstractmethod
     def build(self, config: KernelConfig) -> BuiltKernel: ...

@@ -10,8 +10,9 @@ Layers (each module imports only the ones below it; no import circle, no private
 =========================  ============================================================================================
 module                     role (imports)
 =========================  ============================================================================================
-``backend.py``             TritonBackend: available / supports / build / run_stage (capability; execute and warmup
-                           when it runs or builds)
+``backend.py``             TritonBackend: available / supports / build (checks only: the first launch of each
+                           specialization compiles, reported as the stage's compile_seconds) / run_stage /
+                           compile_ahead (capability; execute and warmup when it runs or compiles ahead)
 ``warmup.py``              compile a config on a synthetic problem (execute, launch_bwd.warmup_inputs)
 ``execute.py``             the stage module: the stage contract by role -> the launchers; outputs from the stage's
                            specs (device, launch, launch_bwd, launch_kvcache)

@@ -18,6 +18,9 @@ name                        what it does
 :func:`spec_output`         a device buffer as the NumPy array its spec declares
 :func:`sync`, :func:`timed`  device synchronization and the launch's device milliseconds (CUDA events; wall time in
                             the interpreter)
+:func:`compiled_since`      what Triton compiled in this process since a :func:`compile_mark` (count, seconds):
+                            Triton's compilation listener, so a stage reports the compile its launches needed as build
+                            time (``StageResult.compile_seconds``), not run time
 ``ELEM``, ``TORCH_OUT``     the kernels' element types and the O buffer's torch dtype per kernel dtype
 :func:`seq_strides` ...     stride helpers, :func:`dummy_tensor`, :func:`required`, :func:`mask_args`,
                             :func:`check_preconditions` (:class:`~ckfmha.backends.base.PreconditionError`) and
@@ -253,6 +256,42 @@ def _identity(a: np.ndarray) -> tuple[tuple, Any]:
     while isinstance(root.base, np.ndarray):
         root = root.base
     return (id(root), a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str), root
+
+
+# ------------------------------------------------------------------------------------------ compiles
+#: fresh compiles Triton reported in this process: count and seconds (a disk-cache hit is a load, not counted)
+_COMPILED: dict[str, float] = {"count": 0, "seconds": 0.0}
+
+
+def _listen_to_compiles() -> bool:
+    """Chain a counter onto ``triton.knobs.compilation.listener`` (Triton >= 3.4); False where Triton has none."""
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    if compilation is None or not hasattr(compilation, "listener"):
+        return False
+    before = compilation.listener
+
+    def listener(*, src, metadata, metadata_group, times, cache_hit, **rest) -> None:
+        if not cache_hit:
+            _COMPILED["count"] += 1
+            _COMPILED["seconds"] += float(getattr(times, "total", 0) or 0) / 1e6  # CompileTimes are microseconds
+        if before is not None:
+            before(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **rest)
+
+    compilation.listener = listener
+    return True
+
+
+#: whether compiles are counted (Triton's listener exists); without it every stage reports 0 compile seconds
+COMPILES_COUNTED = _listen_to_compiles()
+
+
+def compile_mark() -> tuple[int, float]:
+    return (int(_COMPILED["count"]), _COMPILED["seconds"])
+
+
+def compiled_since(mark: tuple[int, float]) -> tuple[int, float]:
+    """(fresh compiles, their seconds) since ``mark`` (:func:`compile_mark`) in this process."""
+    return (int(_COMPILED["count"]) - mark[0], _COMPILED["seconds"] - mark[1])
 
 
 # ------------------------------------------------------------------------------------------ launches

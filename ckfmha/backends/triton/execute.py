@@ -16,6 +16,10 @@ dq_dk_dv,           returned cut from its upper-bound device buffer to its spec'
 convert_dq
 ==================  ===============================================================================================
 
+A launch that compiles (the first of each Triton specialization in a process: the backend's ``build`` compiles
+nothing) reports the compile's seconds as ``StageResult.compile_seconds`` (the runner counts them as the build) and
+no device time for that launch.
+
 Shapes and dtypes of every output come from ``stage.outputs`` (none derived here); elements a kernel does not
 write hold the poison.  Device copies of inputs live in the run's :class:`~ckfmha.backends.base.RunContext`
 (:class:`.device.DeviceTensors`); an output a stage returns is remembered on the device for the stages after it.
@@ -39,6 +43,8 @@ from ckfmha.backends.triton.capability import RANDVAL_MAX_ELEMENTS
 from ckfmha.backends.triton.device import (
     DeviceTensors,
     check_preconditions,
+    compile_mark,
+    compiled_since,
     poisoned_output,
     spec_output,
     sync,
@@ -173,9 +179,13 @@ def run_stage(
     try:
         t = DeviceTensors(inputs, ctx, hidden=_hidden(stage))
         launch, produced = STAGE_FUNCTIONS[stage.role](c, stage, p, t)
+        mark = compile_mark()
         ms = timed(launch, timing)
         sync()
-        return StageResult(_collect(stage, t, produced), ms)
+        compiles, seconds = compiled_since(mark)
+        if compiles:  # the kernel compiled at this launch: build time, and the events timed the compile too
+            ms = None
+        return StageResult(_collect(stage, t, produced), ms, compile_seconds=seconds)
     finally:
         if own:
             ctx.close()

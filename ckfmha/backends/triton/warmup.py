@@ -1,6 +1,7 @@
-"""Compile a config's Triton kernel ahead of its first real launch (cold build time for reports): one launch of
+"""Compile a config's Triton kernel ahead of any real launch (ahead-of-time compiles, PTX dumps): one launch of
 the config's stage on a small synthetic problem, through the stage module :mod:`.execute` (the layer below;
-:mod:`.backend` calls :func:`compile_config` from its ``build``).  The stage's outputs are the family records'
+:meth:`.backend.TritonBackend.compile_ahead` calls :func:`compile_config`; ``build`` compiles nothing -- the
+first launch of each specialization compiles).  The stage's outputs are the family records'
 (:func:`ckfmha.family_records.stage_outputs`); what a later stage reads from the stages before it is fabricated
 from their specs (combine: the split stage's partials) or by :func:`.launch_bwd.warmup_inputs` (backward)."""
 
