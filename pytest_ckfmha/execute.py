@@ -86,6 +86,15 @@ class Runtime:
             raise ItemSkip(self._backend_error)
         return self._backend
 
+    def release_memory(self) -> None:
+        """After an item: the loaded backend hands its cached device memory back (``Backend.release_memory``; a
+        hook's backend without the method has none to give), so the workers sharing a GPU see what the others no
+        longer use -- the cached blocks of 16 workers filled an H100 and failed nightly items with CUDA
+        out-of-memory (docs/results/2026-11-27-h100-nightly-scale.md)."""
+        release = getattr(self._backend, "release_memory", None)
+        if release is not None:
+            release()
+
 
 def configure_hip_backend(settings) -> None:
     """The hip backend builds from the session's CK checkout (``--ckfmha-ck-root``, else ``$CK_ROOT``) for its
@@ -272,7 +281,19 @@ def reference_choice(setting: str, backend_name: str) -> str:
 
 
 def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
-    """Run one item; raises ItemSkip / ItemFailure; fills ``props`` (report values) as it goes."""
+    """Run one item; raises ItemSkip / ItemFailure; fills ``props`` (report values) as it goes.  With
+    ``--ckfmha-fault`` the cpu backend computes with that fault for the item's work only (docs/faults.md)."""
+    from ckfmha.faults import injected
+
+    try:
+        with injected(getattr(rt.settings, "fault", None)):
+            return run_item_work(rt, shape, kernel, props)
+    finally:
+        rt.release_memory()
+
+
+def run_item_work(rt: Runtime, shape, kernel, props: dict) -> Outcome:
+    """:func:`run_item`'s work."""
     from ckfmha.inputs import make_inputs
     from ckfmha.runner import unwritten_census
     from ckfmha.validator import validate

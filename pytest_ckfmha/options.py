@@ -10,7 +10,7 @@ table's order, each ``check`` right after its option, so the first bad value is 
 
 | concern | rule |
 |---|---|
-| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-shard-total``, ``--ckfmha-resume`` and ``--ckfmha-parity``; the command line wins over the ini file |
+| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-shard-total``, ``--ckfmha-resume``, ``--ckfmha-parity``, ``--ckfmha-fault``, ``--ckfmha-sample`` and ``--ckfmha-flash-attn-compat``; the command line wins over the ini file |
 | a bad value | ``pytest.UsageError`` ``--ckfmha-<option>: '<value>' <rule>``, naming the option, the value and the rule |
 | choices | ``category``, ``ck-smoke``, ``backend``, ``mask-mode``, ``isolation`` and ``reference`` show their choices in the metavar; the converter checks them, not argparse (ini values bypass argparse, and the message is ckfmha's own); an ini-able choice is stripped of blanks, a command-line-only one taken as given |
 | vocabularies | read when the options are added or parsed (importing this module imports no ckfmha module but the package and its categories): categories from :mod:`ckfmha.categories`, backends from :func:`ckfmha.backends.backend_names` (+ ``auto``), mask modes from :class:`ckfmha.kernel.MaskMode`, families from :mod:`ckfmha.families`, smoke suites from :mod:`pytest_ckfmha.smoke_lines`, the receipt/profile rule from :func:`ckfmha.receipts.resolve_receipt` |
@@ -30,6 +30,7 @@ import pytest
 
 from ckfmha.categories import CATEGORIES
 from pytest_ckfmha.reporting import CHECKPOINT_SECONDS, check_writable
+from pytest_ckfmha.sampling import Sample, to_sample
 from pytest_ckfmha.smoke_lines import BINARIES
 
 CK_SMOKE_CHOICES = tuple(BINARIES)
@@ -252,6 +253,34 @@ def _to_durations(given: Given) -> str:
     return path
 
 
+#: --ckfmha-memory-budget's default: this share of the machine's memory (MemTotal) for the items running at once
+DEFAULT_MEMORY_SHARE = 0.6
+
+
+def _to_memory_budget(given: Given) -> tuple[str, float] | None:
+    """``auto`` -> ("share", DEFAULT_MEMORY_SHARE); ``none`` -> None; ``0.5`` -> ("share", 0.5); ``48GB`` /
+    ``48GiB`` -> ("bytes", 48e9 / 48 * 2**30)."""
+    import re
+
+    text = str(given.value).strip().lower()
+    if text == "auto":
+        return ("share", DEFAULT_MEMORY_SHARE)
+    if text == "none":
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(gb|gib)?", text)
+    rule = "is not auto, none, a share of the machine's memory (0 < x <= 1) or a size (48GB, 40GiB)"
+    if m is None:
+        raise _bad(given.option, given.value, rule)
+    x = float(m.group(1))
+    if m.group(2):
+        if x <= 0:
+            raise _bad(given.option, given.value, "is no memory: a size must be > 0")
+        return ("bytes", x * (2**30 if m.group(2) == "gib" else 1e9))
+    if not 0 < x <= 1:
+        raise _bad(given.option, given.value, "is not a share in (0, 1]: write a size with its unit (48GB)")
+    return ("share", x)
+
+
 def _to_resume(given: Given) -> str:
     from ckfmha.runreport import ReportError, load_report
 
@@ -383,6 +412,26 @@ def _to_upstream_bin(given: Given) -> str:
             "is not a directory (it should hold tile_example_fmha_fwd and tile_example_fmha_bwd)",
         )
     return str(ub)
+
+
+def _to_fault(given: Given) -> str:
+    """A catalogued fault (:func:`ckfmha.faults.get_fault`); its hooks are the cpu backend's, so the backend must be
+    ``cpu``."""
+    from ckfmha.faults import FaultError, get_fault
+
+    name = str(given.value).strip()
+    try:
+        get_fault(name)
+    except FaultError as e:
+        raise _bad(given.option, name, f"is not a catalogued fault ({e})") from None
+    backend = raw_value(given.config, "backend")[0]
+    if str(backend or "auto").strip() != "cpu":
+        raise _bad(
+            given.option,
+            name,
+            f"needs --ckfmha-backend cpu (the fault hooks are the cpu backend's; given: {backend or 'auto'})",
+        )
+    return name
 
 
 # ---------------------------------------------------------------------- rules between options
@@ -620,6 +669,16 @@ class Settings:
         metavar="REPORT",
         ini="string",
     )
+    memory_budget: tuple[str, float] | None = option(
+        "memory-budget",
+        "how much memory the items running at once may hold (their estimated peaks, ckfmha.work.host_bytes): the "
+        f"xdist scheduler starts an item only within it; auto ({DEFAULT_MEMORY_SHARE:g} of the machine's memory, "
+        "default), a share (0.5), a size (48GB) or none; one item always runs, however large",
+        convert=_to_memory_budget,
+        default=("share", DEFAULT_MEMORY_SHARE),
+        metavar="auto|none|SHARE|SIZE",
+        ini="string",
+    )
     reference: str = option(
         "reference",
         "what computes the reference: numpy, torch (the torch twin, on the run's GPU when the backend runs on one, "
@@ -728,6 +787,29 @@ class Settings:
         convert=_to_upstream_bin,
         metavar="DIR",
         ini="string",
+    )
+    fault: str | None = option(
+        "fault",
+        "inject this catalogued fault into the cpu backend for every item (ckfmha/data/faults.yaml, docs/faults.md): "
+        "the run is expected to fail; `ckfmha adequacy` runs a category once per fault",
+        convert=_to_fault,
+        metavar="NAME",
+    )
+    sample: Sample | None = option(
+        "sample",
+        "run a deterministic sample of the collected items of any suite, chosen by a hash of the node id: FRACTION "
+        "in (0, 1], optional SEED (default 0) (docs/flash_attn.md)",
+        convert=to_sample,
+        metavar="FRACTION[:SEED]",
+    )
+    flash_attn_compat: bool = option(
+        "flash-attn-compat",
+        "register ckfmha.compat.flash_attn as flash_attn_2_cuda before collection, so FlashAttention's Python layer "
+        "and tests run on ckfmha (--ckfmha-backend for CUDA tensors, --ckfmha-arch the kernel space); with "
+        "--ckfmha-report each process also writes its kernel log beside the report (docs/flash_attn.md)",
+        convert=_to_flag,
+        default=False,
+        action="store_true",
     )
     # computed by parse, not options
     arch_source: str = "default"  # option | ini | detected | default | controller

@@ -23,6 +23,8 @@ side ran for no item, ends with an error (``session_checks.py``).
 |---|---|
 | a ``--dist`` mode other than ``load`` / ``no`` (:func:`check_dist_mode`) | its scheduler does not survive a dying worker, or (``each``) runs an item on every worker |
 | ``--ckfmha-resume`` of another run or selection (:func:`check_resumable`) | the carried rows would not be this run's items |
+| ``--ckfmha-resume`` of a report of the old node-id format (:func:`check_resumable`, ids.py's table) | its rows name no item of this run |
+| a ckfmha node id named as an argument that names no item, or without a ckfmha run (items.py) | pytest would read it as a path |
 
 """
 
@@ -64,8 +66,26 @@ def pytest_addoption(parser) -> None:
     addoption(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    """ckfmha node ids named as arguments are taken out before pytest reads them as paths (items.py)."""
+    from pytest_ckfmha.items import take_node_id_arguments
+
+    take_node_id_arguments(early_config, args)
+
+
 def _is_worker(config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def _warn_default_arch(config, detected: str, arch: str) -> None:
+    config.issue_config_time_warning(
+        pytest.PytestConfigWarning(
+            f"ckfmha: detected GPU arch {detected!r} has no kernel space; testing the default arch "
+            f"{arch!r} (name one with --ckfmha-arch)"
+        ),
+        stacklevel=3,
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -73,9 +93,11 @@ def pytest_configure(config) -> None:
     for m in MARKERS:
         config.addinivalue_line("markers", m)
     from pytest_ckfmha import options
+    from pytest_ckfmha.items import use_named
 
     category = config.getoption("ckfmha_category", None)
     if category is None and not options.any_given(config):
+        use_named(config, active=False)
         return
     worker = _is_worker(config)
     if worker and (
@@ -97,13 +119,8 @@ def pytest_configure(config) -> None:
 
         settings = dataclasses.replace(settings, arch_source=config.workerinput.get("ckfmha_arch_source", "controller"))
     if detected is not None and not worker and settings.arch_source == "default" and not config.option.quiet:
-        config.issue_config_time_warning(
-            pytest.PytestConfigWarning(
-                f"ckfmha: detected GPU arch {detected!r} has no kernel space; testing the default arch "
-                f"{settings.arch!r} (name one with --ckfmha-arch)"
-            ),
-            stacklevel=2,
-        )
+        _warn_default_arch(config, detected, settings.arch)
+    use_named(config, settings.active)
     if not settings.active:
         return
     from pytest_ckfmha.state import STATE_KEY, State
@@ -113,6 +130,11 @@ def pytest_configure(config) -> None:
         os.environ["CKFMHA_CACHE_DIR"] = str(settings.cache_dir)
     if config.args_source is not config.ArgsSource.ARGS:
         config.args = []  # `pytest --ckfmha-category X` runs the matrix only; name paths to add other tests
+    if worker and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        try:  # a group-wide SIGTERM ends the workers too (the controller writes the report)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # not the main thread: execnet runs it elsewhere; the controller still stops
+            pass
     if not worker:
         recorder = _Recorder(config)
         config.pluginmanager.register(recorder, "ckfmha-recorder")
@@ -125,6 +147,16 @@ def pytest_configure(config) -> None:
                 check_dist_mode(getattr(config.option, "dist", "no"))
             own = bool(getattr(config.option, "numprocesses", None)) and not chose
             config.pluginmanager.register(XdistHooks(settings, own), "ckfmha-xdist")
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_flash_attn_compat(config) -> None:
+    """--ckfmha-flash-attn-compat (flash_attn_compat.py): register flash_attn_2_cuda before any test module is
+    imported, after pytest_configure validated the options."""
+    if config.getoption("ckfmha_flash_attn_compat", None):
+        from pytest_ckfmha.flash_attn_compat import register
+
+        register(config)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -160,9 +192,12 @@ def pytest_unconfigure(config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """--ckfmha-shard / --ckfmha-resume: keep this run's items (sharding.py), after -k / -m."""
+    """--ckfmha-sample (sampling.py, any suite), then --ckfmha-shard / --ckfmha-resume: keep this run's items
+    (sharding.py), after -k / -m."""
+    from pytest_ckfmha.sampling import sample_items
     from pytest_ckfmha.state import has_state
 
+    sample_items(config, items)
     if has_state(config):
         from pytest_ckfmha.state import get_state
 
@@ -260,8 +295,10 @@ class _Recorder:
         if threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGTERM)
-        if previous not in (signal.SIG_DFL, None):
+        if previous not in (signal.SIG_DFL, signal.SIG_IGN, None):
             return  # somebody else handles SIGTERM
+        # SIG_IGN inherited from the launcher (a job runner's shell, a container's init) would make a CI time limit's
+        # SIGTERM do nothing until the SIGKILL that follows it: the run stops and writes its report instead
 
         def on_sigterm(signum, frame):
             self.signal = "SIGTERM"
@@ -407,11 +444,22 @@ def check_resumable(settings) -> None:
     """``--ckfmha-resume PREV``: PREV is a report of this run (sharding.check_same_run) of the same selection
     (reporting.selection; a report without a fingerprint is checked by the run fields alone)."""
     from ckfmha.runreport import load_report
+    from pytest_ckfmha.ids import ID_FORMAT, NodeId
     from pytest_ckfmha.reporting import selection, selection_difference
     from pytest_ckfmha.sharding import check_same_run
 
     path = settings.resume
-    meta = load_report(path).meta
+    report = load_report(path)
+    meta = report.meta
+    for row in report.rows:
+        node = NodeId.parse(str(row.get("nodeid") or ""))
+        if node is not None and node.old_format:
+            raise pytest.UsageError(
+                f"--ckfmha-resume: {path!r}: row {row.get('nodeid')!r} has a node id of the old id format (the full "
+                f"kernel id as its last part); this version names kernels by their kernel token (id format "
+                f"{ID_FORMAT}, e.g. ckfmha::<shape id>::qr_async-b128x128x32-a4399a6e), so a report of the old id "
+                "format cannot be resumed: rerun without --ckfmha-resume"
+            )
     check_same_run(settings, meta, path)
     if "selection" in meta:
         diff = selection_difference(meta["selection"], selection(settings))
