@@ -14,6 +14,9 @@
 
 The rules live in :mod:`ckfmha.runreport` (compare, merge), :mod:`ckfmha.htmlreport` (the page) and
 :mod:`ckfmha.heuristics` (tune: the measured fastest kernel per shape class, for ``--ckfmha-heuristics``).
+Reports of any size: each command reads its reports one line at a time (the line layout of
+:mod:`ckfmha.runreport`; no command holds the rows in memory) and ``merge`` writes the merged report the same way,
+one row at a time.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def _report(args: argparse.Namespace) -> int:
 def _merge(args: argparse.Namespace) -> int:
     from ckfmha.runreport import load_report, merge_reports, write_report_doc
 
-    doc = merge_reports([load_report(p) for p in args.reports])
+    doc = merge_reports([load_report(p) for p in args.reports])  # rows read from the shards when written
     path = write_report_doc(doc, args.output)
     sys.stdout.write(f"ckfmha merge: {len(args.reports)} shard(s), {len(doc['rows'])} items -> {path}\n")
     return 0

@@ -5,6 +5,9 @@ document, or raise a :class:`DataFileError` (a ``ValueError``) whose message sta
 
 * a missing file (:class:`MissingDataFileError`) or one that cannot be read;
 * a file larger than :data:`MAX_FILE_BYTES` (16 MiB; never read past the limit);
+* :func:`read_lines` (a file read one line at a time, of any size: a run report in its line layout,
+  ckfmha.runreport): a line longer than :data:`MAX_LINE_BYTES` (1 MiB; never read past the limit), bytes that
+  are not UTF-8 (line and byte offset);
 * bytes that are not UTF-8: the byte offset (and line) of the first bad byte;
 * malformed syntax: ``malformed YAML: ...`` / ``malformed JSON at line L column C: ...``;
 * collections nested deeper than :data:`MAX_NESTING_DEPTH` (:class:`NestingError`), found *before* the document
@@ -20,9 +23,9 @@ naming the file, the key path, the value and the rule (the failing keyword, plus
 that part when it has one).  A NaN or infinity anywhere in the document is such an error too (before the schema:
 JSON Schema's ``minimum`` would let NaN through).  Mapping keys are compared as strings (YAML's ``0:`` keys become ``"0"``).
 A document that certainly follows its schema is accepted without importing ``jsonschema`` (a quick reading of the
-keywords ckfmha's schemas use: ``type``, ``enum``, ``const``, bounds, ``pattern``, ``required``, ``properties``,
-``additionalProperties``, ``propertyNames``, ``items``, ``uniqueItems``, ``$ref``, ``oneOf``/``anyOf``/``allOf``,
-``if``/``then``/``else``); in every other case ``jsonschema`` decides, so the outcome and the errors are its.
+keywords ckfmha's schemas use: ``type``, ``enum``, ``const``, bounds, ``minLength``/``maxLength``, ``pattern``,
+``required``, ``properties``, ``additionalProperties``, ``propertyNames``, ``items``, ``uniqueItems``, ``$ref``,
+``oneOf``/``anyOf``/``allOf``, ``if``/``then``/``else``); in every other case ``jsonschema`` decides, so the outcome and the errors are its.
 
 YAML is read with PyYAML's safe loader (``yaml.CSafeLoader`` when PyYAML has libyaml, else ``yaml.SafeLoader``),
 subclassed as :class:`StrictYAMLLoader` with a duplicate-checking ``construct_mapping``.  A YAML merge key
@@ -36,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,9 @@ from yaml.events import CollectionEndEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
-"""The largest data file read (bytes)."""
+"""The largest data file read whole (bytes); a file read line by line (:func:`read_lines`) has no size limit."""
+MAX_LINE_BYTES = 1024 * 1024
+"""The longest line :func:`read_lines` reads (bytes, without the newline): a streamed file's memory bound."""
 MAX_NESTING_DEPTH = 64
 """The deepest nesting of lists / mappings a data file may have (ckfmha's own files need fewer than 10)."""
 
@@ -92,20 +97,20 @@ def key_path(parts: Iterable[str | int]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def read_text(path: str | Path) -> str:
-    """The file's text: at most :data:`MAX_FILE_BYTES`, strictly UTF-8."""
+def read_text(path: str | Path, unlimited: bool = False) -> str:
+    """The file's text: at most :data:`MAX_FILE_BYTES` (``unlimited``: any size, for a one-time conversion
+    only), strictly UTF-8."""
     p = Path(path)
+    limit = None if unlimited else MAX_FILE_BYTES
     try:
         with open(p, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+            data = fh.read() if limit is None else fh.read(limit + 1)
     except FileNotFoundError:
         raise MissingDataFileError(f"{p}: no such file") from None
     except OSError as e:
         raise DataFileError(f"{p}: cannot be read ({e.strerror or e})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise DataFileError(
-            f"{p}: larger than MAX_FILE_BYTES = {MAX_FILE_BYTES} bytes (16 MiB); a data file must be smaller"
-        )
+    if limit is not None and len(data) > limit:
+        raise DataFileError(f"{p}: larger than MAX_FILE_BYTES = {limit} bytes (16 MiB); a data file must be smaller")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -113,6 +118,44 @@ def read_text(path: str | Path) -> str:
         raise DataFileError(
             f"{p}: not UTF-8: byte {data[e.start]:#04x} at byte offset {e.start} (line {line}) is {e.reason}"
         ) from None
+
+
+def read_lines(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+    """The file's lines as ``(line number, text without its newline)``, one at a time (a file of any size in
+    bounded memory): each line at most ``max_line_bytes`` (:data:`MAX_LINE_BYTES`), strictly UTF-8 (the last line
+    may lack its newline: whether the file is complete is for the caller's format to say)."""
+    p = Path(path)
+    try:
+        fh = open(p, "rb")
+    except FileNotFoundError:
+        raise MissingDataFileError(f"{p}: no such file") from None
+    except OSError as e:
+        raise DataFileError(f"{p}: cannot be read ({e.strerror or e})") from None
+    with fh:
+        number, offset = 0, 0
+        while True:
+            try:
+                data = fh.readline(max_line_bytes + 2)
+            except OSError as e:
+                raise DataFileError(f"{p}: line {number + 1}: cannot be read ({e.strerror or e})") from None
+            if not data:
+                return
+            number += 1
+            body = data[:-2] if data.endswith(b"\r\n") else data[:-1] if data.endswith(b"\n") else data
+            if len(body) > max_line_bytes:
+                raise DataFileError(
+                    f"{p}: line {number}: longer than MAX_LINE_BYTES = {max_line_bytes} bytes; a line of a "
+                    "streamed file must be shorter"
+                )
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFileError(
+                    f"{p}: not UTF-8: byte {body[e.start]:#04x} at byte offset {offset + e.start} (line {number}) "
+                    f"is {e.reason}"
+                ) from None
+            yield number, text
+            offset += len(data)
 
 
 # ---------------------------------------------------------------------------------------------- YAML
@@ -281,13 +324,16 @@ def parse_json(text: str, source: str = "<json>") -> Any:
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> Any:
         nonlocal seen_duplicate
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
+        out = dict(pairs)
+        if len(out) == len(pairs):
+            return out
+        seen: set[str] = set()
+        for k, _ in pairs:  # pragma: no branch - a key is repeated
+            if k in seen:
                 seen_duplicate = True
                 return _Duplicate(k)
-            out[k] = v
-        return out
+            seen.add(k)
+        return out  # pragma: no cover
 
     def reject_constant(name: str) -> Any:
         raise DataFileError(f"{source}: {name} is not JSON (non-standard constant)")
@@ -317,6 +363,7 @@ def load_json(path: str | Path) -> Any:
 
 __all__ = [
     "MAX_FILE_BYTES",
+    "MAX_LINE_BYTES",
     "MAX_NESTING_DEPTH",
     "DataFileError",
     "DuplicateKeyError",
@@ -332,12 +379,16 @@ __all__ = [
     "load_yaml",
     "parse_json",
     "parse_yaml",
+    "read_lines",
     "read_text",
 ]
 
 
 def _json_view(doc: Any) -> Any:
-    """The document as JSON sees it: mapping keys as strings, tuples as lists."""
+    """The document as JSON sees it: mapping keys as strings, tuples as lists (a flat mapping with string keys, a
+    report row as JSON gives it, is its own view)."""
+    if type(doc) is dict and all(type(k) is str for k in doc) and not any(type(v) in _NESTED for v in doc.values()):
+        return doc
     if isinstance(doc, dict):
         return {str(k): _json_view(v) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
@@ -352,10 +403,16 @@ def _first_non_finite(doc: Any, where: tuple) -> tuple[tuple, float] | None:
         return where, doc
     items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, (list, tuple)) else ()
     for k, v in items:
+        if type(v) in _SCALARS:  # most values: no call
+            continue
         found = _first_non_finite(v, (*where, k))
         if found is not None:
             return found
     return None
+
+
+_NESTED = (dict, list, tuple)
+_SCALARS = (str, int, bool, type(None))
 
 
 # ---------------------------------------------------------------------------------------------- schemas
@@ -461,6 +518,8 @@ _KEYWORDS: dict[str, Any] = {
     "maxItems": lambda arg, doc, schema, root: type(doc) is not list or len(doc) <= arg,
     "minProperties": lambda arg, doc, schema, root: type(doc) is not dict or len(doc) >= arg,
     "pattern": lambda arg, doc, schema, root: type(doc) is not str or re.search(arg, doc) is not None,
+    "minLength": lambda arg, doc, schema, root: type(doc) is not str or len(doc) >= arg,
+    "maxLength": lambda arg, doc, schema, root: type(doc) is not str or len(doc) <= arg,
     "required": lambda arg, doc, schema, root: type(doc) is not dict or all(k in doc for k in arg),
     "properties": lambda arg, doc, schema, root: (
         type(doc) is not dict or _all(_verdict(sub, doc[k], root) for k, sub in arg.items() if k in doc)
@@ -585,23 +644,42 @@ def _rule_words(error: Any) -> str:
     return words + (f" (rule: {desc})" if desc else "")
 
 
-def check_schema(doc: Any, name: str, source: str) -> None:
-    """Raise :class:`SchemaError` when ``doc`` does not follow schema ``name`` (see the module doc)."""
-    bad = _first_non_finite(doc, ())
+def _definition_validator(name: str, definition: str) -> Any:
+    """The jsonschema validator of one ``$defs`` entry of schema ``name`` (loaded once)."""
+    key = f"{name}#/$defs/{definition}"
+    v = _VALIDATORS.get(key)
+    if v is None:
+        root = schema_validator(name).schema
+        sub = {"$defs": root.get("$defs", {}), "$ref": f"#/$defs/{definition}"}
+        if "$schema" in root:
+            sub["$schema"] = root["$schema"]
+        v = _VALIDATORS[key] = type(schema_validator(name))(sub)
+    return v
+
+
+def check_schema(
+    doc: Any, name: str, source: str, definition: str | None = None, at: tuple[str | int, ...] = ()
+) -> None:
+    """Raise :class:`SchemaError` when ``doc`` does not follow schema ``name`` (see the module doc).  With
+    ``definition``, ``doc`` is one part of such a document, checked against the schema's ``$defs/<definition>``
+    (a run report's row, read one at a time); ``at`` is its key path in the whole document (``("rows", 7)``),
+    which the error names."""
+    bad = _first_non_finite(doc, at)
     if bad is not None:
         bad_path, value = bad
         raise SchemaError(f"{source}: {key_path(bad_path)}: expected a finite number, found {value!r}")
     view = _json_view(doc)
-    schema = _schema_doc(name)
-    if _verdict(schema, view, schema) is True:
+    root = _schema_doc(name)
+    schema = root if definition is None else root["$defs"][definition]
+    if _verdict(schema, view, root) is True:
         return  # certainly valid: jsonschema would find no error (see _verdict)
     import jsonschema
 
-    validator = schema_validator(name)
+    validator = schema_validator(name) if definition is None else _definition_validator(name, definition)
     errors = list(validator.iter_errors(view))
     if not errors:
         return
     best = jsonschema.exceptions.best_match(errors)
-    where = key_path(best.absolute_path)
+    where = key_path((*at, *best.absolute_path))
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     raise SchemaError(f"{source}: {where}: {_rule_words(best)}{more}")

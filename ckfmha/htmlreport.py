@@ -23,7 +23,7 @@ import base64
 import html
 import io
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ckfmha.runreport import FAILING, VERDICTS, Comparison, RunReport, _num, summarize
@@ -118,7 +118,7 @@ def _header(rep: RunReport) -> str:
     )
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
+def _summary(rows: Sequence[dict[str, Any]]) -> str:
     summ = summarize(rows)
     body, cls = [], []
     for fam, s in summ.items():
@@ -186,8 +186,12 @@ def _regressions(cmp: Comparison) -> str:
     return "".join(parts)
 
 
-def _failures(rows: list[dict[str, Any]]) -> str:
-    bad = [r for r in rows if r.get("verdict") in FAILING]
+def _failures(rows: Sequence[dict[str, Any]]) -> str:
+    bad = [  # what the table shows, not the whole rows
+        {"id": r["id"], "verdict": r["verdict"], "reason": str(r.get("reason", ""))[:600]}
+        for r in rows
+        if r.get("verdict") in FAILING
+    ]
     if not bad:
         return "<h2>Failures</h2><p>none</p>"
     return f"<h2>Failures ({len(bad)})</h2>" + _table(
@@ -213,7 +217,7 @@ def _seqlen(r: dict[str, Any]) -> float | None:
     return max(lens) if lens else None
 
 
-def _speed(rows: list[dict[str, Any]], plt) -> str:
+def _speed(rows: Sequence[dict[str, Any]], plt) -> str:
     """One panel per family; per series (dtype, hdim, mask or not, backend) the best TFLOPS at each length."""
     best: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
     for r in rows:
@@ -255,16 +259,18 @@ def _speed(rows: list[dict[str, Any]], plt) -> str:
     return f"<h2>Speed{note}</h2><img alt='TFLOPS against sequence length' src='{_png(fig)}'>"
 
 
-def _ranking(rows: list[dict[str, Any]], limit: int = 200) -> str:
+def _ranking(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
     """Per shape: the kernels in TFLOPS order and where the plan's choice stands."""
     shapes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     plan_kernel: dict[str, str] = {}
+    kernel_ids: dict[Any, Any] = {}  # one string per kernel id, not one per row
     for r in rows:
         shape = r["id"].split("::")[0]
         if r.get("kind") == "plan":
             plan_kernel[shape] = str(r.get("kernel_id") or "")
         elif r.get("kind") == "kernel" and r.get("verdict") == "passed" and (_num(r.get("tflops")) or 0) > 0:
-            shapes[shape].append(r)
+            kid = kernel_ids.setdefault(r.get("kernel_id"), r.get("kernel_id"))
+            shapes[shape].append({"kernel_id": kid, "tflops": r["tflops"]})  # not the whole row
     ranked = sorted(
         ((s, sorted(rs, key=lambda r: -float(r["tflops"]))) for s, rs in shapes.items() if len(rs) > 1),
         key=lambda kv: kv[0],
@@ -320,7 +326,7 @@ def _error_ratio(r: dict[str, Any]) -> float | None:
     return err / tol.atol if tol.atol > 0 else None
 
 
-def _errors(rows: list[dict[str, Any]], plt) -> str:
+def _errors(rows: Sequence[dict[str, Any]], plt) -> str:
     import math
 
     per_fam: dict[str, list[float]] = defaultdict(list)
@@ -349,7 +355,7 @@ def _errors(rows: list[dict[str, Any]], plt) -> str:
     )
 
 
-def _skips(rows: list[dict[str, Any]]) -> str:
+def _skips(rows: Sequence[dict[str, Any]]) -> str:
     reasons: Counter[str] = Counter()
     for r in rows:
         if r.get("verdict") == "skipped":

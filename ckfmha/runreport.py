@@ -3,12 +3,38 @@
 | function | what |
 |---|---|
 | :func:`load_report` | a report JSON file -> :class:`RunReport` (strict loading: ckfmha.datafile; the schema \
-``data/schemas/run_report.schema.yaml``; row ids unique: :func:`report_from_doc`) |
+``data/schemas/run_report.schema.yaml``; row ids unique); a file in the line layout (below) is read one line at a \
+time, any other layout whole (at most ``MAX_FILE_BYTES``, 16 MiB) |
+| :func:`write_report` | rows (any iterable: a list, a generator, another report's rows) -> a report file in the \
+line layout, atomically (:func:`atomic_writer`), in bounded memory: one row at a time, the summary counted on \
+the way |
 | :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions |
 | :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates, gaps, shards out of \
 1..N, shards in a state other than ``complete`` (interrupted, stopped_early, crashed_workers, internal_error, \
 running), shards whose rows hold items never run (whatever their header says) and shards of another selection \
 (the ``selection`` fingerprint differs in more than ``shard.index``; the message names the key) are errors |
+| :func:`convert_report` | a report in another layout (one written before the line layout, of any size) -> the \
+line layout (``python -m ckfmha.runreport convert OLD.json NEW.json``; reads the old file whole, once) |
+
+The line layout (docs/report_schema.md, "Reports at scale") is one JSON document -- every JSON reader reads it as
+before -- with one row per line, so that a report of any number of rows is read and written in bounded memory:
+
+| line | text | what the reader checks |
+|---|---|---|
+| 1 | ``{"schema": "ckfmha.report", "version": 2, <header keys>, "fields": [...], "rows": [`` | the header \
+against the schema (the rows as ``[]``); a line 1 that ends in ``"rows": [`` is what marks the layout |
+| 2 ... N+1 | one row, a JSON object on one line, ``,`` after each but the last | each row strictly parsed \
+(duplicate keys, ``NaN``) and checked against the schema's ``$defs/row``; the error names the file, the line, \
+``rows[i]``, the field, the value and the rule; a row id seen before (naming the first); a missing or extra comma |
+| N+2 | ``], "summary": {...}}`` | the end of the rows; the keys after them (no key of the header again), the \
+whole header + trailer against the schema; nothing follows this line; a file that ends before it was cut short |
+
+Every line is at most ``ckfmha.datafile.MAX_LINE_BYTES`` (1 MiB) and strictly UTF-8.  The first pass (at load)
+checks every row and keeps only counts; :attr:`RunReport.rows` of such a file is a :class:`ReportRows`, which reads
+the file again at each pass (a file changed since the load is an error, not other rows).  What stays in memory per
+row is the index a command needs: the row ids at load (uniqueness), the new report's id, verdict, timing and a
+failing row's reason in compare, each item id and its shard in merge; no command holds the rows themselves
+(measured: docs/results/2026-11-27-cpu-reports-at-scale.md, ``benchmarks/bench_reports.py``).
 
 Comparison rules (:func:`compare_reports`):
 
@@ -30,12 +56,15 @@ Comparison rules (:func:`compare_reports`):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, overload
 
 REPORT_SCHEMA = "ckfmha.report"
 #: the report versions this ckfmha reads (the run_report schema's ``version`` enum); it writes the last one
@@ -57,37 +86,238 @@ class ReportError(ValueError):
 
 @dataclass
 class RunReport:
+    """A loaded report: ``meta`` its header (without ``rows`` and ``summary``), ``rows`` a list (a document in
+    memory, :func:`report_from_doc`) or a :class:`ReportRows` (a file in the line layout, read at each pass)."""
+
     path: str
     meta: dict[str, Any]
-    rows: list[dict[str, Any]]
+    rows: Sequence[dict[str, Any]]
 
     @property
     def by_id(self) -> dict[str, dict[str, Any]]:
+        """Every row by id -- every row in memory: for small reports (tests, tools); the commands stream."""
         return {r["id"]: r for r in self.rows}
 
 
-def load_report(path: str | Path) -> RunReport:
-    """A report JSON file, checked (:func:`report_from_doc`); strict loading: :func:`ckfmha.datafile.load_json`
-    (duplicate keys, not UTF-8, too deep, too large, ``NaN``)."""
-    from ckfmha.datafile import DataFileError, load_json
+@dataclass(frozen=True)
+class RowStats:
+    """What a pass over a report's rows counted: rows, rows never run (``not_run``) and the first of them."""
+
+    count: int
+    not_run: int
+    first_not_run: str | None
+
+
+def row_stats(rows: Iterable[dict[str, Any]]) -> RowStats:
+    """The :class:`RowStats` of rows (a :class:`ReportRows` gives the ones counted at load, without a pass)."""
+    if isinstance(rows, ReportRows):
+        return rows.stats
+    count = not_run = 0
+    first = None
+    for r in rows:
+        count += 1
+        if r.get("verdict") == "not_run":
+            not_run += 1
+            first = r["id"] if first is None else first
+    return RowStats(count, not_run, first)
+
+
+class ReportRows(Sequence[dict[str, Any]]):
+    """The rows of a report file in the line layout: each iteration reads the file again, one row at a time
+    (rows as :func:`load_report` checked them at load; a file that changed since is a :class:`ReportError`).
+    ``len()`` is known; indexing reads up to the row (for tests and tools, not for loops)."""
+
+    def __init__(self, path: Path, stats: RowStats, identity: tuple[int, int, int]) -> None:
+        self.path = path
+        self.stats = stats
+        self._identity = identity
+
+    def __len__(self) -> int:
+        return self.stats.count
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        with open(self.path, "rb") as fh:
+            if _identity(os.fstat(fh.fileno())) != self._identity:
+                raise ReportError(
+                    f"{self.path}: changed since it was loaded (size, time or inode differ): load it again"
+                )
+            fh.readline()  # the header, checked at load
+            for line in fh:
+                if line.startswith(b"]"):
+                    return
+                yield _read_measures(json.loads(line.rstrip(b"\r\n").rstrip(b",")))
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        j = i + len(self) if i < 0 else i
+        if not 0 <= j < len(self):
+            raise IndexError(f"rows[{i}]: the report has {len(self)} rows")
+        return next(islice(iter(self), j, None))
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+#: the end of line 1 of the line layout (module doc): what marks it
+ROWS_OPEN = '"rows": ['
+
+
+def _in_line_layout(path: Path) -> bool:
+    """Whether line 1 of the file ends the header with ``"rows": [`` (module doc); False when it cannot tell
+    (the whole-document reader then words the problem)."""
+    from ckfmha.datafile import MAX_LINE_BYTES
 
     try:
-        doc = load_json(path)
+        with open(path, "rb") as fh:
+            head = fh.readline(MAX_LINE_BYTES + 2)
+    except OSError:
+        return False
+    return head.startswith(b"{") and head.rstrip(b"\r\n").endswith(ROWS_OPEN.encode())
+
+
+def load_report(path: str | Path) -> RunReport:
+    """A report file, checked (module doc): in the line layout one line at a time (:func:`load_streamed`), else
+    the whole document (:func:`report_from_doc`; strict loading: :func:`ckfmha.datafile.load_json`: duplicate keys,
+    not UTF-8, too deep, larger than 16 MiB, ``NaN``)."""
+    from ckfmha.datafile import MAX_FILE_BYTES, DataFileError, load_json
+
+    p = Path(path)
+    if _in_line_layout(p):
+        return load_streamed(p)
+    try:
+        doc = load_json(p)
+    except DataFileError as e:
+        if "larger than MAX_FILE_BYTES" in str(e):
+            raise ReportError(
+                f"{p}: larger than MAX_FILE_BYTES = {MAX_FILE_BYTES} bytes and not in the report's line layout "
+                "(one row per line, docs/report_schema.md; reports written before it have one field per line): "
+                "convert it once with `python -m ckfmha.runreport convert OLD.json NEW.json`, or merge its shards "
+                "again"
+            ) from None
+        raise ReportError(str(e)) from None
+    return report_from_doc(doc, str(p))
+
+
+def _line_json(text: str, where: str) -> Any:
+    """One line's JSON, strictly (:func:`ckfmha.datafile.parse_json`), its errors placed at ``where``."""
+    from ckfmha.datafile import DataFileError, parse_json
+
+    try:
+        return parse_json(text, where)
+    except DataFileError as e:
+        raise ReportError(str(e).replace("malformed JSON at line 1 column", "malformed JSON at column")) from None
+
+
+def _schema(doc: Any, source: str, definition: str | None = None, at: tuple[str | int, ...] = ()) -> None:
+    from ckfmha.datafile import DataFileError, check_schema
+
+    try:
+        check_schema(doc, "run_report", source, definition, at)
     except DataFileError as e:
         raise ReportError(str(e)) from None
-    return report_from_doc(doc, str(path))
+
+
+def load_streamed(path: str | Path) -> RunReport:
+    """A report file in the line layout (module doc), checked in one pass that keeps the row ids (uniqueness) and
+    counts, never the rows."""
+    from ckfmha.datafile import DataFileError, read_lines
+
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        raise ReportError(f"{p}: cannot be read ({e.strerror or e})") from None
+    lines = read_lines(p)
+    first: dict[str, int] = {}
+    count = not_run = 0
+    first_not_run: str | None = None
+    trailer: dict[str, Any] | None = None
+    header: dict[str, Any] = {}
+    last_comma: tuple[int, bool] | None = None  # (line, ends with a comma) of the row before
+    try:
+        for number, text in lines:
+            if number == 1:
+                if not text.endswith(ROWS_OPEN):
+                    raise ReportError(f"{p}: line 1 (the header): does not end with {ROWS_OPEN!r} (changed while read)")
+                body = text[: -len(ROWS_OPEN)].rstrip()
+                body = body[:-1] if body.endswith(",") else body
+                header = _line_json(body + "}", f"{p}: line 1 (the header)")
+                for key in ("rows", "summary"):
+                    if key in header:
+                        raise ReportError(f"{p}: line 1 (the header): top level: duplicate key {key!r}")
+                _schema({**header, "rows": []}, f"{p}: line 1 (the header)")
+                continue
+            if trailer is not None:
+                if text.strip():
+                    raise ReportError(
+                        f"{p}: line {number}: text after the line that ends the report (line {number - 1})"
+                    )
+                continue
+            if text.startswith("]"):
+                if last_comma is not None and last_comma[1]:
+                    raise ReportError(
+                        f"{p}: line {last_comma[0]} (rows[{count - 1}]): a comma after the last row (the line "
+                        "layout: a comma after each row but the last)"
+                    )
+                rest = text[1:].strip()
+                if rest == "}":
+                    trailer = {}
+                elif rest.startswith(","):
+                    trailer = _line_json("{" + rest[1:], f"{p}: line {number} (after the rows)")
+                else:
+                    raise ReportError(
+                        f"{p}: line {number}: {_short(text)} after the rows: expected '], \"summary\": {{...}}}}' "
+                        "(the line layout, docs/report_schema.md)"
+                    )
+                for key in trailer:
+                    if key in header or key == "rows":
+                        raise ReportError(f"{p}: line {number} (after the rows): top level: duplicate key {key!r}")
+                continue
+            i = count
+            where = f"{p}: line {number}"
+            if last_comma is not None and not last_comma[1]:
+                raise ReportError(
+                    f"{where} (rows[{i}]): no comma after the row before it (line {last_comma[0]}): the line layout "
+                    "has one row per line, a comma after each but the last"
+                )
+            comma = text.endswith(",")
+            row = _line_json(text[:-1] if comma else text, f"{where} (rows[{i}])")
+            _schema(row, where, "row", ("rows", i))
+            rid = row["id"]
+            if rid in first:
+                raise ReportError(
+                    f"{where}: rows[{i}].id: {rid!r} appears twice (first at rows[{first[rid]}], line "
+                    f"{first[rid] + 2}); a row id is unique"
+                )
+            first[rid] = i
+            count += 1
+            if row["verdict"] == "not_run":
+                not_run += 1
+                first_not_run = rid if first_not_run is None else first_not_run
+            last_comma = (number, comma)
+    except DataFileError as e:
+        raise ReportError(str(e)) from None
+    if trailer is None:
+        raise ReportError(
+            f"{p}: ends without the line that closes the rows ('], \"summary\": {{...}}}}') after {count} rows: "
+            "cut short"
+        )
+    _schema({**header, **trailer, "rows": []}, f"{p} (header and the keys after the rows)")
+    meta = {k: v for k, v in header.items() if k not in ("rows", "summary")}
+    return RunReport(str(p), meta, ReportRows(p, RowStats(count, not_run, first_not_run), _identity(st)))
 
 
 def report_from_doc(doc: Any, source: str) -> RunReport:
     """A report document, checked: the schema ``data/schemas/run_report.schema.yaml`` (the ``ckfmha.report``
     format, a readable version, rows with an id and a verdict, the types of the fields compare / merge / summarize
     read), then what a schema cannot see: each row id appears once."""
-    from ckfmha.datafile import DataFileError, check_schema
-
-    try:
-        check_schema(doc, "run_report", source)
-    except DataFileError as e:
-        raise ReportError(str(e)) from None
+    _schema(doc, source)
     rows = [_read_measures(r) for r in doc["rows"]]
     first: dict[str, int] = {}
     for i, r in enumerate(rows):
@@ -97,6 +327,11 @@ def report_from_doc(doc: Any, source: str) -> RunReport:
         first[r["id"]] = i
     meta = {k: v for k, v in doc.items() if k not in ("rows", "summary")}
     return RunReport(source, meta, rows)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 #: the row fields that hold a measure (the schema's ``measure``): a word of NONFINITE_WORDS there is read as its float
@@ -210,33 +445,44 @@ class Comparison:
         return "\n".join(lines)
 
 
+#: one string object per verdict: compare's index shares them instead of a copy per row
+_VERDICT_WORDS = {v: v for v in VERDICTS}
+
+
+def _brief(row: dict[str, Any]) -> tuple[str, str, tuple[float, float, float] | None]:
+    """What compare keeps of a row (its per-row index): the verdict, the reason of a failing row (300 characters,
+    as the comparison shows it) and the timing."""
+    verdict = _VERDICT_WORDS.get(row.get("verdict"), str(row.get("verdict")))  # type: ignore[arg-type]
+    reason = str(row.get("reason", ""))[:300] if verdict in FAILING else ""
+    return verdict, reason, _timing(row)
+
+
 def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """See the module doc."""
+    """See the module doc.  One pass over each report's rows; in memory: the new report's :func:`_brief` per row
+    (an id, a verdict and three numbers; a failing row's reason; an entry leaves when the baseline's pass meets its
+    id) and what the comparison lists."""
     if not threshold >= 0:
         raise ReportError(f"threshold: {threshold!r} must be >= 0 (a fraction: 0.1 = 10% slower)")
     cmp = Comparison(baseline.path, new.path, threshold)
     cmp.baseline_state, cmp.new_state = baseline.meta.get("state"), new.meta.get("state")
-    old_rows, new_rows = baseline.by_id, new.by_id
-    for rid, old in old_rows.items():
-        cur = new_rows.get(rid)
-        if cur is None or cur.get("verdict") == "not_run":
+    new_rows = {r["id"]: _brief(r) for r in new.rows}
+    for old in baseline.rows:
+        rid = old["id"]
+        cur = new_rows.pop(rid, None)  # ids are unique: what stays is what the baseline does not have
+        if cur is None or cur[0] == "not_run":
             if old.get("verdict") != "not_run":
                 cmp.missing.append(rid)
             continue
+        verdict, reason, b = cur
         cmp.compared += 1
-        was_failing, failing = old.get("verdict") in FAILING, cur.get("verdict") in FAILING
+        was_failing, failing = old.get("verdict") in FAILING, verdict in FAILING
         if failing and not was_failing:
             cmp.new_failures.append(
-                {
-                    "id": rid,
-                    "baseline_verdict": old.get("verdict"),
-                    "verdict": cur["verdict"],
-                    "reason": str(cur.get("reason", ""))[:300],
-                }
+                {"id": rid, "baseline_verdict": old.get("verdict"), "verdict": verdict, "reason": reason}
             )
-        elif was_failing and cur.get("verdict") == "passed":
+        elif was_failing and verdict == "passed":
             cmp.fixed.append({"id": rid, "baseline_verdict": old["verdict"], "verdict": "passed"})
-        a, b = _timing(old), _timing(cur)
+        a = _timing(old)
         if a is None or b is None or a[0] <= 0 or b[0] <= 0:  # a zero median (below the clock) has no ratio
             continue
         cmp.timed += 1
@@ -253,17 +499,12 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
             cmp.slower.append(entry)
         elif change < -threshold and b[2] < a[1]:
             cmp.faster.append(entry)
-    for rid, cur in new_rows.items():
-        if rid not in old_rows and cur.get("verdict") != "not_run":
+    for rid, (verdict, reason, _) in new_rows.items():  # in the new report's order
+        if verdict != "not_run":
             cmp.added.append(rid)
-            if cur.get("verdict") in FAILING:
+            if verdict in FAILING:
                 cmp.new_failures.append(
-                    {
-                        "id": rid,
-                        "baseline_verdict": "(absent)",
-                        "verdict": cur["verdict"],
-                        "reason": str(cur.get("reason", ""))[:300],
-                    }
+                    {"id": rid, "baseline_verdict": "(absent)", "verdict": verdict, "reason": reason}
                 )
     cmp.slower.sort(key=lambda d: -d["change"])
     cmp.faster.sort(key=lambda d: d["change"])
@@ -271,18 +512,46 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
 
 
 # ------------------------------------------------------------------------------------------------ merge
+class MergedRows(Sequence[dict[str, Any]]):
+    """The rows of a merged report: each shard's rows in shard order, read at each pass (never all in memory)."""
+
+    def __init__(self, shards: Sequence[RunReport]) -> None:
+        self._shards = list(shards)
+        self._count = sum(len(s.rows) for s in self._shards)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for s in self._shards:
+            yield from s.rows
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        j = i + len(self) if i < 0 else i
+        if not 0 <= j < len(self):
+            raise IndexError(f"rows[{i}]: the merged report has {len(self)} rows")
+        return next(islice(iter(self), j, None))
+
+
 def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
     """One report document from the shard reports of one sweep (see the module doc): every shard 1..N exactly
-    once, each complete, the same sweep settings, no item in two shards."""
+    once, each complete, the same sweep settings, no item in two shards (one pass over the shards' rows; in
+    memory: each item id and its shard).  Its ``rows`` are a :class:`MergedRows` (the shards' rows, read when
+    written: :func:`write_report_doc`)."""
     shards, count = _checked_shards(reports)
-    rows: list[dict[str, Any]] = []
-    owner: dict[str, str] = {}
+    owner: dict[str, int] = {}
     for k in sorted(shards):
         for r in shards[k].rows:
             if r["id"] in owner:
-                raise ReportError(f"merge: item {r['id']!r} is in {owner[r['id']]} and {shards[k].path}")
-            owner[r["id"]] = shards[k].path
-            rows.append(r)
+                raise ReportError(f"merge: item {r['id']!r} is in {shards[owner[r['id']]].path} and {shards[k].path}")
+            owner[r["id"]] = k
+    del owner
     first = shards[1].meta
     meta = {k: v for k, v in first.items() if k not in ("shard",)}
     if isinstance(meta.get("selection"), dict):  # the merged report covers every shard
@@ -298,7 +567,7 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
             "merged_from": [shards[k].path for k in sorted(shards)],
         }
     )
-    return {**meta, "rows": rows}
+    return {**meta, "rows": MergedRows([shards[k] for k in sorted(shards)])}
 
 
 def _checked_shards(reports: Sequence[RunReport]) -> tuple[dict[int, RunReport], int]:
@@ -370,15 +639,15 @@ def _check_complete_shard(rep: RunReport, what: str) -> None:
         raise ReportError(
             f"{rep.path}: state: {state!r}: {what} did not complete (resume it with --ckfmha-resume, then merge)"
         )
-    not_run = [r["id"] for r in rep.rows if r.get("verdict") == "not_run"]
-    if not_run:
+    stats = row_stats(rep.rows)
+    if stats.not_run:
         raise ReportError(
-            f"{rep.path}: rows: {len(not_run)} item(s) of {what} never ran (first {not_run[0]!r}) although its "
-            "state says complete: resume it with --ckfmha-resume, then merge"
+            f"{rep.path}: rows: {stats.not_run} item(s) of {what} never ran (first {stats.first_not_run!r}) although "
+            "its state says complete: resume it with --ckfmha-resume, then merge"
         )
     collected, completed = rep.meta.get("collected"), rep.meta.get("completed")
-    if isinstance(collected, int) and len(rep.rows) != collected:
-        raise ReportError(f"{rep.path}: rows: {len(rep.rows)} rows for {collected} collected items ({what})")
+    if isinstance(collected, int) and stats.count != collected:
+        raise ReportError(f"{rep.path}: rows: {stats.count} rows for {collected} collected items ({what})")
     if isinstance(collected, int) and isinstance(completed, int) and completed > collected:
         raise ReportError(f"{rep.path}: completed: {completed} > collected {collected} ({what})")
 
@@ -395,11 +664,12 @@ def _new_file_mode(path: Path) -> int:
         return 0o666 & ~umask
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` through a temporary file in the same directory and rename it over ``path``: a reader sees
-    the old file or the new one, never a truncated one (a full disk leaves the old file and raises OSError).  The
-    file keeps the mode of the one it replaces, or gets the umask's (a published page stays readable)."""
-    import os
+@contextlib.contextmanager
+def atomic_writer(path: str | Path) -> Iterator[IO[str]]:
+    """A text file to write ``path`` through: a temporary file in the same directory, renamed over ``path`` when
+    the block ends without an exception (removed when it raises): a reader sees the old file or the new one,
+    never a truncated one (a full disk leaves the old file and raises OSError).  The file keeps the mode of the
+    one it replaces, or gets the umask's (a published page stays readable)."""
     import tempfile
 
     path = Path(path)
@@ -409,25 +679,40 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            fh.write(text)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
-def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per family: a count per verdict, the worst error (largest max_abs_err) and the best TFLOPS."""
-    verdicts = ("passed", "failed", "skipped", "error", "crashed", "timeout", "not_run")
-    out: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        s = out.setdefault(
-            r.get("family") or "?",
-            {**{v: 0 for v in verdicts}, "worst_abs_err": None, "worst_id": "", "best_tflops": None, "best_id": ""},
-        )
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_writer`)."""
+    with atomic_writer(path) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+class Summary:
+    """The report's ``summary``, counted one row at a time (:meth:`add`, then :attr:`families`): per family a
+    count per verdict, the worst error (largest max_abs_err) and the best TFLOPS."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, dict[str, Any]] = {}
+
+    def add(self, r: dict[str, Any]) -> None:
+        fam = r.get("family") or "?"
+        s = self.families.get(fam)
+        if s is None:
+            s = self.families[fam] = {
+                **{v: 0 for v in VERDICTS},
+                "worst_abs_err": None,
+                "worst_id": "",
+                "best_tflops": None,
+                "best_id": "",
+            }
         s[r["verdict"]] = s.get(r["verdict"], 0) + 1
         e = _num(r.get("max_abs_err"))
         if (
@@ -439,27 +724,64 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         t = _num(r.get("tflops"))
         if t is not None and r["verdict"] == "passed" and (s["best_tflops"] is None or t > s["best_tflops"]):
             s["best_tflops"], s["best_id"] = t, r["id"]
-    return out
+
+
+def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per family: a count per verdict, the worst error (largest max_abs_err) and the best TFLOPS."""
+    out = Summary()
+    for r in rows:
+        out.add(r)
+    return out.families
+
+
+def write_report(
+    path: str | Path, meta: Mapping[str, Any], rows: Iterable[dict[str, Any]], fields: Sequence[str] | None = None
+) -> tuple[Path, int]:
+    """Write a report file in the line layout (module doc) atomically: ``schema`` and ``version`` first, then
+    ``meta`` (less ``rows``, ``summary``, ``fields``, ``schema``, ``version``), ``fields`` (default: the first row's
+    keys), one line per row in the order ``rows`` gives them, the summary counted on the way.  Returns the path
+    and the number of rows.  Memory: one row at a time."""
+    it = iter(rows)
+    head = next(it, None)
+    names = list(fields) if fields is not None else list(head.keys() if head is not None else ())
+    rest = {k: v for k, v in meta.items() if k not in ("rows", "summary", "fields", "schema", "version")}
+    header = {"schema": REPORT_SCHEMA, "version": max(READABLE_VERSIONS), **rest, "fields": names}
+    summary = Summary()
+    count = 0
+    with atomic_writer(path) as fh:
+        fh.write(dumps_line(header)[:-1] + ", " + ROWS_OPEN)
+        for part in ([head] if head is not None else []), it:
+            for row in part:
+                fh.write(("\n" if count == 0 else ",\n") + dumps_line(row))
+                summary.add(row)
+                count += 1
+        fh.write('\n], "summary": ' + dumps_line(summary.families) + "}\n")
+    return Path(path), count
 
 
 def write_report_doc(doc: dict[str, Any], path: str | Path) -> Path:
-    """Write a report document (schema, version, summary and field order recomputed) atomically as JSON."""
-    rows = doc["rows"]
-    fields = list(doc.get("fields") or (rows[0].keys() if rows else ()))
-    meta = {k: v for k, v in doc.items() if k not in ("rows", "summary", "fields", "schema", "version")}
-    out = {
-        "schema": REPORT_SCHEMA,
-        "version": max(READABLE_VERSIONS),
-        **meta,
-        "summary": summarize(rows),
-        "fields": fields,
-        "rows": rows,
-    }
-    return atomic_write_text(path, dumps(out) + "\n")
+    """Write a report document (schema, version, summary and field order recomputed) atomically, in the line
+    layout (:func:`write_report`)."""
+    return write_report(path, doc, doc["rows"], doc.get("fields"))[0]
 
 
-def rows_of(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    return [r for p in paths for r in load_report(p).rows]
+def rows_of(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
+    """The rows of the reports, one after another (read one at a time)."""
+    for p in paths:
+        yield from load_report(p).rows
+
+
+def convert_report(source: str | Path, target: str | Path) -> tuple[Path, int]:
+    """A report in any layout (one written before the line layout, of any size: read whole, once) -> ``target``
+    in the line layout; checked as :func:`report_from_doc` checks a document."""
+    from ckfmha.datafile import DataFileError, parse_json, read_text
+
+    try:
+        doc = parse_json(read_text(source, unlimited=True), str(source))
+    except DataFileError as e:
+        raise ReportError(str(e)) from None
+    rep = report_from_doc(doc, str(source))
+    return write_report(target, rep.meta, rep.rows, rep.meta.get("fields"))
 
 
 #: how a report writes a measure that is not a finite number (JSON has no infinity or NaN: ``json.dumps`` would
@@ -484,6 +806,18 @@ def dumps(obj: Any) -> str:
     return json.dumps(_finite_json(obj), indent=1, default=lambda v: _finite_json(float(v)) if _is_real(v) else str(v))
 
 
+def dumps_line(obj: Any) -> str:
+    """:func:`dumps` on one line (a row of the line layout): JSON escapes every newline inside strings."""
+    try:
+        return json.dumps(obj, allow_nan=False, default=_default)
+    except ValueError:  # a non-finite float: as its word
+        return json.dumps(_finite_json(obj), default=_default)
+
+
+def _default(v: Any) -> Any:
+    return _finite_json(float(v)) if _is_real(v) else str(v)
+
+
 def _is_real(v: Any) -> bool:
     """A number type JSON does not know (numpy's float32, ...), written as the float it is."""
     try:
@@ -491,3 +825,25 @@ def _is_real(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return not isinstance(v, (str, bytes))
+
+
+def _main(argv: Sequence[str]) -> int:
+    """``python -m ckfmha.runreport convert OLD.json NEW.json`` (:func:`convert_report`)."""
+    import sys
+
+    if len(argv) != 3 or argv[0] != "convert":
+        sys.stderr.write("usage: python -m ckfmha.runreport convert OLD.json NEW.json\n")
+        return 2
+    try:
+        path, count = convert_report(argv[1], argv[2])
+    except (ReportError, OSError) as e:
+        sys.stderr.write(f"ckfmha.runreport convert: {e}\n")
+        return 2
+    sys.stdout.write(f"ckfmha.runreport convert: {count} rows -> {path}\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a subprocess in the tests
+    import sys
+
+    raise SystemExit(_main(sys.argv[1:]))

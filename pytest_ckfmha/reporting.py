@@ -15,7 +15,11 @@ Files: written atomically (a temporary file in the same directory, then ``os.rep
 right after collection (so an older file never outlives the start of this run), then by a background thread
 every ``--ckfmha-report-every`` seconds (default ``CHECKPOINT_SECONDS``) while the run goes on -- also while one
 item runs for a long time -- and at the end of the session, also after KeyboardInterrupt or SIGTERM; even a
-SIGKILLed run leaves a readable report of this run.
+SIGKILLed run leaves a readable report of this run.  A ``.json`` file is one JSON document in the report's line
+layout (one row per line, the summary after the rows: ckfmha.runreport, docs/report_schema.md), written one row
+at a time, so ``ckfmha merge`` / ``compare`` / ``report`` and ``--ckfmha-resume`` read it in bounded memory at any
+size; ``--ckfmha-resume`` reads its report through :func:`ckfmha.runreport.load_report` (every row checked, the
+rows streamed from the file at each pass: :meth:`pytest_ckfmha.state.State.resumed_rows`).
 
 | header | rule |
 |---|---|
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import io
 import os
 import tempfile
 import threading
@@ -39,6 +42,7 @@ from typing import Any
 
 from pytest_ckfmha.ids import NodeId
 
+#: the format ckfmha.runreport.write_report writes (the header's ``schema`` and ``version``)
 REPORT_SCHEMA = "ckfmha.report"
 REPORT_VERSION = 2
 #: the report's ``state`` values (module doc; the same as ckfmha.runreport.STATES and the schema's enum -- not
@@ -374,32 +378,24 @@ class RowBook:
         return len(set(self.collected) | set(self.rows))
 
 
-def write_reports(paths, rows: list[dict], meta: dict) -> list[Path]:
-    """Write every report file atomically (:func:`ckfmha.runreport.atomic_write_text`); raises OSError naming the
+def write_reports(paths, rows: Sequence[dict], meta: dict) -> list[Path]:
+    """Write every report file atomically (:func:`ckfmha.runreport.atomic_writer`), one row at a time (no copy of
+    the rows as text): a ``.json`` path in the report's line layout (:func:`ckfmha.runreport.write_report`: one
+    JSON document, one row per line, the summary after the rows), any other path as CSV; raises OSError naming the
     file when one cannot be written."""
-    from ckfmha.runreport import atomic_write_text, dumps, summarize
+    from ckfmha.runreport import atomic_writer, write_report
 
     written = []
     for p in paths:
         p = Path(p)
         if p.suffix.lower() == ".json":
-            doc = {
-                "schema": REPORT_SCHEMA,
-                "version": REPORT_VERSION,
-                **meta,
-                "summary": summarize(rows),
-                "fields": list(row_fields()),
-                "rows": rows,
-            }
-            text = dumps(doc) + "\n"
+            write_report(p, meta, rows, row_fields())
         else:
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=list(row_fields()), extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow(r)
-            text = buf.getvalue()
-        atomic_write_text(p, text)
+            with atomic_writer(p) as fh:
+                w = csv.DictWriter(fh, fieldnames=list(row_fields()), extrasaction="ignore")
+                w.writeheader()
+                for r in rows:
+                    w.writerow(r)
         written.append(p)
     return written
 

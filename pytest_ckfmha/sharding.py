@@ -15,7 +15,7 @@ kernels per shape, backend option and shard must equal this run's (a usage error
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -108,7 +108,7 @@ def assign_shards(nodeids: Sequence[str], costs: dict[str, float], count: int) -
     return {nid: shard_of[groups[nid]] for nid in nodeids}
 
 
-def completed_nodeids(rows: list[dict[str, Any]]) -> set[str]:
+def completed_nodeids(rows: Iterable[dict[str, Any]]) -> set[str]:
     return {str(r.get("nodeid") or "") for r in rows if r.get("verdict") not in ("not_run", None, "")}
 
 

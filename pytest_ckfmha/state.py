@@ -8,7 +8,7 @@ reported come from :class:`pytest_ckfmha.ids.NodeId` and reporting.py, and isola
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -31,7 +31,7 @@ class State:
         # imports this module, never the other way round)
         self.executor: Any = None
         self._by_nodeid: dict[NodeId, Callable[[], dict]] | None = None
-        self._resumed: list[dict] | None = None
+        self._resumed: Sequence[dict] | None = None
         self.collect_seconds: float | None = None
 
     def registry(self):
@@ -72,8 +72,11 @@ class State:
             )
         return self._parity
 
-    def resumed_rows(self) -> list[dict]:
-        """The rows of ``--ckfmha-resume``'s report (loaded once; [] without the option)."""
+    def resumed_rows(self) -> Sequence[dict]:
+        """The rows of ``--ckfmha-resume``'s report ([] without the option): checked once, at the first call
+        (ckfmha.runreport.load_report: the schema of the header and of every row, unique ids), then read from the
+        file at each pass over them (a report in the line layout is never held in memory here; one that changed
+        since is a ckfmha.runreport.ReportError)."""
         if self._resumed is None:
             self._resumed = []
             if self.settings.resume is not None:
