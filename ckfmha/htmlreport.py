@@ -4,9 +4,9 @@ Sections, in order:
 
 | section | content |
 |---|---|
-| header | where and how the run happened: category, arch, device, backends, versions, command, state, exit status |
+| header | where and how the run happened: category, arch, device, backends, versions, command, state, exit status; the provenance: ckfmha's git commit, the CK checkout (path, commit, codegen hash), host, GPU UUIDs |
 | summary | per family: passed / failed / skipped / error / crashed / timeout / not_run, worst error, best TFLOPS |
-| regressions | with ``--baseline``: new failures, missing items and timing regressions (red), fixed items (green), and faster items (ckfmha.runreport.compare_reports) |
+| regressions | with ``--baseline``: new failures, missing items and timing regressions (red), fixed items (green), and faster items (ckfmha.runreport.compare_reports); runs or timings not like for like (emulated timings, other seeds, devices, clocks) as red warnings, never refused; untimed runs say so |
 | failures | every failing item with its verdict and reason |
 | speed | TFLOPS against the longest query length, one panel per family, one series per dtype / hdim / backend (the best kernel of each shape) |
 | kernel ranking | per shape with timed kernels: the kernels in TFLOPS order, the plan's kernel marked |
@@ -112,10 +112,36 @@ def _header(rep: RunReport) -> str:
         ("versions", ", ".join(f"{k} {v}" for k, v in pk.items() if v)),
         ("python", env.get("python")),
         ("command", env.get("command")),
+        *_provenance_facts(env),
     ]
     return f"<h1>ckfmha run report {pill}</h1><div class='muted'>{_e(rep.path)}</div>" + _table(
         ("", ""), [(k, v if v not in (None, "") else "-") for k, v in facts]
     )
+
+
+def _git_text(ident: Any) -> str:
+    """``<commit> (dirty)`` of a ckfmha / CK identity (ckfmha.runreport.git_identity); "not a git checkout"."""
+    if not isinstance(ident, dict) or not ident.get("commit"):
+        return "not a git checkout"
+    return f"{ident['commit']}{' (dirty: tracked files changed)' if ident.get('dirty') else ''}"
+
+
+def _provenance_facts(env: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The header's provenance lines (ckfmha.runreport.provenance): ckfmha's commit, the CK checkout, the host,
+    the GPU UUIDs; a merged report's shards' own are named by shard."""
+    ck = env.get("ck")
+    ck_text = (
+        f"{ck.get('root')}: {_git_text(ck)}; codegen {ck.get('codegen') or '-'}" if isinstance(ck, dict) else "none"
+    )
+    facts: list[tuple[str, Any]] = [
+        ("ckfmha commit", _git_text(env.get("ckfmha")) if "ckfmha" in env else None),
+        ("CK checkout", ck_text if "ck" in env else None),
+        ("host", env.get("hostname")),
+        ("GPUs", ", ".join(env.get("gpus") or [])),
+    ]
+    if env.get("differs_by_shard"):
+        facts.append(("differs by shard", ", ".join(env["differs_by_shard"]) + " (each shard's: shard_environments)"))
+    return facts
 
 
 def _summary(rows: Sequence[dict[str, Any]]) -> str:
@@ -133,7 +159,9 @@ def _regressions(cmp: Comparison) -> str:
     parts = [
         f"<h2>Against the baseline</h2><div class='muted'>{_e(cmp.baseline)}: {cmp.compared} items in both, "
         f"{cmp.timed} timed in both, threshold {cmp.threshold:.0%}; "
-        f"{'<b>regressed</b>' if cmp.regressed else 'no regression'}</div>"
+        f"{'<b>regressed</b>' if cmp.regressed else 'no regression'}"
+        f"{'; ' + _e(cmp.speed_note) if cmp.speed_note else ''}</div>",
+        *(f"<p class='ko pill'>WARNING, not like for like: {_e(m.text)}</p>" for m in cmp.mismatches),
     ]
     if cmp.new_failures:
         parts.append(

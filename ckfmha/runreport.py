@@ -8,7 +8,14 @@ time, any other layout whole (at most ``MAX_FILE_BYTES``, 16 MiB) |
 | :func:`write_report` | rows (any iterable: a list, a generator, another report's rows) -> a report file in the \
 line layout, atomically (:func:`atomic_writer`), in bounded memory: one row at a time, the summary counted on \
 the way |
-| :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions |
+| :func:`compare_reports` | baseline vs new: new failures, fixed failures, items added / missing, timing regressions; \
+what is not like for like (:class:`Mismatch`: other seeds; emulated timings, other devices, clocks apart) |
+| :func:`timing_sources`, :func:`timing_mismatches`, :func:`tune_mismatches` | what measured a report's timed rows \
+(:class:`TimingSources`: backends, devices, clocks, seeds) and why two reports' (or one report's) timings are not \
+like for like |
+| :func:`provenance` | a report's provenance (its ``environment``'s ``hostname``, ``ckfmha``: version + git \
+commit, ``ck``: the CK checkout's path, commit and codegen hash, ``gpus``); :func:`provenance_line` one line of it; \
+:func:`merge_environments` a merged report's |
 | :func:`merge_reports` | shard reports (``--ckfmha-shard K/N``) -> one report; duplicates, gaps, shards out of \
 1..N, shards in a state other than ``complete`` (interrupted, stopped_early, crashed_workers, internal_error, \
 running), shards whose rows hold items never run (whatever their header says) and shards of another selection \
@@ -51,12 +58,18 @@ Comparison rules (:func:`compare_reports`):
 * a report whose ``state`` is not ``complete`` (:data:`STATES`) is compared all the same; the text names its state
   (its items never run are missing);
 * the comparison *regressed* when it has new failures, missing items or timing regressions (``ckfmha compare``
-  exits 1 then).
+  exits 1 then);
+* not like for like (:attr:`Comparison.mismatches`, listed, never raised here: ``ckfmha compare`` refuses them
+  unless overridden, the HTML page flags them): the runs' ``seed`` differs; with timings compared, timed items
+  measured on an emulation (:data:`EMULATED_BACKENDS`, Triton's interpreter), timed items on other devices (the
+  models; GPU UUIDs do not count), median clocks more than :data:`CLOCK_TOLERANCE` apart;
+* no item timed in both: :attr:`Comparison.speed_note` says so (and points at ``--ckfmha-bench``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -225,7 +238,8 @@ def _schema(doc: Any, source: str, definition: str | None = None, at: tuple[str 
 
 def load_streamed(path: str | Path) -> RunReport:
     """A report file in the line layout (module doc), checked in one pass that keeps the row ids (uniqueness) and
-    counts, never the rows."""
+    counts, never the rows.  Long because every line's checks share the pass's state (the row before, the ids
+    seen, the header)."""
     from ckfmha.datafile import DataFileError, read_lines
 
     p = Path(path)
@@ -347,6 +361,139 @@ def _read_measures(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------------------------- provenance
+#: seconds one ``git`` call may take before the commit is given as unknown (null)
+GIT_TIMEOUT_S = 10.0
+#: ``environment`` keys that hold lists: a merged report's ``environment`` has their union (:func:`merge_environments`)
+ENV_LIST_KEYS = ("devices", "clocks", "gpus")
+
+
+def git_identity(directory: str | os.PathLike, tracked: str) -> dict[str, Any] | None:
+    """``{"commit": <git rev-parse HEAD>, "dirty": <tracked files changed>}`` of the git checkout that holds
+    ``directory`` and tracks ``tracked`` (a path relative to ``directory``: a package installed inside another
+    project's checkout is not that project); None when it is not one, git is missing, or a call fails or takes
+    longer than :data:`GIT_TIMEOUT_S`."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(directory), *args],
+                capture_output=True,
+                text=True,
+                timeout=GIT_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout if out.returncode == 0 else None
+
+    if git("ls-files", "--error-unmatch", "--", tracked) is None:
+        return None
+    head = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    if head is None:
+        return None
+    return {"commit": head.strip(), "dirty": None if status is None else bool(status.strip())}
+
+
+@functools.lru_cache(maxsize=1)
+def ckfmha_identity() -> dict[str, Any]:
+    """``{"version", "commit", "dirty"}`` of this ckfmha: its version, and the git commit (and whether tracked
+    files differ from it) of the checkout it runs from; commit and dirty null when it is not a git checkout.
+    Once per process."""
+    import ckfmha
+
+    package = Path(ckfmha.__file__).resolve().parent
+    git = git_identity(package, "__init__.py") or {"commit": None, "dirty": None}
+    return {"version": ckfmha.__version__, **git}
+
+
+@functools.lru_cache(maxsize=8)
+def ck_identity(root: str | None) -> dict[str, Any] | None:
+    """``{"root", "commit", "dirty", "codegen"}`` of the CK checkout at ``root`` (None without one): its path,
+    its git commit and dirty flag (null when it is not a git checkout) and the sha256 (16 hex) of its codegen
+    sources (:func:`ckfmha.cktree.codegen_hash`; null when unreadable).  Once per checkout and process."""
+    if root is None:
+        return None
+    from ckfmha.cktree import GENERATOR, CKTreeError, codegen_hash
+
+    try:
+        codegen: str | None = codegen_hash(root)[:16]
+    except CKTreeError:
+        codegen = None
+    git = git_identity(root, str(GENERATOR)) or {"commit": None, "dirty": None}
+    return {"root": str(root), **git, "codegen": codegen}
+
+
+def gpu_uuids(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The distinct GPU UUIDs the rows ran on (their ``gpu``: ``<index>:<uuid>``; the index is the worker's own)."""
+    return sorted({str(r["gpu"]).split(":", 1)[-1] for r in rows if r.get("gpu")})
+
+
+def provenance(ck_root: str | os.PathLike | None, rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """What identifies where a report's results come from (its ``environment``'s provenance keys): ``hostname``,
+    ``ckfmha`` (:func:`ckfmha_identity`), ``ck`` (:func:`ck_identity`) and ``gpus`` (:func:`gpu_uuids`).  Git
+    runs in subprocesses; nothing here imports torch or touches a GPU."""
+    import socket
+
+    return {
+        "hostname": socket.gethostname(),
+        "ckfmha": ckfmha_identity(),
+        "ck": ck_identity(None if ck_root is None else str(ck_root)),
+        "gpus": gpu_uuids(rows),
+    }
+
+
+def merge_environments(envs: Sequence[Any]) -> dict[str, Any]:
+    """A merged report's ``environment`` from its shards' (in shard order): the union of the list keys
+    (:data:`ENV_LIST_KEYS`), any other key's value where every shard has the same, else null and the key named in
+    ``differs_by_shard`` (the shards' own are in the merged report's ``shard_environments``)."""
+    dicts = [e if isinstance(e, dict) else {} for e in envs]
+    out: dict[str, Any] = {}
+    differs: list[str] = []
+    for key in dict.fromkeys(k for e in dicts for k in e if k != "differs_by_shard"):
+        values = [e.get(key) for e in dicts]
+        lists = [v for v in values if isinstance(v, list)]
+        if key in ENV_LIST_KEYS and len(lists) == len(values):
+            out[key] = sorted({str(x) for v in lists for x in v})
+        elif all(v == values[0] for v in values):
+            out[key] = values[0]
+        else:
+            out[key] = None
+            differs.append(key)
+    out["differs_by_shard"] = differs
+    return out
+
+
+def provenance_line(meta: Mapping[str, Any]) -> str:
+    """One line naming where a report's results come from: ckfmha version and commit, host, CK checkout, GPUs,
+    devices and seed ("?" for what the report does not record)."""
+    env = meta.get("environment") if isinstance(meta.get("environment"), dict) else {}
+    assert isinstance(env, dict)
+    ck = env.get("ckfmha") if isinstance(env.get("ckfmha"), dict) else {}
+    assert isinstance(ck, dict)
+    commit = ck.get("commit")
+    where = f"{commit[:12]}{' dirty' if ck.get('dirty') else ''}" if commit else "no git commit"
+    if "ckfmha" not in env:
+        where = "no provenance recorded: a report of an older ckfmha"
+    parts = [f"ckfmha {ck.get('version') or '?'} ({where})", f"host {env.get('hostname') or '?'}"]
+    tree = env.get("ck")
+    if isinstance(tree, dict):
+        rev = tree.get("commit")
+        rev_text = f"{rev[:12]}{' dirty' if tree.get('dirty') else ''}" if rev else f"codegen {tree.get('codegen')}"
+        parts.append(f"CK {tree.get('root')} ({rev_text})")
+    else:
+        parts.append("CK none" if "ck" in env else "CK ?")
+    if env.get("differs_by_shard"):
+        parts.append(f"differs by shard: {', '.join(env['differs_by_shard'])}")
+    gpus = env.get("gpus")
+    parts.append(f"GPUs {', '.join(gpus)}" if gpus else ("GPUs none" if gpus == [] else "GPUs ?"))
+    parts.append(f"devices {', '.join(env.get('devices') or []) or '?'}")
+    parts.append(f"seed {meta.get('seed', '?')}")
+    return "; ".join(parts)
+
+
 # ------------------------------------------------------------------------------------------------ compare
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or v in ("", None):
@@ -368,6 +515,160 @@ def _timing(row: dict[str, Any]) -> tuple[float, float, float] | None:
     return med, (lo if lo is not None else med), (hi if hi is not None else med)
 
 
+# ------------------------------------------------------------------------------------- what measured timings
+#: backends whose timings measure an emulation, not a kernel on a device: compare and tune refuse them unless
+#: ``--allow-emulated``; a row whose ``device`` names an interpreter (Triton's) is emulated too
+EMULATED_BACKENDS = ("cpu",)
+#: how far apart (a fraction) two runs' median clocks may lie before ``compare`` refuses their timings
+CLOCK_TOLERANCE = 0.05
+#: the override flag of each kind of mismatch (:class:`Mismatch`)
+OVERRIDES = {"emulated": "--allow-emulated", "seed": "--force", "devices": "--force", "clocks": "--force"}
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why timings (or two runs) are not like for like: ``key`` (a key of :data:`OVERRIDES`), ``text`` (the
+    reason, naming the values) and ``flag``, the option that accepts it all the same."""
+
+    key: str
+    text: str
+
+    @property
+    def flag(self) -> str:
+        return OVERRIDES[self.key]
+
+    def to_dict(self) -> dict[str, str]:
+        return {"key": self.key, "text": self.text, "flag": self.flag}
+
+
+def _mhz(clocks: str) -> list[float]:
+    """The MHz figures of a ``clocks`` reading, in order (``sm, mem: 1980 MHz, 2619 MHz`` -> [1980, 2619])."""
+    import re
+
+    return [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)\s*MHz", clocks)]
+
+
+@dataclass
+class TimingSources:
+    """What measured a report's timed rows (passed, ``timed`` true): how many, and per backend, device, clocks
+    reading and seed how many rows (distinct values: a few per report, whatever its size)."""
+
+    rows: int = 0
+    emulated: int = 0
+    backends: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)
+    clocks: dict[str, int] = field(default_factory=dict)
+    seeds: dict[str, int] = field(default_factory=dict)
+
+    def add(self, row: dict[str, Any]) -> None:
+        if _timing(row) is None:
+            return
+        self.rows += 1
+        backend, device = str(row.get("backend") or ""), str(row.get("device") or "")
+        self.emulated += backend in EMULATED_BACKENDS or "interpreter" in device.lower()
+        for counts, value in (
+            (self.backends, backend),
+            (self.devices, device),
+            (self.clocks, str(row.get("clocks") or "")),
+            (self.seeds, str(row.get("seed", ""))),
+        ):
+            if value:
+                counts[value] = counts.get(value, 0) + 1
+
+    def median_mhz(self) -> list[float]:
+        """Per figure of the clocks readings (SM, memory, ...), the median over the timed rows that have one."""
+        per: list[list[tuple[float, int]]] = []
+        for text, n in self.clocks.items():
+            for i, mhz in enumerate(_mhz(text)):
+                per += [[] for _ in range(i + 1 - len(per))]
+                per[i].append((mhz, n))
+        out = []
+        for pairs in per:
+            pairs.sort()
+            half, seen = sum(n for _, n in pairs) / 2, 0
+            for mhz, n in pairs:
+                seen += n
+                if seen >= half:
+                    out.append(mhz)
+                    break
+        return out
+
+    def emulated_text(self, name: str) -> str:
+        return (
+            f"{name}: {self.emulated} of {self.rows} timed items ran on an emulation (backend "
+            f"{', '.join(sorted(self.backends))}; devices {', '.join(sorted(self.devices)) or '?'}): their times "
+            "measure NumPy or an interpreter, not a kernel on a GPU"
+        )
+
+
+def timing_sources(rows: Iterable[dict[str, Any]]) -> TimingSources:
+    """The :class:`TimingSources` of rows (one pass)."""
+    out = TimingSources()
+    for r in rows:
+        out.add(r)
+    return out
+
+
+def timing_mismatches(a: TimingSources, b: TimingSources, names: tuple[str, str]) -> list[Mismatch]:
+    """Why the timings of two reports (``names``: how to call them) are not like for like: either measured on an
+    emulation; the devices of their timed items differ (the model: a card's UUID does not matter); their median
+    clocks differ by more than :data:`CLOCK_TOLERANCE`.  Empty when either has no timed item."""
+    if not a.rows or not b.rows:
+        return []
+    out = [Mismatch("emulated", s.emulated_text(n)) for s, n in zip((a, b), names) if s.emulated]
+    if set(a.devices) != set(b.devices):
+        out.append(
+            Mismatch(
+                "devices",
+                f"devices: the timed items ran on {', '.join(sorted(a.devices)) or '?'} in {names[0]} and on "
+                f"{', '.join(sorted(b.devices)) or '?'} in {names[1]}: times of different devices",
+            )
+        )
+    ma, mb = a.median_mhz(), b.median_mhz()
+    for i, (x, y) in enumerate(zip(ma, mb)):
+        if max(x, y) > 0 and abs(x - y) / max(x, y) > CLOCK_TOLERANCE:
+            out.append(
+                Mismatch(
+                    "clocks",
+                    f"clocks: median clock #{i + 1} of the timed items is {x:g} MHz in {names[0]} and {y:g} MHz in "
+                    f"{names[1]} (more than {CLOCK_TOLERANCE:.0%} apart; readings {sorted(a.clocks)} vs "
+                    f"{sorted(b.clocks)}): lock the clocks, or compare runs at the same clocks",
+                )
+            )
+            break
+    return out
+
+
+def seed_mismatch(baseline: RunReport, new: RunReport) -> Mismatch | None:
+    """The runs' ``seed`` differs (both given): their items ran on other inputs."""
+    a, b = baseline.meta.get("seed"), new.meta.get("seed")
+    if a is None or b is None or a == b:
+        return None
+    return Mismatch("seed", f"seed: {a!r} in {baseline.path}, {b!r} in {new.path}: the items ran on other inputs")
+
+
+def tune_mismatches(src: TimingSources, name: str) -> tuple[list[Mismatch], list[str]]:
+    """What ``ckfmha tune`` refuses in one report's timings (emulated; timed items on more than one device or
+    seed: the kernels of a shape would be ranked by times of different devices or inputs) and what it only
+    warns about (clocks readings more than :data:`CLOCK_TOLERANCE` apart within the run: boost clocks move
+    between items of one machine)."""
+    refuse = [Mismatch("emulated", src.emulated_text(name))] if src.emulated else []
+    for key, counts in (("devices", src.devices), ("seed", src.seeds)):
+        if len(counts) > 1:
+            refuse.append(
+                Mismatch(key, f"{name}: {key}: the timed items ran with {len(counts)} values: {sorted(counts)}")
+            )
+    warn = []
+    figures = [_mhz(c) for c in src.clocks]
+    sm = [f[0] for f in figures if f]
+    if sm and max(sm) > 0 and (max(sm) - min(sm)) / max(sm) > CLOCK_TOLERANCE:
+        warn.append(
+            f"{name}: clocks: the timed items saw {min(sm):g} ... {max(sm):g} MHz (more than {CLOCK_TOLERANCE:.0%} "
+            "apart): rankings of kernels timed at other clocks are less certain; lock the clocks"
+        )
+    return refuse, warn
+
+
 @dataclass
 class Comparison:
     baseline: str
@@ -383,10 +684,38 @@ class Comparison:
     timed: int = 0
     baseline_state: str | None = None
     new_state: str | None = None
+    #: whether timings were compared at all (False: ``verdicts_only``)
+    timings: bool = True
+    #: timed (passed, ``timed`` true) rows of each report
+    baseline_timed: int = 0
+    new_timed: int = 0
+    #: why the runs or their timings are not like for like (:func:`seed_mismatch`, :func:`timing_mismatches`)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    #: :func:`provenance_line` of each report
+    baseline_provenance: str = ""
+    new_provenance: str = ""
 
     @property
     def regressed(self) -> bool:
         return bool(self.new_failures or self.missing or self.slower)
+
+    def refusals(self, allowed: Iterable[str] = ()) -> list[Mismatch]:
+        """The mismatches whose override flag is not in ``allowed`` (``ckfmha compare`` refuses those)."""
+        ok = set(allowed)
+        return [m for m in self.mismatches if m.flag not in ok]
+
+    @property
+    def speed_note(self) -> str:
+        """Why no speed was compared ("" when some was): no timed item in either or both reports."""
+        if self.timed or not self.timings:
+            return "" if self.timings else "timings not compared (--verdicts-only)"
+        which = [n for n, c in (("the baseline", self.baseline_timed), ("the new report", self.new_timed)) if not c]
+        why = (
+            f"{' and '.join(which)} {'has' if len(which) == 1 else 'have'} no timed items"
+            if which
+            else ("no item is timed and passed in both reports")
+        )
+        return f"speed not compared: {why} (time the runs with --ckfmha-bench)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -396,6 +725,10 @@ class Comparison:
             "regressed": self.regressed,
             "compared": self.compared,
             "timed": self.timed,
+            "speed_note": self.speed_note,
+            "mismatches": [m.to_dict() for m in self.mismatches],
+            "baseline_provenance": self.baseline_provenance,
+            "new_provenance": self.new_provenance,
             "baseline_state": self.baseline_state,
             "new_state": self.new_state,
             "new_failures": self.new_failures,
@@ -409,8 +742,11 @@ class Comparison:
     def text(self) -> str:
         lines = [
             f"compare {self.baseline} -> {self.new}: {self.compared} items in both, {self.timed} timed in "
-            f"both, threshold {self.threshold:.0%}"
+            f"both, threshold {self.threshold:.0%}",
+            f"baseline: {self.baseline_provenance}",
+            f"new:      {self.new_provenance}",
         ]
+        lines += [f"WARNING: not like for like, compared anyway ({m.flag}): {m.text}" for m in self.mismatches]
         for which, state in (("baseline", self.baseline_state), ("new", self.new_state)):
             if state not in (None, "complete"):
                 lines.append(f"note: the {which} report's state is {state!r}: its items never run count as missing")
@@ -441,7 +777,8 @@ class Comparison:
         for title, items in sections:
             lines.append(f"{title}: {len(items)}")
             lines += [f"  {x}" for x in items]
-        lines.append("REGRESSED" if self.regressed else "no regression")
+        verdict = "REGRESSED" if self.regressed else "no regression"
+        lines.append(f"{verdict} (verdicts only: {self.speed_note})" if self.speed_note else verdict)
         return "\n".join(lines)
 
 
@@ -457,16 +794,49 @@ def _brief(row: dict[str, Any]) -> tuple[str, str, tuple[float, float, float] | 
     return verdict, reason, _timing(row)
 
 
-def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def _compare_timing(
+    cmp: Comparison, rid: str, a: tuple[float, float, float] | None, b: tuple[float, float, float] | None
+) -> None:
+    """One item's timings (baseline ``a``, new ``b``: median, fastest, slowest) into ``cmp``: counted, and
+    slower / faster when past the threshold and outside both spreads (module doc)."""
+    if a is None or b is None or a[0] <= 0 or b[0] <= 0:  # a zero median (below the clock) has no ratio
+        return
+    cmp.timed += 1
+    change = b[0] / a[0] - 1.0
+    entry = {
+        "id": rid,
+        "baseline_ms": a[0],
+        "new_ms": b[0],
+        "change": change,
+        "baseline_spread": [a[1], a[2]],
+        "new_spread": [b[1], b[2]],
+    }
+    if change > cmp.threshold and b[1] > a[2]:
+        cmp.slower.append(entry)
+    elif change < -cmp.threshold and b[2] < a[1]:
+        cmp.faster.append(entry)
+
+
+def compare_reports(
+    baseline: RunReport, new: RunReport, threshold: float = DEFAULT_THRESHOLD, verdicts_only: bool = False
+) -> Comparison:
     """See the module doc.  One pass over each report's rows; in memory: the new report's :func:`_brief` per row
     (an id, a verdict and three numbers; a failing row's reason; an entry leaves when the baseline's pass meets its
-    id) and what the comparison lists."""
+    id) and what the comparison lists.  ``verdicts_only``: no timing is compared (nor checked for provenance).
+    The mismatches (seeds; with timings: emulation, devices, clocks) are listed, never raised: ``ckfmha compare``
+    refuses them, the HTML page flags them."""
     if not threshold >= 0:
         raise ReportError(f"threshold: {threshold!r} must be >= 0 (a fraction: 0.1 = 10% slower)")
-    cmp = Comparison(baseline.path, new.path, threshold)
+    cmp = Comparison(baseline.path, new.path, threshold, timings=not verdicts_only)
     cmp.baseline_state, cmp.new_state = baseline.meta.get("state"), new.meta.get("state")
-    new_rows = {r["id"]: _brief(r) for r in new.rows}
+    cmp.baseline_provenance, cmp.new_provenance = provenance_line(baseline.meta), provenance_line(new.meta)
+    src_old, src_new = TimingSources(), TimingSources()
+    new_rows = {}
+    for r in new.rows:
+        new_rows[r["id"]] = _brief(r)
+        src_new.add(r)
     for old in baseline.rows:
+        src_old.add(old)
         rid = old["id"]
         cur = new_rows.pop(rid, None)  # ids are unique: what stays is what the baseline does not have
         if cur is None or cur[0] == "not_run":
@@ -482,23 +852,8 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
             )
         elif was_failing and verdict == "passed":
             cmp.fixed.append({"id": rid, "baseline_verdict": old["verdict"], "verdict": "passed"})
-        a = _timing(old)
-        if a is None or b is None or a[0] <= 0 or b[0] <= 0:  # a zero median (below the clock) has no ratio
-            continue
-        cmp.timed += 1
-        change = b[0] / a[0] - 1.0
-        entry = {
-            "id": rid,
-            "baseline_ms": a[0],
-            "new_ms": b[0],
-            "change": change,
-            "baseline_spread": [a[1], a[2]],
-            "new_spread": [b[1], b[2]],
-        }
-        if change > threshold and b[1] > a[2]:
-            cmp.slower.append(entry)
-        elif change < -threshold and b[2] < a[1]:
-            cmp.faster.append(entry)
+        if not verdicts_only:
+            _compare_timing(cmp, rid, _timing(old), b)
     for rid, (verdict, reason, _) in new_rows.items():  # in the new report's order
         if verdict != "not_run":
             cmp.added.append(rid)
@@ -508,6 +863,11 @@ def compare_reports(baseline: RunReport, new: RunReport, threshold: float = DEFA
                 )
     cmp.slower.sort(key=lambda d: -d["change"])
     cmp.faster.sort(key=lambda d: d["change"])
+    cmp.baseline_timed, cmp.new_timed = src_old.rows, src_new.rows
+    seed = seed_mismatch(baseline, new)
+    cmp.mismatches = [seed] if seed is not None else []
+    if not verdicts_only:
+        cmp.mismatches += timing_mismatches(src_old, src_new, (baseline.path, new.path))
     return cmp
 
 
@@ -565,6 +925,12 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
             "collected": sum(int(s.meta.get("collected") or 0) for s in shards.values()),
             "completed": sum(int(s.meta.get("completed") or 0) for s in shards.values()),
             "merged_from": [shards[k].path for k in sorted(shards)],
+            # provenance: each shard's own environment, and their merge (merge_environments)
+            "environment": merge_environments([shards[k].meta.get("environment") for k in sorted(shards)]),
+            "shard_environments": [
+                {"shard": k, "path": shards[k].path, "environment": shards[k].meta.get("environment")}
+                for k in sorted(shards)
+            ],
         }
     )
     return {**meta, "rows": MergedRows([shards[k] for k in sorted(shards)])}

@@ -25,6 +25,7 @@ rows streamed from the file at each pass: :meth:`pytest_ckfmha.state.State.resum
 |---|---|
 | ``state`` | :data:`STATES`: ``running`` (a checkpoint), ``complete`` (every collected item has its result), ``interrupted`` (Ctrl-C, SIGTERM), ``stopped_early`` (``-x`` / ``--maxfail``), ``crashed_workers`` (xdist gave up after crashed workers), ``internal_error`` (pytest's INTERNALERROR, or a run that left items unrun with no other cause) |
 | ``selection`` | :func:`selection`: the fingerprint of what decides which items are collected; ``ckfmha merge`` and ``--ckfmha-resume`` refuse a report of another selection, naming the key |
+| ``environment`` | :func:`environment`: command, Python, package versions, devices, clocks, and the provenance: ``hostname``, ``ckfmha`` (version, git commit, dirty), ``ck`` (the CK checkout: root, git commit, dirty, codegen hash; null without one), ``gpus`` (the distinct GPU UUIDs of the rows) |
 | invariants | :func:`check_invariants`, before every write: one row per collected item, ``completed <= collected``, ``complete`` only when no row is ``not_run`` |
 """
 
@@ -551,12 +552,17 @@ def build_times(rows: list[dict]) -> dict[str, float]:
 ENV_PACKAGES = ("ckfmha", "numpy", "pytest", "pytest-xdist", "torch", "triton")
 
 
-def environment(command: Sequence[str], rows: list[dict]) -> dict:
+def environment(command: Sequence[str], rows: list[dict], ck_root: str | os.PathLike | None = None) -> dict:
     """Where the run happened: the command, Python, the packages' versions (read from their metadata, nothing is
-    imported), the devices the items ran on and the clocks the timed items saw (where the backend reads them)."""
+    imported), the devices the items ran on and the clocks the timed items saw (where the backend reads them), and
+    the provenance (:func:`ckfmha.runreport.provenance`: hostname, ckfmha's version and git commit, the CK
+    checkout's identity, the GPU UUIDs the rows name; git in subprocesses, no torch, no CUDA: the controller
+    never touches a GPU, pytest_ckfmha/isolation.py)."""
     import platform
     import shlex
     from importlib import metadata
+
+    from ckfmha.runreport import provenance
 
     def version(name: str) -> str | None:
         try:
@@ -571,6 +577,7 @@ def environment(command: Sequence[str], rows: list[dict]) -> dict:
         "packages": {n: version(n) for n in ENV_PACKAGES},
         "devices": sorted({r["device"] for r in rows if r.get("device")}),
         "clocks": sorted({r["clocks"] for r in rows if r.get("clocks")}),
+        **provenance(ck_root, rows),
     }
 
 
@@ -709,5 +716,5 @@ def meta_for(settings, rows: list[dict], collect_seconds, command: Sequence[str]
         "resumed_from": settings.resume,
         "bench_repeat": settings.bench_repeat if settings.bench else None,
         "heuristics": settings.heuristics,
-        "environment": environment(command, rows),
+        "environment": environment(command, rows, settings.ck_root),
     }

@@ -261,8 +261,9 @@ def _write(path: Path, rows, **meta) -> str:
 
 
 def test_cli_compare_exit_codes_and_json(tmp_path: Path, capsys) -> None:
-    a = _write(tmp_path / "a.json", [_row("x::k", ms=1.0)])
-    b = _write(tmp_path / "b.json", [_row("x::k", ms=2.0)])
+    gpu = {"backend": "triton", "device": "NVIDIA H100 80GB HBM3"}  # cpu timings are refused (emulation)
+    a = _write(tmp_path / "a.json", [_row("x::k", ms=1.0, **gpu)])
+    b = _write(tmp_path / "b.json", [_row("x::k", ms=2.0, **gpu)])
     assert main(["compare", a, a]) == 0
     assert main(["compare", a, b]) == 1
     assert "slower: 1" in capsys.readouterr().out
