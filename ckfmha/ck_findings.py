@@ -15,6 +15,10 @@ exact; instead the harness knows the limitation:
                                 then also plans the kernels that serve such problems: split-KV for the forward)
 ==============================  =====================================================================================
 
+The nightly category exposes each finding on the hip backend: a shape that triggers it gets a kernel item pinning
+an affected kernel, run with rule 9b waived (``Dispatcher(..., waive_findings=True)``) and ``xfail`` naming the
+finding (:func:`pytest_ckfmha.collect.exposing_kernels`, docs/plugin.md "CK findings").
+
 ``alibi_sad_u16``: the ALiBi position of the fwd, paged-KV, batch-prefill and bwd kernels is a 16-bit sum of
 absolute differences (``block_position_encoding.hpp``): the row-major (forward) kernels form the operands
 ``row + shift`` and ``col + shift``, at most ``max(seqlen_q, seqlen_k) - 1`` per sequence; the column-major (bwd)

@@ -22,7 +22,7 @@ kernel_families`: ``fwd``, ``splitkv``, ``bwd``, ...) when given.
 | kernels | per kernel family: kernels reached / in the space; ``--list-unreached`` lists the unreached ids (and their CK names with ``--ck-names``) |
 | pipelines | per family and pipeline: reached / in the space |
 | kernel features | per family, per signature field that varies in the space (dtype, mode, head dims, mask, bias, lse, dropout, paged KV, RoPE, deterministic, ...) and per value: kernels reached / in the space |
-| problem features | what the calls or items exercised: split-KV with num_splits > 1, paged KV, padding (ragged or effective lengths), dropout, deterministic backward, GQA/MQA, group mode, causal / window masks, ALiBi, append-KV, RoPE, cache_batch_idx -- with the number of calls (items) that did, ``0`` = never reached |
+| problem features | what the calls or items exercised (:mod:`ckfmha.coverage`, shared with the HTML page): split-KV with num_splits > 1, paged KV (and partial last pages), padding (ragged or effective lengths), dropout, deterministic backward, GQA/MQA (and each ratio seen), group mode, causal / window masks (and at a partial edge tile), lengths 0 and 1, ALiBi, append-KV, RoPE, cache_batch_idx -- with the number of calls (items) that did, ``0`` = never reached |
 | outside the space | kernels that ran but are not in the arch's space (another arch's or a backend's own tiles) |
 
 Exit status: 0, or 2 for an unreadable file or bad arguments (the message names the file or option and the rule).
@@ -39,30 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckfmha.coverage import NOT_RAN, feature_table, features_of_call, features_of_row, row_kernels
+
 CALL_LOG_SCHEMA = "ckfmha.flash_attn_calls"  # ckfmha.compat.calllog.LOG_SCHEMA (not imported: no torch path here)
 RUN_REPORT_SCHEMA = "ckfmha.report"
 LOG_SUFFIX = ".flash_attn_calls"  # pytest_ckfmha.flash_attn_compat.LOG_SUFFIX
-NOT_RAN = ("skipped", "not_run")
-
-#: problem features, in table order: (name, what it means)
-PROBLEM_FEATURES = (
-    ("split_kv_num_splits_gt_1", "split-KV with num_splits > 1"),
-    ("split_kv_one_split", "split-KV with one split (FA's KV-cache path)"),
-    ("paged_kv", "paged KV (block table)"),
-    ("padding", "padding: ragged group-mode lengths or per-batch effective lengths"),
-    ("group_mode", "group (varlen) mode"),
-    ("dropout", "dropout"),
-    ("deterministic_bwd", "deterministic backward"),
-    ("bwd", "backward"),
-    ("gqa", "GQA / MQA (nhead_q != nhead_k)"),
-    ("mask_causal", "causal mask"),
-    ("mask_window", "sliding-window mask"),
-    ("mask_none", "no mask"),
-    ("alibi", "ALiBi"),
-    ("appendkv", "append-KV (new keys)"),
-    ("rope", "RoPE"),
-    ("cache_batch_idx", "cache_batch_idx"),
-)
 #: the signature fields whose values the kernel-features section counts (when they vary within a family)
 SIGNATURE_FIELDS = (
     "dtype", "mode", "hdim_q", "hdim_v", "vlayout", "mask", "bias", "dbias", "lse", "dropout", "logits_soft_cap",
@@ -118,89 +99,6 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _mask_kind(mask: str) -> str:
-    from ckfmha.masking import MaskSpec
-
-    spec = MaskSpec.parse(mask or "0")
-    if spec.kind.value == "none":
-        return "mask_none"
-    return "mask_causal" if spec.is_causal else "mask_window"
-
-
-def features_of_call(call: dict[str, Any]) -> set[str]:
-    """The problem features (:data:`PROBLEM_FEATURES`) of one compat call."""
-    f = call.get("features", {})
-    splits = [s.get("num_splits") for s in call.get("stages", []) if s.get("role") == "splitkv"]
-    out = {_mask_kind(str(f.get("mask", "0")))}
-    if any((n or 0) > 1 for n in splits):
-        out.add("split_kv_num_splits_gt_1")
-    elif splits:
-        out.add("split_kv_one_split")
-    flags = {
-        "paged_kv": "paged_kv",
-        "padding": "padding",
-        "dropout": "dropout",
-        "gqa": "gqa",
-        "alibi": "alibi",
-        "appendkv": "appendkv",
-        "cache_batch_idx": "cache_batch_idx",
-    }
-    out |= {name for key, name in flags.items() if f.get(key)}
-    if f.get("mode") == "group":
-        out.add("group_mode")
-    if f.get("rope") not in (None, "", "none"):
-        out.add("rope")
-    if call.get("entry") in ("bwd", "varlen_bwd"):
-        out.add("bwd")
-        if f.get("deterministic"):
-            out.add("deterministic_bwd")
-    return out
-
-
-def features_of_row(row: dict[str, Any]) -> set[str]:
-    """The problem features of one run-report row (its problem columns) and the splits of its plan."""
-    fam = str(row.get("family", ""))
-    out = {_mask_kind(str(row.get("mask", "0")))}
-    splits = int(row.get("num_splits") or 1)
-    kernels = _row_kernels(row)
-    has_split = any(k.startswith("fwd_splitkv.") for k in kernels)
-    if has_split or fam == "fwd_splitkv":
-        out.add("split_kv_num_splits_gt_1" if splits > 1 else "split_kv_one_split")
-    if row.get("page_block_size"):
-        out.add("paged_kv")
-    if row.get("mode") == "group":
-        out.add("group_mode")
-        lens = set(row.get("seqlens_q") or ()) | set(row.get("seqlens_k") or ())
-        if len(lens) > 1 or row.get("s_qpad") or row.get("s_kpad"):
-            out.add("padding")
-    if row.get("q_eff_lens") or row.get("kv_eff_lens"):
-        out.add("padding")
-    if float(row.get("p_drop") or 0) > 0:
-        out.add("dropout")
-    if fam in ("bwd", "bwd_dq_dk_dv"):
-        out.add("bwd")
-        if row.get("deterministic"):
-            out.add("deterministic_bwd")
-    if row.get("nhead_k") not in (None, "") and row.get("nhead_q") != row.get("nhead_k"):
-        out.add("gqa")
-    if row.get("bias") == "alibi":
-        out.add("alibi")
-    if int(row.get("seqlen_knew") or 0) > 0:
-        out.add("appendkv")
-    if int(row.get("rotary_dim") or 0) > 0:
-        out.add("rope")
-    if row.get("cache_batch_idx"):
-        out.add("cache_batch_idx")
-    return out
-
-
-def _row_kernels(row: dict[str, Any]) -> list[str]:
-    ids = [str(row.get("kernel_id") or "")]
-    for part in str(row.get("plan_kernels") or "").replace(" -> ", ";").split(";"):
-        ids.append(part.strip())
-    return list(dict.fromkeys(i for i in ids if i))
-
-
 def exercised(paths: list[Path]) -> Exercised:
     """What the files exercised (module table)."""
     ex = Exercised()
@@ -218,7 +116,7 @@ def exercised(paths: list[Path]) -> Exercised:
             if row.get("verdict") in NOT_RAN:
                 continue
             ex.units += 1
-            ex.kernels.update(_row_kernels(row))
+            ex.kernels.update(row_kernels(row))
             ex.features.update(features_of_row(row))
     return ex
 
@@ -265,9 +163,7 @@ def coverage(ex: Exercised, space: list, arch: str) -> dict[str, Any]:
             {"family": f, "field": k, "value": v, "reached": feat_hit[(f, k, v)], "total": n}
             for (f, k, v), n in sorted(feat_total.items())
         ],
-        "problem_features": [
-            {"feature": name, "meaning": words, "count": ex.features[name]} for name, words in PROBLEM_FEATURES
-        ],
+        "problem_features": feature_table(ex.features),
         "reached": sorted(reached),
         "unreached": sorted(set(by_id) - reached),
         "outside_space": sorted(k for k in ex.kernels if k not in by_id),

@@ -273,6 +273,7 @@ class Dispatcher:
         *,
         num_cus: int | None = None,
         heuristics: Heuristics | None = None,
+        waive_findings: bool = False,
     ) -> None:
         if num_cus is not None and (isinstance(num_cus, bool) or not isinstance(num_cus, int) or num_cus < 1):
             raise ValueError(f"num_cus: expected a positive int (compute units), found {num_cus!r}")
@@ -280,6 +281,7 @@ class Dispatcher:
         self.backend = backend
         self._heuristics = heuristics
         self._num_cus = num_cus
+        self.waive_findings = waive_findings  # rule 9b off: a CK finding's exposing item (docs/ck_findings.md)
         self._buckets: dict[tuple, tuple[int, dict]] = {}
 
     @property
@@ -340,7 +342,7 @@ class Dispatcher:
         Fast for many problems on one registry: the registry's kernels of the stage's family, dtype and mode are
         bucketed once per set of exact-match requirement fields (a dict lookup per allowed combination replaces a
         rule check per kernel); the buckets are rebuilt when the registry's size changes."""
-        rules = RoleRules(problem, role, paired=paired)
+        rules = RoleRules(problem, role, paired=paired, waive_findings=self.waive_findings)
         ok = [c for c in self._prefiltered(rules) if self._reason(rules, c) is None]
         return sorted(ok, key=lambda c: self._rank(problem, role, c))
 
@@ -418,7 +420,7 @@ class Dispatcher:
         # combine reuses its split kernel's pads; convert_dq's kN0 is its dq_dk_dv kernel's bn0 (ckfmha.rules)
         paired_role = PAIRED_ROLE.get(role)
         paired = None if paired_role is None else chosen.get(paired_role)
-        rules = RoleRules(problem, role, paired=paired)
+        rules = RoleRules(problem, role, paired=paired, waive_findings=self.waive_findings)
         verdicts = []
         for c in self.registry.candidates(ROLE_FAMILY[role]):
             reason = self._reason(rules, c)

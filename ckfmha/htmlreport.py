@@ -12,6 +12,7 @@ Sections, in order:
 | kernel ranking | per shape with timed kernels: the kernels in TFLOPS order, the plan's kernel marked |
 | errors | per family, the distribution of each item's max abs error as a fraction of CK's tolerance (1.0 = the limit) |
 | skips | the skip reasons, counted |
+| feature coverage | per kernel feature / code path (:mod:`ckfmha.coverage`: split-KV with num_splits > 1, paged KV with partial last pages, padding, dropout, deterministic backward, GQA ratios, masks at partial edge tiles, lengths 0 and 1, ...): the items that ran and exercised it; the features no item reached marked ``never reached`` (red) |
 
 Plots are drawn with matplotlib (the optional ``report`` extra: ``pip install 'ckfmha[report]'``) and embedded as
 PNG data URIs, so the file needs nothing beside it.  Without matplotlib the command fails with that hint.
@@ -26,6 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ckfmha.coverage import feature_table, row_features
 from ckfmha.runreport import FAILING, VERDICTS, Comparison, RunReport, _num, summarize
 
 _CSS = """
@@ -397,6 +399,22 @@ def _skips(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def _coverage(rows: Sequence[dict[str, Any]]) -> str:
+    counts, ran = row_features(rows)
+    table = feature_table(counts)
+    never = [t for t in table if not t["count"]]
+    head = (
+        f"<h2>Feature coverage</h2><div class='muted'>{ran} item(s) ran; {len(never)} of {len(table)} features "
+        "never reached (ckfmha.coverage; `ckfmha coverage` adds the kernel space)</div>"
+    )
+    return head + _table(
+        ("feature", "what", "items", ""),
+        [(t["feature"], t["meaning"], t["count"], "" if t["count"] else "never reached") for t in table],
+        ["" if t["count"] else "bad" for t in table],
+        numeric=(2,),
+    )
+
+
 def render(rep: RunReport, comparison: Comparison | None = None) -> str:
     """The whole page (see the module doc)."""
     plt = _pyplot()
@@ -404,7 +422,7 @@ def render(rep: RunReport, comparison: Comparison | None = None) -> str:
     body = [_header(rep), _summary(rows)]
     if comparison is not None:
         body.append(_regressions(comparison))
-    body += [_failures(rows), _speed(rows, plt), _ranking(rows), _errors(rows, plt), _skips(rows)]
+    body += [_failures(rows), _speed(rows, plt), _ranking(rows), _errors(rows, plt), _skips(rows), _coverage(rows)]
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>ckfmha report</title>"
         f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n"

@@ -32,7 +32,9 @@ The rules, in the order they are checked (numbers as in :mod:`ckfmha.dispatcher`
 9. bwd ``max_seq_len_q``: a short-query dq_dk_dv kernel only where seqlen_q <= its limit;
 9b. CK findings (:mod:`ckfmha.ck_findings`, ``data/ck_findings.yaml``): a CK kernel a finding affects is refused
    for a problem that triggers the finding (``ck_finding alibi_sad_u16: ...``: ALiBi positions at or beyond 2^16
-   wrap in the fwd, paged-KV, batch-prefill and bwd kernels); the rule names the finding.
+   wrap in the fwd, paged-KV, batch-prefill and bwd kernels); the rule names the finding.  ``waive_findings``
+   (a dispatcher's, :class:`ckfmha.dispatcher.Dispatcher`) drops this rule: the plugin's item that exposes a
+   finding pins an affected kernel on purpose (docs/ck_findings.md).
 
 (Head dims are checked before the feature requirements, as the dispatcher always has; the numbering follows the
 dispatcher's table.) Whether a backend can realize a kernel at all (rule 10) is the backend's ``supports``.
@@ -249,7 +251,9 @@ class RoleRules:
     the split kernel of a combine kernel, the dq_dk_dv kernel of a convert_dq kernel (:data:`ckfmha.plan.
     PAIRED_ROLE`)."""
 
-    def __init__(self, problem: "Problem", role: StageRole, *, paired: KernelConfig | None = None) -> None:
+    def __init__(
+        self, problem: "Problem", role: StageRole, *, paired: KernelConfig | None = None, waive_findings: bool = False
+    ) -> None:
         self.problem = problem
         self.role = role
         self.family = ROLE_FAMILY[role]
@@ -259,7 +263,8 @@ class RoleRules:
         self.head_dims = head_dims(role)
         qs, ks = sequence_lengths(problem)
         self.lengths = {"seqlen_q": qs, "seqlen_k": ks, "seqlen_knew": (problem.seqlen_knew,)}
-        self.findings = tuple(f for f in load_findings() if f.bias is problem.bias)  # those it can trigger
+        # the findings it can trigger (rule 9b); waived: none (a finding's exposing item pins an affected kernel)
+        self.findings = () if waive_findings else tuple(f for f in load_findings() if f.bias is problem.bias)
         self.after_append = problem.family is Family.FWD_APPENDKV and role is not StageRole.APPENDKV
 
     def reason(self, c: KernelConfig) -> str | None:

@@ -12,7 +12,11 @@ Kernel choice per shape (deterministic, documented in docs/plugin.md):
    hdim/dtype), in dispatcher rank order (:meth:`ckfmha.dispatcher.Dispatcher.ranked_candidates`, one dispatcher
    per dtype view so its buckets serve every shape of that dtype);
 3. capped at ``--ckfmha-max-kernels-per-shape``: the best-ranked kernel first, then the best-ranked kernel of each
-   (pipeline, tile) not chosen yet, then the rest in rank order; 0 = no cap.
+   (pipeline, tile) not chosen yet, then the rest in rank order; 0 = no cap;
+4. a shape that triggers a CK finding (:mod:`ckfmha.ck_findings`; rule 9b refuses the affected kernels, so step 2
+   has none of them) also gets, after those, the best-ranked affected kernel that passes every other rule, one per
+   finding (:func:`exposing_kernels`, :attr:`ShapeSpec.exposes`): its item runs it with rule 9b waived and is
+   ``xfail`` on the hip backend, naming the finding (docs/ck_findings.md).
 
 The other stages of a kernel item (combine, dot_do_o, convert_dq, the attention after appendkv) are chosen by the
 dispatcher at run time with the item's kernel pinned.
@@ -43,6 +47,14 @@ class ShapeSpec:
     kernels: tuple["KernelConfig", ...]  # chosen kernels of the main stage, in item order
     # the matrix file and the 0-based line of the entry's ``name:`` (None: not found in the file)
     location: tuple[str, int | None] | None = None
+    # (kernel id, finding id) of the kernels (among ``kernels``) that expose a CK finding the shape triggers
+    exposes: tuple[tuple[str, str], ...] = ()
+
+    def finding_of(self, kernel: "KernelConfig | None") -> str | None:
+        """The CK finding ``kernel``'s item exposes (see :func:`exposing_kernels`), else None."""
+        if kernel is None:
+            return None
+        return dict(self.exposes).get(kernel.kernel_id)
 
     @property
     def where(self) -> str:
@@ -180,6 +192,27 @@ def ranked_candidates(views: Views, problem) -> list["KernelConfig"]:
     return views.dispatcher(problem.dtype).ranked_candidates(problem, main_role(problem))
 
 
+def exposing_kernels(views: Views, problem) -> list[tuple["KernelConfig", str]]:
+    """Per CK finding the problem triggers for its main stage: the best-ranked affected kernel that passes every
+    other rule (the dispatcher's ranking with rule 9b waived), with the finding's id."""
+    from ckfmha.ck_findings import triggered_findings
+    from ckfmha.dispatcher import ROLE_FAMILY, Dispatcher
+
+    role = main_role(problem)
+    findings = triggered_findings(problem, ROLE_FAMILY[role])
+    if not findings:
+        return []
+    view = views.for_dtype(problem.dtype)  # read as a Registry: .arch and .candidates() (as Views.dispatcher)
+    waived = Dispatcher(view, heuristics=views.heuristics, waive_findings=True)  # type: ignore[arg-type]
+    out: list[tuple["KernelConfig", str]] = []
+    for c in waived.ranked_candidates(problem, role):
+        for f in findings:
+            a = f.affects(c)
+            if a is not None and f.triggers(problem, a.order) and f.id not in {fid for _, fid in out}:
+                out.append((c, f.id))
+    return out
+
+
 def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
     from ckfmha.matrix import load_matrices, matrix_files, select
     from pytest_ckfmha.ids import shape_id
@@ -199,5 +232,8 @@ def build_specs(config, settings: "Settings", registry) -> list[ShapeSpec]:
         seen[sid] = s.problem
         ranked = ranked_candidates(views, s.problem)
         location = (files[s.file], lines[s.file].get(s.entry)) if s.file in files else None
-        specs.append(ShapeSpec(s, sid, tuple(choose(ranked, settings.max_kernels_per_shape)), location))
+        chosen = choose(ranked, settings.max_kernels_per_shape)
+        exposing = [(c, fid) for c, fid in exposing_kernels(views, s.problem) if c not in chosen]
+        kernels = tuple(chosen + [c for c, _ in exposing])
+        specs.append(ShapeSpec(s, sid, kernels, location, tuple((c.kernel_id, fid) for c, fid in exposing)))
     return specs

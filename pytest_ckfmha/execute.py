@@ -138,17 +138,27 @@ def output_names(problem, plan=None, kernel_item: bool = False) -> list[str]:
 
 
 def make_plan(rt: Runtime, problem, kernel, backend):
-    """The dispatcher's plan (kernel None) or the plan with ``kernel`` pinned in the main stage."""
+    """The dispatcher's plan (kernel None) or the plan with ``kernel`` pinned in the main stage (a pinned kernel
+    that a CK finding affects for this problem runs with rule 9b waived on the hip backend and is skipped on the
+    others: the finding's exposing item, docs/ck_findings.md)."""
+    from ckfmha.ck_findings import finding_misfit
     from ckfmha.dispatcher import Dispatcher, NoKernelError, PinnedRegistry
 
     view = rt.views.for_dtype(problem.dtype)
     reg = view if kernel is None else PinnedRegistry(view, kernel)
+    finding = None if kernel is None else finding_misfit(problem, kernel)
+    if finding is not None and backend.name != "hip":
+        raise ItemSkip(
+            f"{finding}; this item exposes the finding on the hip backend only (CK's own kernel): the "
+            f"{backend.name} backend refuses an affected kernel for such a problem and computes exact positions"
+        )
+    waive = finding is not None
     # Dispatcher is annotated with Registry but reads only .arch and .candidates(), which the views provide
     try:
-        return Dispatcher(reg, backend, heuristics=rt.views.heuristics).select(problem)  # type: ignore[arg-type]
+        return Dispatcher(reg, backend, heuristics=rt.views.heuristics, waive_findings=waive).select(problem)  # type: ignore[arg-type]
     except NoKernelError as e:
         try:
-            Dispatcher(reg, heuristics=rt.views.heuristics).select(problem)  # type: ignore[arg-type]
+            Dispatcher(reg, heuristics=rt.views.heuristics, waive_findings=waive).select(problem)  # type: ignore[arg-type]
         except NoKernelError:
             raise ItemSkip(
                 f"no kernel of arch {rt.settings.arch} (after receipt/filters) serves this shape: "

@@ -4,7 +4,10 @@ Node ids: ``ckfmha::<shape id>::<kernel token>`` and ``ckfmha::<shape id>::plan`
 ``@<group>``), rendered by :class:`pytest_ckfmha.ids.NodeId` alone: each item is made from its NodeId
 (:func:`item_of`) and names its own group (``group``), problem, item id and words (``describe``).  Markers:
 ``ckfmha``, ``ckfmha_<family>``, ``ckfmha_kernel`` / ``ckfmha_plan``, ``gpu`` (with ``--ckfmha-backend
-triton|hip``) and ``xdist_group(ck-<hash of the kernel token>)`` -- the plan item joins the group of its shape's
+triton|hip``), ``xfail(reason="CK finding <id>: ...", strict=True)`` on a kernel item that exposes a CK finding
+with ``--ckfmha-backend hip`` or ``auto`` (auto runs hip on an AMD machine; elsewhere the dispatcher's refusal
+skips the item, which no xfail changes) (:func:`finding_xfail`; :attr:`pytest_ckfmha.collect.ShapeSpec.exposes`) and
+``xdist_group(ck-<hash of the kernel token>)`` -- the plan item joins the group of its shape's
 best-ranked kernel, which its plan normally uses, so each kernel is built by one worker.
 
 | what pytest shows | a matrix item gives |
@@ -71,6 +74,17 @@ class ShapeCollector(pytest.Collector):
         return self.path, None, self.name
 
 
+def finding_xfail(finding_id: str):
+    """The ``xfail`` of an item that exposes the CK finding ``finding_id`` on the hip backend (the kernel computes
+    what the finding says, not the exact reference); strict: an XPASS means CK fixed it -- retire the finding."""
+    from ckfmha.ck_findings import load_findings
+
+    title = next((f.title for f in load_findings() if f.id == finding_id), "")
+    return pytest.mark.xfail(
+        reason=f"CK finding {finding_id}: {title} (docs/ck_findings.md); an XPASS means CK fixed it", strict=True
+    )
+
+
 def item_of(cls, parent, node: NodeId, **kw):
     """An item of ``cls`` under ``parent`` whose pytest node id is ``node`` (rendered by :class:`NodeId` only)."""
     return cls.from_parent(parent, name=node.relative_to(parent.nodeid), nodeid=str(node), node_id=node, **kw)
@@ -95,6 +109,9 @@ class CkfmhaItem(pytest.Item):
             self.add_marker(pytest.mark.gpu)
         if self.group is not None:
             self.add_marker(pytest.mark.xdist_group(name=self.group))
+        finding = spec.finding_of(kernel) if hasattr(spec, "finding_of") else None  # CK smoke specs have none
+        if finding is not None and settings.backend in ("hip", "auto"):  # auto is hip on AMD (elsewhere: skipped)
+            self.add_marker(finding_xfail(finding))
         self.extra_keyword_matches.update(keywords(spec.shape.problem, kernel, spec.shape.entry))
 
     @classmethod
