@@ -10,7 +10,7 @@ table's order, each ``check`` right after its option, so the first bad value is 
 
 | concern | rule |
 |---|---|
-| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-shard-total``, ``--ckfmha-resume``, ``--ckfmha-parity``, ``--ckfmha-fault``, ``--ckfmha-sample`` and ``--ckfmha-flash-attn-compat``; the command line wins over the ini file |
+| ini keys | every option is also an ini key (``ckfmha_<name>``) except ``--ckfmha-category`` and ``--ckfmha-ck-smoke`` (so a project's ``pytest`` run never turns into a matrix or smoke-suite run by accident), ``--ckfmha-filter`` / ``--ckfmha-filter-file`` / ``--ckfmha-sweep``, ``--ckfmha-report``, ``--ckfmha-shard``, ``--ckfmha-shard-total``, ``--ckfmha-resume``, ``--ckfmha-compare``, ``--ckfmha-compare-fail``, ``--ckfmha-parity``, ``--ckfmha-fault``, ``--ckfmha-sample`` and ``--ckfmha-flash-attn-compat``; the command line wins over the ini file |
 | a bad value | ``pytest.UsageError`` ``--ckfmha-<option>: '<value>' <rule>``, naming the option, the value and the rule |
 | choices | ``category``, ``ck-smoke``, ``backend``, ``mask-mode``, ``isolation`` and ``reference`` show their choices in the metavar; the converter checks them, not argparse (ini values bypass argparse, and the message is ckfmha's own); an ini-able choice is stripped of blanks, a command-line-only one taken as given |
 | vocabularies | read when the options are added or parsed (importing this module imports no ckfmha module but the package and its categories): categories from :mod:`ckfmha.categories`, backends from :func:`ckfmha.backends.backend_names` (+ ``auto``), mask modes from :class:`ckfmha.kernel.MaskMode`, families from :mod:`ckfmha.families`, smoke suites from :mod:`pytest_ckfmha.smoke_lines`, the receipt/profile rule from :func:`ckfmha.receipts.resolve_receipt` |
@@ -281,6 +281,26 @@ def _to_memory_budget(given: Given) -> tuple[str, float] | None:
     return ("share", x)
 
 
+def _to_compare(given: Given) -> str:
+    from ckfmha.runreport import ReportError, load_report
+
+    path = str(given.path(str(given.value)))
+    try:
+        load_report(path)
+    except (ReportError, OSError) as e:
+        raise _bad(given.option, given.value, f"is not a report to compare with: {e}") from None
+    return path
+
+
+def _to_compare_fail(given: Given) -> float:
+    """PCT (``5`` or ``5%``) -> a fraction (0.05); 0 <= PCT < 1000."""
+    text = str(given.value).strip().removesuffix("%")
+    pct = _number("a percentage", lambda x: 0 <= x < 1000, "must be a percentage in [0, 1000)")(
+        Given(given.option, text, given.source, given.config)
+    )
+    return pct / 100
+
+
 def _to_resume(given: Given) -> str:
     from ckfmha.runreport import ReportError, load_report
 
@@ -460,6 +480,24 @@ def _check_timeout_is_enforceable(given: dict[str, Given], values: dict[str, Any
             given["timeout"].value,
             "cannot be enforced with --ckfmha-isolation inline (nothing "
             "can stop a hung kernel in the pytest process); use --ckfmha-isolation process",
+        )
+
+
+def _check_compare_needs_bench(given: dict[str, Given], values: dict[str, Any]) -> None:
+    """--ckfmha-compare compares this run's timings: it needs --ckfmha-bench."""
+    if values["compare"] is not None and not values["bench"]:
+        raise _bad(
+            "compare", given["compare"].value, "needs --ckfmha-bench (it compares this run's timings with PREV's)"
+        )
+
+
+def _check_compare_fail_needs_compare(given: dict[str, Given], values: dict[str, Any]) -> None:
+    """--ckfmha-compare-fail is a threshold of --ckfmha-compare."""
+    if values["compare-fail"] is not None and values["compare"] is None:
+        raise _bad(
+            "compare-fail",
+            given["compare-fail"].value,
+            "needs --ckfmha-compare PREV.json (the earlier run to compare the timings with)",
         )
 
 
@@ -646,6 +684,23 @@ class Settings:
         default=DEFAULT_BENCH_REPEAT,
         metavar="N",
         ini="string",
+    )
+    compare: str | None = option(
+        "compare",
+        "with --ckfmha-bench: at the end, compare this run's timings with an earlier report's (a run of the same "
+        "selection and seed, timed on a GPU): the change per item in the benchmark table, the items slower past "
+        "--ckfmha-compare-fail; runs not like for like (devices, clocks, emulated timings) fail the session",
+        convert=_to_compare,
+        metavar="PREV.json",
+        check=_check_compare_needs_bench,
+    )
+    compare_fail: float | None = option(  # a fraction: 5 (%) -> 0.05
+        "compare-fail",
+        "with --ckfmha-compare: fail the session (exit 1) when an item's median is more than PCT percent slower "
+        "than in PREV and outside both runs' spread (as ckfmha compare --threshold counts it)",
+        convert=_to_compare_fail,
+        metavar="PCT",
+        check=_check_compare_fail_needs_compare,
     )
     shard: tuple[int, int] | None = option(  # (K, N)
         "shard",

@@ -9,6 +9,7 @@ One module per concern: options.py (options, ini keys, validation), collect.py (
 lines as specs), ids.py (shape ids and :class:`~pytest_ckfmha.ids.NodeId`, the node-id grammar), execute.py (one item), isolation.py (the kernel child process: crashes and timeouts),
 refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
 scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
+benchcompare.py (--ckfmha-bench's table, --ckfmha-compare / --ckfmha-compare-fail),
 hookspecs.py (hooks for conftests), state.py.
 
 The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
@@ -25,6 +26,7 @@ side ran for no item, ends with an error (``session_checks.py``).
 | ``--ckfmha-resume`` of another run or selection (:func:`check_resumable`) | the carried rows would not be this run's items |
 | ``--ckfmha-resume`` of a report of the old node-id format (:func:`check_resumable`, ids.py's table) | its rows name no item of this run |
 | a ckfmha node id named as an argument that names no item, or without a ckfmha run (items.py) | pytest would read it as a path |
+| ``--ckfmha-compare PREV`` of another selection or seed, untimed or timed on an emulation (benchcompare.py) | its timings are not like for like with this run's |
 
 """
 
@@ -279,6 +281,11 @@ class _Recorder:
             done = completed_nodeids(self.state.resumed_rows())
             self.book.rows = {r["nodeid"]: r for r in self.state.resumed_rows() if r.get("nodeid") in done}
         self.writer = ReportWriter(self.state.settings.reports, self.state.settings.report_every)
+        self.compare = None  # --ckfmha-compare PREV (benchcompare.py), checked now: a usage error at start
+        if self.state.settings.compare is not None:
+            from pytest_ckfmha.benchcompare import BenchCompare
+
+            self.compare = BenchCompare.start(self.state.settings)
         self.book.on_collected = self._collected
         self.rows: list[dict] = []
         self.meta: dict = {}
@@ -380,6 +387,12 @@ class _Recorder:
                 session.exitstatus = status
         run = {"state": state, "interrupted": state == "interrupted", "reason": why if state != "complete" else ""}
         self.meta = self._meta(self.rows, {**run, "exit_status": int(session.exitstatus)})
+        if self.compare is not None and state not in ("interrupted", "internal_error"):
+            failed = self.compare.finish(self.rows, self.meta)  # a regression or a refusal fails the run (exit 1)
+            self.problems += failed
+            if failed and int(session.exitstatus) == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.meta["exit_status"] = int(session.exitstatus)
         if self.state.settings.reports:
             self.writer.final(self.rows, self.meta)
             if self.writer.error is not None:
@@ -389,6 +402,10 @@ class _Recorder:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         from pytest_ckfmha.reporting import terminal_summary
 
+        if self.state.settings.bench and self.rows:
+            from pytest_ckfmha.benchcompare import bench_section
+
+            bench_section(terminalreporter, self.rows, self.compare)
         if self.rows or self.problems:
             terminal_summary(terminalreporter, self.rows, self.meta, self.writer.written, self.problems)
 
