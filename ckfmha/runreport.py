@@ -135,7 +135,26 @@ def row_stats(rows: Iterable[dict[str, Any]]) -> RowStats:
     return RowStats(count, not_run, first)
 
 
-class ReportRows(Sequence[dict[str, Any]]):
+class StreamedRows(Sequence[dict[str, Any]]):
+    """Rows read as a stream at each iteration: subclasses give ``__len__`` and ``__iter__``; indexing reads up to
+    the row (for tests and tools, not for loops)."""
+
+    what = "the report"
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        j = i + len(self) if i < 0 else i
+        if not 0 <= j < len(self):
+            raise IndexError(f"rows[{i}]: {self.what} has {len(self)} rows")
+        return next(islice(iter(self), j, None))
+
+
+class ReportRows(StreamedRows):
     """The rows of a report file in the line layout: each iteration reads the file again, one row at a time
     (rows as :func:`load_report` checked them at load; a file that changed since is a :class:`ReportError`).
     ``len()`` is known; indexing reads up to the row (for tests and tools, not for loops)."""
@@ -159,18 +178,6 @@ class ReportRows(Sequence[dict[str, Any]]):
                 if line.startswith(b"]"):
                     return
                 yield _read_measures(json.loads(line.rstrip(b"\r\n").rstrip(b",")))
-
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(i, slice):
-            return list(self)[i]
-        j = i + len(self) if i < 0 else i
-        if not 0 <= j < len(self):
-            raise IndexError(f"rows[{i}]: the report has {len(self)} rows")
-        return next(islice(iter(self), j, None))
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:
@@ -872,8 +879,10 @@ def compare_reports(
 
 
 # ------------------------------------------------------------------------------------------------ merge
-class MergedRows(Sequence[dict[str, Any]]):
+class MergedRows(StreamedRows):
     """The rows of a merged report: each shard's rows in shard order, read at each pass (never all in memory)."""
+
+    what = "the merged report"
 
     def __init__(self, shards: Sequence[RunReport]) -> None:
         self._shards = list(shards)
@@ -885,18 +894,6 @@ class MergedRows(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for s in self._shards:
             yield from s.rows
-
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(i, slice):
-            return list(self)[i]
-        j = i + len(self) if i < 0 else i
-        if not 0 <= j < len(self):
-            raise IndexError(f"rows[{i}]: the merged report has {len(self)} rows")
-        return next(islice(iter(self), j, None))
 
 
 def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
