@@ -239,6 +239,9 @@ def _start(rt: Runtime, p, kernel, props: dict):
             f"shape has {flops(p):.3g} FLOPs, over the cpu backend's limit {s.cpu_max_flops:.3g} "
             "(--ckfmha-cpu-max-flops)"
         )
+    declined = backend.declines(p)
+    if declined is not None:
+        raise ItemSkip(f"backend {backend.name} cannot run this problem with any kernel: {declined}")
     if kernel is not None:
         why = backend.supports(kernel)
         if why is not None:

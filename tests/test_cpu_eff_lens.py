@@ -235,3 +235,24 @@ def test_run_accepts_the_unwritten_padding_rows(case: str) -> None:
         assert mask is None  # key lengths alone leave every query row written
     else:
         assert mask is not None and not mask.all() and mask.any()  # some rows exempt, the rest required
+
+
+@pytest.mark.parametrize("family", ["fwd", "bwd"])
+def test_triton_backend_declines_group_query_padding_the_cpu_backend_runs(family):
+    """A problem no Triton kernel addresses is declined up front (the plugin skips its items with these words),
+    while the cpu backend declines nothing; the same problem without query padding is not declined."""
+    from ckfmha.backends.triton.backend import TritonBackend
+
+    padded = EFF_CASES["group-qpad"].replace(family=family, lse=family == "fwd")
+    why = TritonBackend().declines(padded)
+    assert why is not None and why.startswith("s_qpad: (20, 45): the triton kernels take"), why
+    assert "rule: no query padding in group mode" in why
+    assert TritonBackend().declines(padded.replace(s_qpad=None)) is None
+    assert make_backend().declines(padded) is None
+
+
+def test_triton_backend_declines_the_forwards_unhonoured_batch_lengths():
+    from ckfmha.backends.triton.backend import TritonBackend
+
+    why = TritonBackend().declines(EFF_CASES["q-empty-batch"])
+    assert why is not None and why.startswith("q_eff_lens: (60, 0)"), why

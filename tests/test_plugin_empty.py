@@ -69,6 +69,17 @@ def test_skip_reasons_name_the_shape(pytester, monkeypatch, tmp_path):
     )
 
 
+def test_a_problem_the_backend_declines_skips_every_item_of_it_with_the_backends_words(pytester, monkeypatch, tmp_path):
+    base = make_project(pytester, monkeypatch, tmp_path)
+    monkeypatch.setenv("CKT_DECLINE_MASKED", "1")
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "-rs")
+    out = res.stdout.str()
+    declined = [ln for ln in out.splitlines() if "cannot run this problem with any kernel" in ln]
+    assert declined and all("fwd-fp16-batch-b1h2s16d64-causal:" in ln for ln in declined), out
+    assert all("mask: t: the test backend runs no masked problem (rule: unmasked only)" in ln for ln in declined)
+    res.assert_outcomes(passed=2, skipped=3)  # the causal shape's 2 items declined; the unmasked shape's run
+
+
 @pytest.mark.parametrize(
     "text, words",
     [

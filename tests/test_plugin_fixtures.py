@@ -74,6 +74,11 @@ class TestBackend(Backend):
     def supports(self, c):
         return "pipeline qs is not realized by the test backend" if c.pipeline.value == "qs" else None
 
+    def declines(self, problem):
+        if os.environ.get("CKT_DECLINE_MASKED") and problem.mask.kind.name != "NONE":
+            return f"mask: {problem.mask}: the test backend runs no masked problem (rule: unmasked only)"
+        return None
+
     def build(self, c):
         return BuiltKernel(c, self.name, build_seconds=0.25)
 

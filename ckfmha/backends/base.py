@@ -160,6 +160,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def supports(self, config: KernelConfig) -> str | None: ...
 
+    def declines(self, problem: "Problem") -> str | None:
+        """Why no kernel of this backend can run ``problem``, whatever kernel is chosen (a length its kernels do
+        not read, say), in words naming the field, its value and the rule; None (here: always) when some kernel
+        can.  The harness skips such an item with this reason instead of running it into a
+        :class:`PreconditionError`."""
+        return None
+
     def device(self) -> str:
         """The device this backend runs on, in words (reports name it); call only when available."""
         return ""

@@ -27,7 +27,7 @@ module                     role (imports)
 ``kernels*.py``            the ``@triton.jit`` kernels (kernels_bwd reuses kernels' Philox and mask window); import
                            nothing of the launchers
 ``capability.py``          torch-free: the families, dtypes and limits the backend realizes, interpreting(),
-                           unhonoured_lengths()
+                           unhonoured_lengths(), unaddressed_problem()
 =========================  ============================================================================================
 
 How a KernelConfig decides the kernel

@@ -25,6 +25,7 @@ from ckfmha.backends.triton.capability import (  # noqa: F401  (re-exported for 
     VCOL_FAMILIES,
     interpreting,
     is_pow2,
+    unaddressed_problem,
     unhonoured_lengths,
 )
 from ckfmha.kernel import DType, Family, KernelConfig, QScale, VLayout
@@ -112,6 +113,11 @@ class TritonBackend(Backend):
         return ""
 
     # ------------------------------------------------------------------ capability
+    def declines(self, problem: "Problem") -> str | None:
+        """:func:`~ckfmha.backends.triton.capability.unaddressed_problem`: group-mode query padding, the forward's
+        per-batch lengths."""
+        return unaddressed_problem(problem)
+
     def supports(self, config: KernelConfig) -> str | None:
         s, a = config.signature, config.algorithm
         if s.family not in FAMILIES + BWD_FAMILIES + KVCACHE_FAMILIES:

@@ -10,6 +10,7 @@ name                      what it is
 ``SMEM_BYTES``            Hopper's shared memory per block (the launchers' pipelining-depth estimates)
 :func:`interpreting`      whether Triton interprets the kernels (``TRITON_INTERPRET=1``: torch CPU tensors)
 :func:`unhonoured_lengths`  the problem lengths the forward kernel would not honour (a PreconditionError's words)
+:func:`unaddressed_problem`  a problem no Triton kernel addresses, whatever kernel is chosen (the backend declines it)
 :func:`is_pow2`,          power-of-two predicates of tiles and blocks
 :func:`next_pow2`
 ========================  ==========================================================================================
@@ -84,6 +85,23 @@ def unhonoured_lengths(family: Family, p: "Problem") -> str | None:
             f"lengths {p.s_qpad}, not seqlens_q {p.seqlens_q})"
         )
     return None
+
+
+def unaddressed_problem(p: "Problem") -> str | None:
+    """Why no Triton kernel can run ``p``, whatever kernel the dispatcher picks, in words naming the field, its
+    value and the rule; None when some kernel can.  Group mode with padded query rows (``s_qpad`` other than
+    ``seqlens_q``) in the forward and backward families: their kernels take a sequence's query length from
+    ``seqstart_q`` (the padded length), so the padding rows would be computed as queries (launch_bwd's and
+    :func:`unhonoured_lengths`' refusals, decided before a launch); the forward families' per-batch lengths as
+    :func:`unhonoured_lengths` words them.  The backend's :meth:`declines` (a skip naming this reason)."""
+    if p.family not in FORWARD_ATTENTION_FAMILIES and p.family is not Family.BWD_DQ_DK_DV:
+        return None
+    if p.mode is Mode.GROUP and tuple(p.qpad_list) != tuple(p.seqlens_q_list):
+        return (
+            f"s_qpad: {p.s_qpad}: the triton kernels take a sequence's query length from seqstart_q (the padded "
+            f"lengths), not seqlens_q {p.seqlens_q} (rule: no query padding in group mode)"
+        )
+    return unhonoured_lengths(p.family, p) if p.family in FORWARD_ATTENTION_FAMILIES else None
 
 
 def is_pow2(n: int) -> bool:
