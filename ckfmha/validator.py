@@ -136,6 +136,10 @@ class CheckResult:
     rtol: float
     atol: float
     message: str
+    #: the pass rule's own figure at the worst element: allclose ``max |out - ref| / (atol + rtol * |ref|)`` (inf
+    #: for a non-finite mismatch or a shape mismatch, 0 for no error), the relative rule ``err / limit``; the
+    #: check passed exactly when it is <= 1 (reports keep it per row: the HTML page's tolerance plot)
+    limit_ratio: float = float("nan")
 
     def __bool__(self) -> bool:
         return self.passed
@@ -166,6 +170,21 @@ def _compared(out, ref):
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(both, np.abs(np.where(both, o, 0.0) - np.where(both, r, 0.0)), 0.0)
     return o, r, both, ~both & ~same_nonfinite, err
+
+
+def limit_ratio(cmp, rtol: float, atol: float) -> float:
+    """CK's elementwise rule as one figure over :func:`_compared`'s ``cmp``: the largest ``|out - ref| / (atol +
+    rtol * |ref|)`` (an element is a mismatch exactly when its figure is > 1; an error where the allowance is 0
+    counts inf, no error 0), inf when a non-finite value mismatches."""
+    o, r, both, nonfinite_bad, err = cmp
+    if nonfinite_bad is not None and nonfinite_bad.any():
+        return float("inf")
+    if not err.size:
+        return 0.0
+    allowance = atol + rtol * np.abs(np.where(both, r, 0.0) if both is not None else r)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err > 0, err / allowance, 0.0)
+    return float(ratio.max())
 
 
 def _allclose_stats(cmp, rtol: float, atol: float) -> tuple[np.ndarray, int, float, float, tuple[int, ...] | None, str]:
@@ -226,18 +245,23 @@ def check(
             rtol,
             atol,
             f"shape {o_shape} != reference shape {r_shape}",
+            float("inf"),
         )
     o, n_bad, max_abs, max_rel, first, msg = _allclose_stats(cmp, rtol, atol)
     if rule == "allclose":
         passed = n_bad == 0
+        ratio = limit_ratio(cmp, rtol, atol)
     else:
         nf = noise_floor_check(out, ref, base, factor, rel_atol, name=name)
         passed = nf.passed
+        ratio = nf.err / nf.limit if nf.limit > 0 else (0.0 if nf.err == 0 else float("inf"))
+        if not passed and ratio <= 1.0:  # a non-finite error: the rule failed it
+            ratio = float("inf")
         msg = (
             f"relative rule: max_abs_err {nf.err:.3g} {'<=' if passed else '>'} {factor:g} x "
             f"{nf.ref_err:.3g} + {rel_atol:g} = {nf.limit:.3g}" + (f"; {msg}" if msg else "")
         )
-    return CheckResult(name, bool(passed), max_abs, max_rel, n_bad, int(o.size), first, rtol, atol, msg)
+    return CheckResult(name, bool(passed), max_abs, max_rel, n_bad, int(o.size), first, rtol, atol, msg, ratio)
 
 
 def validate(

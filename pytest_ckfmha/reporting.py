@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import math
 import os
 import tempfile
 import threading
@@ -65,6 +66,7 @@ _ROW_TAIL = (
     "max_abs_err",
     "max_rel_err",
     "mismatches",
+    "tol_ratio",
     "elements",
     "unwritten",
     "time_ms",
@@ -256,6 +258,13 @@ def parity_props(item_id: str, problem, settings, row, spec=None) -> dict[str, A
     return {k: plain(v) for k, v in props.items()}
 
 
+def _worst_limit_ratio(checks) -> float | str:
+    """The largest ``limit_ratio`` of an item's checks (:class:`ckfmha.validator.CheckResult`: the pass rule's figure
+    at the worst element, > 1 exactly where a check failed); "" when no check has one."""
+    ratios = [c.limit_ratio for c in checks if not math.isnan(c.limit_ratio)]
+    return max(ratios) if ratios else ""
+
+
 def result_props(problem, outcome) -> dict[str, Any]:
     from ckfmha.work import bytes_moved, flops
 
@@ -266,6 +275,7 @@ def result_props(problem, outcome) -> dict[str, Any]:
         "max_abs_err": max((c.max_abs_err for c in checks), default=0.0),
         "max_rel_err": max((c.max_rel_err for c in checks), default=0.0),
         "mismatches": sum(c.mismatch_count for c in checks),
+        "tol_ratio": _worst_limit_ratio(checks),
         "elements": sum(c.total for c in checks),
         "time_ms": round(ms, 6) if ms else "",
         "time_min_ms": round(outcome.time_min_ms, 6) if outcome.time_min_ms else "",

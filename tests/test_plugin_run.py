@@ -54,6 +54,7 @@ def test_correct_backend_passes_and_writes_reports(pytester, monkeypatch, tmp_pa
         assert r["backend"] == "testref" and r["kernel_id"] and r["max_abs_err"] < 0.01 and r["tflops"] > 0
         assert r["gbps"] > 0 and r["flops"] > 0 and r["unwritten"] == 0 and r["build_s"] >= 0
         assert r["device"] == "test device 0"
+        assert 0 < r["tol_ratio"] <= 1  # the validator's figure at the worst element: passed
     assert any(r["build_s"] == 0.25 for r in ok)  # cold build time of the kernel
     plan = [r for r in rows if r["kind"] == "plan"]
     assert len(plan) == 3 and all(r["plan_kernels"] for r in plan)
@@ -78,6 +79,7 @@ def test_wrong_backend_fails_with_readable_message(pytester, monkeypatch, tmp_pa
     rows = json.loads((pytester.path / "r.json").read_text())["rows"]
     failed = [r for r in rows if r["verdict"] == "failed"]
     assert len(failed) == 4 and all(r["mismatches"] == 1 and r["max_abs_err"] >= 3 for r in failed)
+    assert all(r["tol_ratio"] > 1 for r in failed)  # the injected +4.0 is beyond atol + rtol * |ref|
     assert "failed" in out and "ckfmha summary" in out
 
 

@@ -295,7 +295,7 @@ def test_cli_html_report_is_self_contained(tmp_path: Path) -> None:
     assert main(["report", new, "--baseline", old, "-o", str(out)]) == 0
     page = out.read_text()
     for words in (
-        "<h2>Summary</h2>",
+        "<h2>Families</h2>",
         "Against the baseline",
         "New failures",
         "o: FAIL mismatches=3/4096",
@@ -306,7 +306,8 @@ def test_cli_html_report_is_self_contained(tmp_path: Path) -> None:
         "backend cpu cannot realize this kernel",
     ):
         assert words in page, words
-    assert page.count("data:image/png;base64,") == 2 and "src='http" not in page  # nothing outside the file
+    # nothing outside the file: the speed plot a PNG data URI, the tolerance plot inline SVG
+    assert page.count("data:image/png;base64,") == 1 and '<svg class="tolerance"' in page and "src='http" not in page
     assert "50%" in page  # the plan's kernel reaches half the best kernel's TFLOPS
 
 

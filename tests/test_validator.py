@@ -157,3 +157,34 @@ def test_validate_fp16_output_of_reference_passes():
     assert all(res.values()), [str(r) for r in res.values()]
     kern["o"] = kern["o"] + np.float16(0.01)
     assert not validate(p, kern, ref)["o"].passed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_limit_ratio_is_above_one_exactly_when_the_check_fails(seed):
+    """CheckResult.limit_ratio, the pass rule's figure at the worst element, against the rule itself: random
+    outputs around the boundary, zeros and non-finite values; and its value where it can be computed by hand."""
+    rng = np.random.default_rng(seed)
+    rtol, atol = 1e-3, 1e-3
+    for case in range(40):
+        ref = rng.standard_normal(300) * 10.0 ** rng.uniform(-3, 2)
+        ref[rng.random(300) < 0.1] = 0.0
+        out = ref + rng.uniform(-1.2, 1.2, 300) * (atol + rtol * np.abs(ref)) * rng.uniform(0, 1)
+        if case % 9 == 0:
+            out[5] = np.nan
+        if case % 11 == 0:
+            ref[7] = out[7] = np.inf  # the same non-finite value: no mismatch
+        c = check(out, ref, rtol, atol)
+        assert (c.limit_ratio > 1.0) is (not c.passed), (case, c)
+    c = check(np.array([1.0, 2.5, 0.0]), np.array([1.0, 2.0, 0.0]), rtol, atol)
+    assert c.limit_ratio == pytest.approx(0.5 / (atol + rtol * 2.0)) and not c.passed
+    assert check(np.zeros(3), np.zeros(3), rtol, atol).limit_ratio == 0.0
+    assert check(np.zeros(3), np.zeros(4), rtol, atol).limit_ratio == float("inf")
+
+
+def test_limit_ratio_of_the_relative_rule_is_err_over_its_limit():
+    truth = np.linspace(-1, 1, 64)
+    base = truth + 1e-3
+    c = check(truth + 1.5e-3, truth, 1e-3, 1e-3, rule="relative", base=base, factor=2.0, rel_atol=1e-5)
+    assert c.passed and c.limit_ratio == pytest.approx(1.5e-3 / (2 * 1e-3 + 1e-5), rel=1e-6)
+    c = check(truth + 3e-3, truth, 1e-3, 1e-3, rule="relative", base=base, factor=2.0, rel_atol=1e-5)
+    assert not c.passed and c.limit_ratio > 1
