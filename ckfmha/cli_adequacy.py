@@ -1,12 +1,14 @@
 """``ckfmha adequacy``: does a matrix category catch every catalogued fault? (registered by :mod:`ckfmha.cli`)
 
-    ckfmha adequacy --category smoke [--backend cpu] [--fault NAME ...] [--family F ...] [--first N]
+    ckfmha adequacy --category smoke [--backend cpu|triton] [--fault NAME ...] [--family F ...] [--first N]
 
 Runs the category through the pytest plugin -- the plugin's own items, dispatcher plans, isolation and validator
--- once without a fault (the baseline) and once per fault of :mod:`ckfmha.faults` (``--ckfmha-fault NAME``),
-each time over the problem families the fault applies to (``--family`` narrows them further), and prints per
-fault whether an item caught it (an item that passes in the baseline and fails, crashes or times out with the
-fault) and the first ``--first`` items that did; a fault run stops after that many failures (``--maxfail``).
+-- on ``--backend`` once without a fault (the baseline) and once per fault of :mod:`ckfmha.faults` that the
+backend hosts (``--ckfmha-fault NAME``), each time over the problem families of the fault's row for that backend
+(``--family`` narrows them further), and prints per fault whether an item caught it (an item that passes in the
+baseline and fails, crashes or times out with the fault) and the first ``--first`` items that did; a fault run
+stops after that many failures (``--maxfail``).  A fault the catalogue says the backend cannot host is printed
+with the catalogue's reason, not run.
 
 | outcome | meaning | exit status |
 |---|---|---|
@@ -14,13 +16,17 @@ fault) and the first ``--first`` items that did; a fault run stops after that ma
 | ``ESCAPED`` | every item of the fault's families passed (or was skipped) with the fault | 1 |
 | ``ERROR`` | the fault run did not finish with a report (its pytest output's tail is printed) | 1 |
 | ``n/a`` | ``--family`` selects none of the fault's families (not run, not counted) | -- |
+| ``n/i`` | the catalogue says the backend cannot host the fault (its reason is printed; not run; counted apart) | -- |
 
-Bad arguments (an unknown fault or family, a backend other than cpu, a ``--family`` no selected fault applies
-to) exit with 2, naming the option, the value and the rule; a baseline whose run ends without a report exits 1.
+Bad arguments (an unknown fault or family, a backend with no fault hooks -- the backends are
+:data:`ckfmha.faults.INJECTION_BACKENDS` --, a ``--fault`` the backend cannot host, a ``--family`` no selected
+fault applies to) exit with 2, naming the option, the value and the rule; a baseline whose run ends without a
+report exits 1.
 Each run is ``python -m pytest`` in a scratch directory (``--rootdir`` there, so no project's configuration or
 tests join in) with ``--ckfmha-report``, whose rows the command reads (:func:`ckfmha.runreport.load_report`); the
 reference cache (``--ckfmha-cache-dir``, default the usual one) is shared by all runs.  pytest is needed (the
-``dev`` extra).  The fault hooks are the cpu backend's, so ``--backend`` takes ``cpu`` only.
+``dev`` extra).  ``--backend triton`` needs a GPU (or Triton's interpreter) like any Triton run; without ``--arch``
+its runs use the arch the plugin detects on the GPU (``sm90`` on an H100), the cpu backend's the default arch.
 """
 
 from __future__ import annotations
@@ -54,14 +60,14 @@ class RunOutcome:
 class FaultResult:
     name: str
     families: tuple[str, ...]
-    status: str  # caught | ESCAPED | ERROR | n/a
+    status: str  # caught | ESCAPED | ERROR | n/a | n/i
     caught_by: list[str] = field(default_factory=list)
     ran: int = 0
     seconds: float = 0.0
     note: str = ""
 
 
-def _pytest_run(args: argparse.Namespace, families: tuple[str, ...], fault: str | None, maxfail: int) -> RunOutcome:
+def pytest_run(args: argparse.Namespace, families: tuple[str, ...], fault: str | None, maxfail: int) -> RunOutcome:
     """The category over ``families`` through the plugin (``fault`` injected when given)."""
     with tempfile.TemporaryDirectory(prefix="ckfmha-adequacy-") as tmp:
         ini = Path(tmp) / "pytest.ini"
@@ -77,7 +83,9 @@ def _pytest_run(args: argparse.Namespace, families: tuple[str, ...], fault: str 
             cmd.append(f"--ckfmha-cache-dir={Path(args.cache_dir).resolve()}")
         if fault is not None:
             cmd += [f"--ckfmha-fault={fault}", f"--maxfail={maxfail}"]
-        env = {**os.environ, "CKFMHA_NO_DETECT": "1"}
+        env = dict(os.environ)
+        if args.backend == "cpu":  # no GPU arch detection for the cpu backend; Triton runs the detected GPU's arch
+            env["CKFMHA_NO_DETECT"] = "1"
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         seconds = time.perf_counter() - t0
@@ -94,15 +102,26 @@ def _tail(text: str) -> str:
     return "\n".join("    " + ln for ln in lines[-OUTPUT_TAIL_LINES:])
 
 
+def _check_backend(backend: str) -> None:
+    from ckfmha.faults import INJECTION_BACKENDS
+
+    if backend not in INJECTION_BACKENDS:
+        raise ValueError(
+            f"--backend: {backend!r} has no fault hooks; faults are injected into: {', '.join(INJECTION_BACKENDS)}"
+        )
+
+
 def _selected_faults(args: argparse.Namespace) -> list:
-    from ckfmha.faults import FaultError, catalogue, get_fault
+    """The faults to judge: every catalogued one (those the backend cannot host are reported, not run), or each
+    ``--fault``, which must be one the backend hosts."""
+    from ckfmha.faults import FaultError, catalogue, injectable_fault
 
     if not args.fault:
         return list(catalogue().values())
     out = []
     for name in args.fault:
         try:
-            out.append(get_fault(name, "--fault"))
+            out.append(injectable_fault(name, args.backend, "--fault"))
         except FaultError as e:
             raise ValueError(str(e)) from None
     return out
@@ -143,8 +162,8 @@ def _print_result(r: FaultResult, out) -> None:
     fams = ",".join(r.families)
     if r.status == "caught":
         out.write(f"caught   {r.name:32s} [{fams}] {r.seconds:5.1f} s  by: {', '.join(r.caught_by)}\n")
-    elif r.status == "n/a":
-        out.write(f"n/a      {r.name:32s} {r.note}\n")
+    elif r.status in ("n/a", "n/i"):
+        out.write(f"{r.status:8s} {r.name:32s} {r.note}\n")
     else:
         out.write(f"{r.status:8s} {r.name:32s} [{fams}] {r.seconds:5.1f} s  {r.note}\n")
     out.flush()
@@ -152,21 +171,21 @@ def _print_result(r: FaultResult, out) -> None:
 
 def _cmd_adequacy(args: argparse.Namespace) -> int:
     """Baseline, then one run per fault (module doc)."""
-    if args.backend != "cpu":
-        raise ValueError(f"--backend: {args.backend!r}: the fault hooks are the cpu backend's; use --backend cpu")
+    _check_backend(args.backend)
     if args.first < 1:
         raise ValueError(f"--first: {args.first} must be >= 1")
     faults = _selected_faults(args)
     chosen = _selected_families(args)
-    plans = [(f, tuple(x for x in f.families if chosen is None or x in chosen)) for f in faults]
+    rows = {f.name: f.injection(args.backend) for f in faults}
+    plans = [(f, tuple(x for x in rows[f.name].families if chosen is None or x in chosen)) for f in faults]
     if not any(fams for _, fams in plans):
         raise ValueError(
             f"--family: {', '.join(chosen or ())} selects none of the families of the selected fault(s) "
-            f"({', '.join(sorted({x for f in faults for x in f.families}))})"
+            f"({', '.join(sorted({x for r in rows.values() for x in r.families}))})"
         )
     out = sys.stdout
     union = tuple(dict.fromkeys(x for _, fams in plans for x in fams))
-    base = _pytest_run(args, union, None, 0)
+    base = pytest_run(args, union, None, 0)
     if base.verdicts is None:
         sys.stderr.write(f"ckfmha adequacy: error: the baseline run wrote no report:\n{_tail(base.output)}\n")
         return EXIT_FAILED
@@ -181,18 +200,24 @@ def _cmd_adequacy(args: argparse.Namespace) -> int:
         out.write(f"  failing without a fault (they catch nothing): {', '.join(sorted(failing)[:5])}\n")
     results = []
     for fault, fams in plans:
-        if not fams:
-            r = FaultResult(fault.name, fams, "n/a", note=f"--family selects none of {','.join(fault.families)}")
+        reason = rows[fault.name].reason
+        if reason is not None:
+            r = FaultResult(fault.name, fams, "n/i", note=f"not injectable into the {args.backend} backend: {reason}")
+        elif not fams:
+            r = FaultResult(
+                fault.name, fams, "n/a", note=f"--family selects none of {','.join(rows[fault.name].families)}"
+            )
         else:
-            run = _pytest_run(args, fams, fault.name, args.first + len(failing))
+            run = pytest_run(args, fams, fault.name, args.first + len(failing))
             r = _judge(fault, fams, run, failing, args.first)
         results.append(r)
         _print_result(r, out)
-    n = {s: sum(r.status == s for r in results) for s in ("caught", "ESCAPED", "ERROR", "n/a")}
+    n = {s: sum(r.status == s for r in results) for s in ("caught", "ESCAPED", "ERROR", "n/a", "n/i")}
     not_applicable = f", {n['n/a']} not applicable" if n["n/a"] else ""
+    not_injectable = f", {n['n/i']} not injectable into {args.backend}" if n["n/i"] else ""
     out.write(
         f"{len(results)} fault(s): {n['caught']} caught, {n['ESCAPED']} escaped, {n['ERROR']} error(s)"
-        f"{not_applicable}\n"
+        f"{not_applicable}{not_injectable}\n"
     )
     return EXIT_FAILED if n["ESCAPED"] or n["ERROR"] else EXIT_OK
 
@@ -206,7 +231,9 @@ def add_commands(sub) -> None:
         "catch (exit 1 when one escapes)",
     )
     p.add_argument("--category", required=True, choices=CATEGORIES, help="the matrix category to judge")
-    p.add_argument("--backend", default="cpu", help="the backend the faults are injected into (cpu, the default)")
+    p.add_argument(
+        "--backend", default="cpu", help="the backend the faults are injected into: cpu (the default) or triton"
+    )
     p.add_argument("--fault", action="append", default=[], help="only this catalogued fault; repeatable")
     p.add_argument(
         "--family", action="append", default=[], help="only these problem families; repeatable or comma-separated"

@@ -435,22 +435,22 @@ def _to_upstream_bin(given: Given) -> str:
 
 
 def _to_fault(given: Given) -> str:
-    """A catalogued fault (:func:`ckfmha.faults.get_fault`); its hooks are the cpu backend's, so the backend must be
-    ``cpu``."""
-    from ckfmha.faults import FaultError, get_fault
+    """A catalogued fault (:func:`ckfmha.faults.get_fault`) that the backend named by ``--ckfmha-backend`` can host
+    (:func:`ckfmha.faults.injectable_fault`: the cpu and triton backends have hooks; ``auto`` names none)."""
+    from ckfmha.faults import FaultError, get_fault, injectable_fault
 
     name = str(given.value).strip()
     try:
         get_fault(name)
     except FaultError as e:
         raise _bad(given.option, name, f"is not a catalogued fault ({e})") from None
-    backend = raw_value(given.config, "backend")[0]
-    if str(backend or "auto").strip() != "cpu":
-        raise _bad(
-            given.option,
-            name,
-            f"needs --ckfmha-backend cpu (the fault hooks are the cpu backend's; given: {backend or 'auto'})",
-        )
+    backend = str(raw_value(given.config, "backend")[0] or "auto").strip()
+    if backend == "auto":
+        raise _bad(given.option, name, "needs --ckfmha-backend naming the backend to inject it into (given: auto)")
+    try:
+        injectable_fault(name, backend, f"backend {backend}")
+    except FaultError as e:
+        raise _bad(given.option, name, str(e)) from None
     return name
 
 
@@ -845,8 +845,9 @@ class Settings:
     )
     fault: str | None = option(
         "fault",
-        "inject this catalogued fault into the cpu backend for every item (ckfmha/data/faults.yaml, docs/faults.md): "
-        "the run is expected to fail; `ckfmha adequacy` runs a category once per fault",
+        "inject this catalogued fault into the backend named by --ckfmha-backend (cpu or triton) for every item "
+        "(ckfmha/data/faults.yaml, docs/faults.md): the run is expected to fail; `ckfmha adequacy` runs a category "
+        "once per fault",
         convert=_to_fault,
         metavar="NAME",
     )

@@ -1,18 +1,26 @@
-"""The fault catalogue: CK's bug history as faults injected into the cpu backend (issue 29, docs/faults.md).
+"""The fault catalogue: CK's bug history as faults injected into the cpu and Triton backends (issue 29,
+docs/faults.md).
 
 Each entry of ``ckfmha/data/faults.yaml`` (schema ``faults``) names a bug class, its upstream reference, the
-problem families whose plans run the faulty code, and the **hook points** of the cpu backend its injector
-perturbs (:mod:`ckfmha.faults.injectors`).  A hook point is one call in the backend's own code::
+problem families whose plans run the faulty code, the **hook points** of the cpu backend its injector perturbs
+(:mod:`ckfmha.faults.injectors`) and, under ``triton:``, either the Triton backend's hook points with the model
+of the Triton injection (:mod:`ckfmha.faults.triton_injectors`) or why the fault cannot be injected there.  A
+hook point is one call in the backend's own code::
 
     start, end = faults.perturb("mask.key_range", (start, end), sk=sk)
 
 which returns ``value`` unchanged unless the active fault hooks that point: injection costs one global read per
-hook when off and never copies a kernel.  Nothing is active unless a caller activates a fault:
+hook when off and never copies a kernel.  Both backends go through :func:`perturb`; the per-backend tables are
+:data:`INJECTION_BACKENDS` (backend -> its hook points and its injector table).  Nothing is active unless a
+caller activates a fault:
 
 ==============================  ====================================================================================
 :func:`catalogue`               the faults (name -> :class:`Fault`), checked against the schema, the problem
                                 families, the hook points and the injectors; loaded once
 :func:`get_fault`               one fault by name (a :class:`FaultError` naming the known ones)
+:func:`injectable_fault`        one fault by name that ``backend`` can host (a :class:`FaultError` naming the
+                                backend and, where the catalogue says it cannot, the catalogue's reason)
+:meth:`Fault.injection`         the fault's :class:`Injection` on a backend: its points and model, or the reason
 :func:`active`                  the active :class:`Fault`, or None
 :func:`activate`                make a fault (by name; None: none) the active one; returns the previous one
 :func:`injected`                context manager: the fault active inside the ``with`` block, the previous after
@@ -51,9 +59,45 @@ point                   where (ckfmha/backends/cpu/)           value (context)
 ``rope.q_rows``         stages.run_appendkv                   whether q row ``i`` uses table row ``cache + i``
 ======================  ====================================  ==========================================================
 
+Hook points of the Triton backend (:data:`TRITON_HOOK_POINTS`; all in the launchers, ckfmha/backends/triton/,
+at the argument level: the value is what the launcher hands the kernel):
+
+===============================  ==================================  ===================================================
+point                            where (ckfmha/backends/triton/)     value (context)
+===============================  ==================================  ===================================================
+``triton.mask.window``           launch.attention_launcher,          ``(mask_kind, left, right, y, x, alibi_mode)``
+                                 launch_bwd.dq_dk_dv_launcher        of device.mask_args
+``triton.splitkv.num_splits``    launch.attention_launcher (split)   the kernel's ``num_splits`` argument (the grid
+                                                                     keeps the plan's)
+``triton.seqlen_k``              launch.attention_launcher,          the scalar ``seqlen_k`` argument (block_n)
+                                 launch_bwd.dq_dk_dv_launcher
+``triton.kv.page_table``         launch.attention_launcher (paged)   the page table tensor (pages: the pool's)
+``triton.kv.paged_seqlens``      launch.attention_launcher (paged)   the per-sequence key counts tensor (SGLang
+                                                                     tables: ``kv_last_page_lens``)
+``triton.group.seqstarts``       launch.attention_launcher,          ``(seqstart_q, seqstart_k)`` tensors (problem)
+                                 launch_bwd.dq_dk_dv_launcher
+``triton.alibi.slopes``          launch.attention_launcher,          the ALiBi slopes tensor
+                                 launch_bwd.dq_dk_dv_launcher
+``triton.dropout``               launch.attention_launcher,          ``(seed, offset, p_undrop, rp_keep)``
+                                 launch_bwd.dq_dk_dv_launcher
+``triton.sink``                  launch.attention_launcher (sink)    the sink tensor (per q-head logits)
+``triton.bwd.d``                 launch_bwd.dq_dk_dv_launcher        the ``D`` tensor dq_dk_dv reads
+``triton.convert.slices``        launch_bwd.convert_dq_launcher      how many dq_acc slices convert_dq sums
+``triton.append.cache_seqlens``  launch_kvcache._launch_rows         the key counts knew / vnew are written at
+``triton.rope.per_row``          launch_kvcache._append_launches     whether q row ``i`` uses table row ``cache + i``
+``triton.kernel.fault``          launch.attention_launcher,          the kernel's ``FAULT`` constexpr: ``""``, or an
+                                 launch_bwd.dq_dk_dv_launcher,       in-kernel fault's name (kernel: ``attn_fwd``,
+                                 launch_kvcache._launch_rows         ``dq_dk_dv``, ``append_rows``); passed to the
+                                                                     kernel only when not ``""``
+===============================  ==================================  ===================================================
+
+``triton.kernel.fault`` is for the bug classes no launch argument can express (a compile-time switch in the kernel,
+as issue 29 allows where no launch-time perturbation exists): with no fault active the launchers pass no
+``FAULT``, so every production launch compiles and runs the kernels it did before.
+
 Errors (:class:`FaultError`, a :class:`~ckfmha.datafile.DataFileError`) name the file, the fault, the field and
-the rule: an unknown family, hook point or injector, an injector whose points differ from the entry's, a repeated
-name.
+the rule: an unknown family, hook point or injector (of either backend), an injector whose points differ from the
+entry's, a repeated name, a fault the named backend cannot host.
 """
 
 from __future__ import annotations
@@ -96,17 +140,68 @@ HOOK_POINTS: tuple[str, ...] = (
 )
 """Every hook point of the cpu backend (module doc)."""
 
+TRITON_HOOK_POINTS: tuple[str, ...] = (
+    "triton.mask.window",
+    "triton.splitkv.num_splits",
+    "triton.seqlen_k",
+    "triton.kv.page_table",
+    "triton.kv.paged_seqlens",
+    "triton.group.seqstarts",
+    "triton.alibi.slopes",
+    "triton.dropout",
+    "triton.sink",
+    "triton.bwd.d",
+    "triton.convert.slices",
+    "triton.append.cache_seqlens",
+    "triton.rope.per_row",
+    "triton.kernel.fault",
+)
+"""Every hook point of the Triton backend (module doc)."""
+
+INJECTION_BACKENDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "cpu": (HOOK_POINTS, "ckfmha.faults.injectors:INJECTORS"),
+    "triton": (TRITON_HOOK_POINTS, "ckfmha.faults.triton_injectors:TRITON_INJECTORS"),
+}
+"""The backends faults are injected into: name -> (its hook points, ``module:table`` of its injectors, fault
+name -> {hook point -> function}).  The catalogue's top-level ``points`` are cpu's, its ``triton:`` rows Triton's."""
+
+
+def injector_table(backend: str) -> dict[str, dict[str, Any]]:
+    """The injector table of ``backend`` (:data:`INJECTION_BACKENDS`)."""
+    import importlib
+
+    module, _, table = INJECTION_BACKENDS[backend][1].partition(":")
+    return dict(getattr(importlib.import_module(module), table))
+
 
 class FaultError(DataFileError):
     """A bad fault catalogue or an unknown fault name; the message names the file or option, the value and the rule."""
 
 
 @dataclass(frozen=True)
+class Injection:
+    """How a fault is injected into one backend: its hook ``points``, the ``model`` (what the faulty kernel of that
+    backend computes), the problem ``families`` run for it, or the ``reason`` it cannot be injected (then no
+    points)."""
+
+    backend: str
+    points: frozenset[str]
+    model: str
+    families: tuple[str, ...]
+    reason: str | None = None
+
+    @property
+    def injectable(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
 class Fault:
     """One catalogued fault: ``name``, the bug ``title``, ``upstream`` references (issue / PR addresses; empty when
-    the class has none named), the problem ``families`` whose plans run the hooked code, the hook ``points``, the
-    kernel condition ``when`` (``{"hdim_q": 256, "dtype": "bf16"}``: only kernels with those values) and the
-    per-point injector functions ``(value, context) -> value``."""
+    the class has none named), the problem ``families`` whose plans run the hooked code, the cpu backend's hook
+    ``points``, the kernel condition ``when`` (``{"hdim_q": 256, "dtype": "bf16"}``: only kernels with those
+    values), the per-backend :class:`Injection` rows (``backends``) and the per-point injector functions
+    ``(value, context) -> value`` of every backend that hosts it (point names are distinct across backends)."""
 
     name: str
     title: str
@@ -116,6 +211,17 @@ class Fault:
     points: frozenset[str]
     when: Mapping[str, Any] = field(default_factory=dict)
     injectors: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    backends: Mapping[str, Injection] = field(default_factory=dict, repr=False, compare=False)
+    hooked: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
+
+    def injection(self, backend: str) -> Injection:
+        """The fault's :class:`Injection` on ``backend``; a :class:`FaultError` for a backend with no hooks."""
+        row = self.backends.get(backend)
+        if row is None:
+            raise FaultError(
+                f"backend: {backend!r} has no fault hooks; faults are injected into: {', '.join(INJECTION_BACKENDS)}"
+            )
+        return row
 
     def applies(self, context: Mapping[str, Any]) -> bool:
         """Whether the kernel of ``context`` (key ``kernel``, a KernelConfig) meets :attr:`when`."""
@@ -138,7 +244,7 @@ class Fault:
 
 @dataclass(frozen=True)
 class NotInjectable:
-    """A bug class of issue 29 the cpu backend cannot host, and why."""
+    """A bug class of issue 29 no backend hosts as a fault, and why."""
 
     name: str
     title: str
@@ -150,30 +256,54 @@ def default_catalogue_path() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "faults.yaml"
 
 
+def _rows(backend: str, points: list[str], injector: str, where: str, field_name: str) -> dict[str, Any]:
+    """The injector functions of one backend row, checked: every point a hook point of ``backend``, the injector
+    in its table and hooking exactly the row's points."""
+    known, table_name = INJECTION_BACKENDS[backend]
+    for point in points:
+        if point not in known:
+            raise FaultError(
+                f"{where}: {field_name}: {point!r} is not a hook point of the {backend} backend; known: "
+                f"{', '.join(known)}"
+            )
+    table = injector_table(backend).get(injector)
+    if table is None:
+        raise FaultError(
+            f"{where}: {field_name.rpartition('points')[0]}injector: {injector!r} is not in "
+            f"{table_name.replace(':', '.')}"
+        )
+    if set(table) != set(points):
+        raise FaultError(
+            f"{where}: {field_name}: {sorted(points)} must be the points injector {injector!r} hooks: {sorted(table)}"
+        )
+    return dict(table)
+
+
 def _fault(doc: Mapping[str, Any], i: int, source: str) -> Fault:
     from ckfmha.families import PROBLEM_FAMILIES
-    from ckfmha.faults.injectors import INJECTORS
 
     name = doc["name"]
     where = f"{source}: faults[{i}] ({name})"
-    for fam in doc["families"]:
-        if fam not in PROBLEM_FAMILIES:
-            raise FaultError(
-                f"{where}: families: {fam!r} is not a problem family; allowed: {', '.join(PROBLEM_FAMILIES)}"
-            )
-    for point in doc["points"]:
-        if point not in HOOK_POINTS:
-            raise FaultError(
-                f"{where}: points: {point!r} is not a hook point of the cpu backend; known: {', '.join(HOOK_POINTS)}"
-            )
-    injector = doc.get("injector", name)
-    table = INJECTORS.get(injector)
-    if table is None:
-        raise FaultError(f"{where}: injector: {injector!r} is not in ckfmha.faults.injectors.INJECTORS")
-    if set(table) != set(doc["points"]):
-        raise FaultError(
-            f"{where}: points: {sorted(doc['points'])} must be the points injector {injector!r} hooks: {sorted(table)}"
-        )
+    tri = doc["triton"]
+    for key, fams in (("families", doc["families"]), ("triton.families", tri.get("families", ()))):
+        for fam in fams:
+            if fam not in PROBLEM_FAMILIES:
+                raise FaultError(
+                    f"{where}: {key}: {fam!r} is not a problem family; allowed: {', '.join(PROBLEM_FAMILIES)}"
+                )
+    extra = sorted(set(tri.get("families", ())) - set(doc["families"]))
+    if extra:
+        raise FaultError(f"{where}: triton.families: {extra} must be among the fault's families {doc['families']}")
+    injectors = _rows("cpu", doc["points"], doc.get("injector", name), where, "points")
+    backends = {
+        "cpu": Injection("cpu", frozenset(doc["points"]), doc["model"], tuple(doc["families"])),
+    }
+    if "not_injectable" in tri:
+        backends["triton"] = Injection("triton", frozenset(), "", (), reason=tri["not_injectable"])
+    else:
+        injectors.update(_rows("triton", tri["points"], tri.get("injector", name), where, "triton.points"))
+        fams = tuple(tri.get("families", doc["families"]))
+        backends["triton"] = Injection("triton", frozenset(tri["points"]), tri["model"], fams)
     return Fault(
         name=name,
         title=doc["title"],
@@ -182,7 +312,9 @@ def _fault(doc: Mapping[str, Any], i: int, source: str) -> Fault:
         families=tuple(doc["families"]),
         points=frozenset(doc["points"]),
         when=dict(doc.get("when", {})),
-        injectors=dict(table),
+        injectors=injectors,
+        backends=backends,
+        hooked=frozenset(injectors),
     )
 
 
@@ -217,7 +349,7 @@ def catalogue() -> dict[str, Fault]:
 
 
 def not_injectable() -> tuple[NotInjectable, ...]:
-    """The packaged catalogue's bug classes the cpu backend cannot host."""
+    """The packaged catalogue's bug classes no backend hosts as a fault."""
     return _packaged()[1]
 
 
@@ -227,6 +359,20 @@ def get_fault(name: str, where: str = "fault") -> Fault:
     f = faults.get(name)
     if f is None:
         raise FaultError(f"{where}: {name!r} is not a catalogued fault; known: {', '.join(faults)}")
+    return f
+
+
+def injectable_fault(name: str, backend: str, where: str = "fault") -> Fault:
+    """The packaged fault ``name`` when ``backend`` can host it; a :class:`FaultError` naming ``where``, the value and
+    the rule otherwise (an unknown fault, a backend with no hooks, or the catalogue's reason the fault cannot be
+    injected into ``backend``)."""
+    f = get_fault(name, where)
+    try:
+        row = f.injection(backend)
+    except FaultError as e:
+        raise FaultError(f"{where}: {name!r}: {e}") from None
+    if row.reason is not None:
+        raise FaultError(f"{where}: {name!r} cannot be injected into the {backend} backend: {row.reason}")
     return f
 
 
@@ -258,24 +404,29 @@ def injected(fault: Fault | str | None) -> Iterator[Fault | None]:
 
 
 def perturb(point: str, value: Any, **context: Any) -> Any:
-    """The hook of the cpu backend at ``point``: ``value`` itself unless the active fault hooks ``point``."""
+    """The hook of a backend at ``point``: ``value`` itself unless the active fault hooks ``point``."""
     f = _active
-    if f is None or point not in f.points:
+    if f is None or point not in f.hooked:
         return value
     return f.inject(point, value, context)
 
 
 __all__ = [
     "HOOK_POINTS",
+    "INJECTION_BACKENDS",
+    "TRITON_HOOK_POINTS",
     "Fault",
     "FaultError",
+    "Injection",
     "NotInjectable",
     "activate",
     "active",
     "catalogue",
     "default_catalogue_path",
     "get_fault",
+    "injectable_fault",
     "injected",
+    "injector_table",
     "load_catalogue",
     "not_injectable",
     "perturb",

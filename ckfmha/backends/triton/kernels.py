@@ -7,6 +7,11 @@ base-2 domain (the optional sink logit seeds the running max and sum) -> dropout
 probabilities with CK's Philox mapping (ckfmha/rng.py: bit-exact keep/drop; the launch passes the integer keep
 threshold of rng.p_undrop_u8) -> P (rounded to the input type) @ V. LSE is natural-log and includes the sink; a
 row with no key gives O = 0 and LSE = -inf.
+
+``FAULT`` (a constexpr, ``""`` unless the fault catalogue's Triton hook ``triton.kernel.fault`` names a fault; the
+launchers pass it only then, so no production launch compiles or runs anything else): the in-kernel bug classes
+of docs/faults.md that no launch argument can express -- ``gqa_head_map`` (K/V head ``h % nhead_k``, not with
+packed GQA rows), ``sink_every_split``, ``masked_rows_nan`` (``o = acc / l`` unguarded), ``lse_base2``.
 """
 
 from __future__ import annotations
@@ -564,6 +569,7 @@ def attn_fwd_kernel(
     KV_VEC: tl.constexpr = 0,
     QK_AHEAD: tl.constexpr = False,
     LPT_HEADS: tl.constexpr = 0,
+    FAULT: tl.constexpr = "",
 ):
     """One program = BLOCK_M query rows of one (batch, q-head[, split]).
 
@@ -602,6 +608,8 @@ def attn_fwd_kernel(
         b = pid_bh // nhead_q
         h = pid_bh % nhead_q
         hk = h // group
+        if FAULT == "gqa_head_map":
+            hk = h % (nhead_q // group)
     if IS_GROUP:
         q_start = tl.load(SEQSTART_Q + b)
         sq = tl.load(SEQSTART_Q + b + 1) - q_start
@@ -706,7 +714,7 @@ def attn_fwd_kernel(
     if HAS_SINK:
         sink = tl.load(SINK + hrow).to(tl.float32) * 1.4426950408889634
         use_sink = True
-        if IS_SPLIT:
+        if IS_SPLIT and FAULT != "sink_every_split":
             use_sink = pid_s == 0
         m_i = tl.where(use_sink, sink, float("-inf")) + tl.zeros([BLOCK_M], dtype=tl.float32)
         l_i = tl.where(use_sink, 1.0, 0.0) + tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -887,10 +895,16 @@ def attn_fwd_kernel(
     # ---- epilogue
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
-    o = acc / l_safe[:, None]
+    if FAULT == "masked_rows_nan":
+        o = acc / l_i[:, None]
+    else:
+        o = acc / l_safe[:, None]
     if QSCALE == 1:
         o = o * v_descale
-    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) / 1.4426950408889634)
+    if FAULT == "lse_base2":
+        lse = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
+    else:
+        lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) / 1.4426950408889634)
     rows64 = (q_start + qpos).to(tl.int64)
     o_ptrs = (
         O

@@ -26,6 +26,13 @@ convert_dq         ``dQ = sum_i dq_acc[i]`` in slice order (fp32), cast to the i
 
 Group mode reads per-sequence offsets and lengths on the device (seqstart_q, seqstart_k, seqlen_k); the grids come
 from the problem's upper bounds (batch, max seqlen), programs past their sequence return at once.
+
+``FAULT`` (dq_dk_dv's constexpr, ``""`` unless the fault catalogue's Triton hook ``triton.kernel.fault`` names a
+fault; the launcher passes it only then, so no production launch compiles or runs anything else): the in-kernel
+bug classes of docs/faults.md no launch argument can express -- ``gqa_head_map``, ``empty_seqlen_q_nan_dkdv``,
+``dk_scale_missing``, ``dq_scale_missing``, ``dq_stored_not_accumulated`` (a store where the non-deterministic
+kernel adds).  (``masked_rows_nan`` has no backward half here: P is masked after its exponential, so an unguarded
+``lse = -inf`` gives no NaN.)
 """
 
 from __future__ import annotations
@@ -179,6 +186,7 @@ def _bwd_query_blocks(
     NUM_STAGES: tl.constexpr,
     USE_TMA: tl.constexpr,
     DQ_TMA_ADD: tl.constexpr,
+    FAULT: tl.constexpr = "",
 ):
     """Query blocks ``[m_lo, m_hi)`` into the key block's dK/dV accumulators (the module table's dq_dk_dv terms).
     ``MASKED``: the blocks may hold rows or keys outside the sequence or outside a row's window -- every load and
@@ -272,9 +280,14 @@ def _bwd_query_blocks(
             )
         dst_r = dst.to(ELEM)
         dk_acc = tl.dot(dst_r, q, dk_acc, input_precision=DOT_PREC)
-        dq = tl.dot(tl.trans(dst_r), k, input_precision=DOT_PREC) * scale
+        dq = tl.dot(tl.trans(dst_r), k, input_precision=DOT_PREC)
+        if FAULT != "dq_scale_missing":
+            dq = dq * scale
         if DQ_TMA_ADD:
-            DQ_DESC.atomic_add([desc_bh, m0, 0], dq.reshape(1, BLOCK_M, HDIM_Q))
+            if FAULT == "dq_stored_not_accumulated":
+                DQ_DESC.store([desc_bh, m0, 0], dq.reshape(1, BLOCK_M, HDIM_Q))
+            else:
+                DQ_DESC.atomic_add([desc_bh, m0, 0], dq.reshape(1, BLOCK_M, HDIM_Q))
         else:
             dq_ptrs = acc_base + rows64[:, None] * stride_am + offs_dq[None, :]
             if MASKED:
@@ -283,6 +296,8 @@ def _bwd_query_blocks(
                 dq_mask = (offs_dq < HDIM_Q)[None, :]
             if DETERMINISTIC:
                 tl.store(dq_ptrs, dq, dq_mask)  # this key block's own slice: one writer per element
+            elif FAULT == "dq_stored_not_accumulated":
+                tl.store(dq_ptrs, dq, dq_mask)
             else:
                 tl.atomic_add(dq_ptrs, dq, dq_mask, sem="relaxed")
     return dk_acc, dv_acc
@@ -374,6 +389,7 @@ def bwd_dq_dk_dv_kernel(
     NUM_STAGES: tl.constexpr,
     USE_TMA: tl.constexpr = False,
     DQ_TMA_ADD: tl.constexpr = False,
+    FAULT: tl.constexpr = "",
 ):
     """One program = BLOCK_N keys of one (batch or sequence, q-head); see the module table.
 
@@ -388,6 +404,8 @@ def bwd_dq_dk_dv_kernel(
     b = pid_bh // nhead_q
     h = pid_bh % nhead_q
     hk = h // group
+    if FAULT == "gqa_head_map":
+        hk = h % (nhead_q // group)
     if IS_GROUP:
         q_start = tl.load(SEQSTART_Q + b)
         sq = tl.load(SEQSTART_Q + b + 1) - q_start
@@ -534,9 +552,16 @@ def bwd_dq_dk_dv_kernel(
             NUM_STAGES,
             USE_TMA,
             DQ_TMA_ADD,
+            FAULT,
         )
+    if FAULT == "empty_seqlen_q_nan_dkdv":
+        dk_acc = tl.where(sq == 0, float("nan"), dk_acc)
+        dv_acc = tl.where(sq == 0, float("nan"), dv_acc)
     dk_ptrs = DK + bq.to(tl.int64) * stride_dkb + h.to(tl.int64) * stride_dkh + keys64 * stride_dkn + offs_dq[None, :]
-    tl.store(dk_ptrs, (dk_acc * scale).to(DK.dtype.element_ty), kmask)
+    if FAULT == "dk_scale_missing":
+        tl.store(dk_ptrs, dk_acc.to(DK.dtype.element_ty), kmask)
+    else:
+        tl.store(dk_ptrs, (dk_acc * scale).to(DK.dtype.element_ty), kmask)
     dv_ptrs = DV + bq.to(tl.int64) * stride_dvb + h.to(tl.int64) * stride_dvh + keys64 * stride_dvn + offs_dv[None, :]
     tl.store(dv_ptrs, dv_acc.to(DV.dtype.element_ty), vmask)
 

@@ -22,6 +22,11 @@ PER_ROW                   table row ``cache_seqlens[b] + i``; else ``cache_seqle
                           unmasked problem: CK's q table view has row stride ``has_mask * rotary_dim / 2``)
 ========================  ==========================================================================================
 
+``FAULT`` (a constexpr, ``""`` unless the fault catalogue's Triton hook ``triton.kernel.fault`` names a fault; the
+launcher passes it only then): ``rope_halves_swapped`` (each rotated feature and its partner swap roles) and
+``rope_dim_ignored`` (every feature rotated as if ROTARY_DIM were HDIM, the table columns wrapping), the bug
+classes of docs/faults.md no launch argument can express.
+
 The rotation runs in float32 (values, cos and sin widened), one operation at a time (the launch turns Triton's
 fp fusion off: no fused multiply-add, as CK's kernel and ckfmha/backends/common/rope.py), and rounds once to the
 destination's type.
@@ -47,19 +52,24 @@ def _rope(
     ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr,
     PER_ROW: tl.constexpr,
+    HDIM: tl.constexpr = 0,
+    FAULT: tl.constexpr = "",
 ):
     """``x`` (rows x features, loaded from ``src_row + feature``) with its first ROTARY_DIM features rotated, in
     float32 (module table: partner feature, table column and sign of the interleaved / half-rotated forms)."""
+    DIM: tl.constexpr = HDIM if FAULT == "rope_dim_ignored" else ROTARY_DIM
     if INTERLEAVED:
         partner = offs_d ^ 1
         col = offs_d // 2
         first = offs_d % 2 == 0
     else:
-        HALF: tl.constexpr = ROTARY_DIM // 2
+        HALF: tl.constexpr = DIM // 2
         first = offs_d < HALF
         partner = tl.where(first, offs_d + HALF, offs_d - HALF)
         col = offs_d % HALF
-    rot = offs_d < ROTARY_DIM
+    if FAULT == "rope_dim_ignored":  # the table has ROTARY_DIM / 2 columns: they wrap
+        col = col % (ROTARY_DIM // 2)
+    rot = offs_d < DIM
     r2 = smask[:, None] & rot[None, :]
     y = tl.load(src_row + partner[None, :], mask=r2, other=0.0).to(tl.float32)
     if PER_ROW:
@@ -70,8 +80,13 @@ def _rope(
     c = tl.load(COS + t_off, mask=r2, other=1.0).to(tl.float32)
     s = tl.load(SIN + t_off, mask=r2, other=0.0).to(tl.float32)
     xf = x.to(tl.float32)
-    xc = xf * c
-    ys = y * s
+    own = xf
+    other = y
+    if FAULT == "rope_halves_swapped":
+        own = y
+        other = xf
+    xc = own * c
+    ys = other * s
     return tl.where(rot[None, :], tl.where(first[None, :], xc - ys, xc + ys), xf)
 
 
@@ -103,6 +118,7 @@ def append_rows_kernel(
     PER_ROW: tl.constexpr,
     DST_MODE: tl.constexpr,
     HAS_CBI: tl.constexpr,
+    FAULT: tl.constexpr = "",
 ):
     """One program = BLOCK_S rows of one (batch, head): load, rotate (ROTARY_DIM > 0), store (module table)."""
     pid_s = tl.program_id(0)
@@ -118,7 +134,22 @@ def append_rows_kernel(
     src_row = SRC + b.to(tl.int64) * stride_sb + h.to(tl.int64) * stride_sh + offs_s.to(tl.int64)[:, None] * stride_ss
     x = tl.load(src_row + offs_d[None, :], mask=m2, other=0.0)
     if ROTARY_DIM > 0:
-        x = _rope(x, src_row, offs_s, offs_d, smask, cache, COS, SIN, stride_tab, ROTARY_DIM, INTERLEAVED, PER_ROW)
+        x = _rope(
+            x,
+            src_row,
+            offs_s,
+            offs_d,
+            smask,
+            cache,
+            COS,
+            SIN,
+            stride_tab,
+            ROTARY_DIM,
+            INTERLEAVED,
+            PER_ROW,
+            HDIM,
+            FAULT,
+        )
     x = x.to(DST.dtype.element_ty)
     if DST_MODE == 0:
         dst_off = b.to(tl.int64) * stride_db + offs_s.to(tl.int64) * stride_ds

@@ -14,7 +14,9 @@ name                       what it launches
 
 Layers: imports :mod:`.device` and :mod:`.capability` (below it), :mod:`.kernels` and :mod:`.launch_kvcache`
 (the batch-prefill pools); the stage module :mod:`.execute` calls it.  ``p_undrop_u8`` is this module's own
-binding (benchmarks/parity_torch.py swaps it to inject a dropout fault).
+binding (benchmarks/parity_torch.py swaps it to inject a dropout fault).  The ``perturb("triton.<point>", value)``
+calls are the fault catalogue's hook points (:mod:`ckfmha.faults`, docs/faults.md): each returns its value unless a
+fault is active, so a launch hands the kernel exactly what it would without them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ckfmha.backends.triton.device import (  # noqa: F401  (DEVICE, Precondition
     seq_strides,
 )
 from ckfmha.backends.triton.launch_kvcache import prefill_pools
+from ckfmha.faults import perturb  # the fault hooks (docs/faults.md): each returns its value unless a fault is active
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import LaunchVariant
 from ckfmha.problem import Layout, Problem
@@ -171,7 +174,7 @@ def attention_launcher(
     alibi = t.get("alibi_slopes")
     salb = 0
     if s.bias is Bias.ALIBI:
-        alibi = required(t, "alibi_slopes", "a kernel with alibi bias")
+        alibi = perturb("triton.alibi.slopes", required(t, "alibi_slopes", "a kernel with alibi bias"))
         salb = alibi.stride(0) if alibi.shape[0] > 1 else 0
     randval = t.get("randval")
     srb = srh = srm = srn = 0
@@ -180,6 +183,18 @@ def attention_launcher(
     bt = t.get("block_table") if kv_pool is None else kv_pool.table
     sbtb = bt.stride(0) if bt is not None else 0
     seqlens_k = t.get("cache_seqlens") if not group else t.get("seqlen_k")
+    dummy = dummy_tensor(dev)
+    pool_args = kv_pool.args if kv_pool is not None else (dummy, dummy, 0, 1)
+    if paged:
+        if bt is not None:
+            bt = perturb("triton.kv.page_table", bt, pages=k.shape[0])
+        if kv_pool is not None and kv_pool.kv_table == 1:  # SGLang: the key count comes from the last page length
+            pool_args = (pool_args[0], perturb("triton.kv.paged_seqlens", pool_args[1]), *pool_args[2:])
+        elif seqlens_k is not None:
+            seqlens_k = perturb("triton.kv.paged_seqlens", seqlens_k)
+    seqstarts = (t.get("seqstart_q"), t.get("seqstart_k"))
+    if group and seqstarts[0] is not None and seqstarts[1] is not None:
+        seqstarts = perturb("triton.group.seqstarts", seqstarts, problem=p)
     qd, kd, vd = (t.get(n) for n in _DESCALE_KEYS)
     qscale = {QScale.NONE: 0, QScale.PERTENSOR: 1, QScale.BLOCKSCALE: 2, QScale.KV_BLOCKSCALE: 3}[p.qscale]
     qdv = kdv = vdv = 1.0
@@ -196,11 +211,16 @@ def attention_launcher(
             sqdb, sqdh = qd.stride(0), qd.stride(1)
             skdb, skdh = kd.stride(0), kd.stride(1)
             svdb, svdh = vd.stride(0), vd.stride(1)
-    mask_kind, ml, mr, my, mx, alibi_mode = mask_args(p)
-    seed = p.drop_seed & ((1 << 64) - 1)
-    off = p.drop_offset & ((1 << 64) - 1)
-    p_keep = 1.0 - p.p_drop
-    dummy = dummy_tensor(dev)
+    mask_kind, ml, mr, my, mx, alibi_mode = perturb("triton.mask.window", mask_args(p))
+    seed, off, p_undrop, rp_keep = perturb(
+        "triton.dropout",
+        (
+            p.drop_seed & ((1 << 64) - 1),
+            p.drop_offset & ((1 << 64) - 1),
+            p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
+            1.0 / (1.0 - p.p_drop),
+        ),
+    )
     rows_per_head = p.seqlen_q * (p.nhead_q // p.nhead_k if pack else 1)
     grid = (
         triton.cdiv(rows_per_head, ls.block_m),
@@ -216,11 +236,11 @@ def attention_launcher(
         lse,
         bias if bias is not None else dummy,
         alibi if alibi is not None else dummy,
-        t.get("sink", dummy),
+        perturb("triton.sink", t["sink"]) if "sink" in t else dummy,
         randval if randval is not None else dummy,
         bt if bt is not None else dummy,
-        t.get("seqstart_q", dummy),
-        t.get("seqstart_k", dummy),
+        seqstarts[0] if seqstarts[0] is not None else dummy,
+        seqstarts[1] if seqstarts[1] is not None else dummy,
         seqlens_k if seqlens_k is not None else dummy,
         qd if qscale == 2 else dummy,
         kd if qscale >= 2 else dummy,
@@ -259,10 +279,10 @@ def attention_launcher(
         svdb,
         svdh,
         p.seqlen_q,
-        p.seqlen_k,
+        p.seqlen_k if group else perturb("triton.seqlen_k", p.seqlen_k, block_n=ls.block_n),
         p.nhead_q,
         p.nhead_q // p.nhead_k,
-        num_splits,
+        perturb("triton.splitkv.num_splits", num_splits) if split else num_splits,
         p.page_block_size or 1,
         scale,
         p.logits_soft_cap or 1.0,
@@ -280,9 +300,9 @@ def attention_launcher(
         seed >> 32,
         off & 0xFFFFFFFF,
         off >> 32,
-        p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
-        1.0 / p_keep,
-        *(kv_pool.args if kv_pool is not None else (dummy, dummy, 0, 1)),
+        p_undrop,
+        rp_keep,
+        *pool_args,
     )
     meta = dict(
         HDIM_Q=p.hdim_q,
@@ -333,6 +353,9 @@ def attention_launcher(
     meta["FUSE_TAIL"] = fuse_tail and (meta["EVEN_N"] or use_tma)
     chosen = variant if variant is not None else LaunchVariant()  # no variant given: none (no table read here)
     meta["QK_AHEAD"], meta["LPT_HEADS"] = _launch_variant(c, p, chosen, qk_ahead, lpt_heads, paged=paged, pack=pack)
+    fault = perturb("triton.kernel.fault", "", kernel="attn_fwd")
+    if fault:  # an in-kernel fault's compile-time switch (kernels.py module doc); never set otherwise
+        meta["FAULT"] = fault
     if meta["LPT_HEADS"]:
         grid = (grid[0] * grid[1], 1, grid[2])
     kern = kernels.attn_fwd_kernel

@@ -20,6 +20,8 @@ from the same bounds and the kernels read seqstart_q / seqstart_k / seqlen_k on 
 :func:`stage_launcher` reads a device tensor back to the host (no ``.item()``, ``.tolist()``, ``.cpu()``); only
 the stage module copies the outputs to NumPy after the launch.  ``d`` (dot_do_o) and ``dq`` (convert_dq) are the
 buffers the stage gives in ``t`` (poisoned from the stage's output specs) where it gives them, else allocated here.
+The ``perturb("triton.<point>", value)`` calls are the fault catalogue's hook points (:mod:`ckfmha.faults`,
+docs/faults.md): each returns its value unless a fault is active.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ckfmha.backends.triton.device import (
     required,
     seq_strides,
 )
+from ckfmha.faults import perturb  # the fault hooks (docs/faults.md): each returns its value unless a fault is active
 from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape, q_shape
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode
 from ckfmha.plan import FAMILY_ROLE, needs_convert  # the one rule: is a convert_dq stage next
@@ -119,7 +122,8 @@ def convert_dq_launcher(c: KernelConfig, p: Problem, t: dict[str, torch.Tensor])
     nb, rows = (1, p.total_q) if p.mode is Mode.GROUP else (p.batch, p.seqlen_q)
     block_m = c.algorithm.tile[0]
     grid = (triton.cdiv(rows, block_m), nb * p.nhead_q)
-    args = (acc, dq, *acc.stride()[:4], *seq_strides(dq, p.input_layout), rows, p.nhead_q, acc.shape[0])
+    slices = perturb("triton.convert.slices", acc.shape[0])
+    args = (acc, dq, *acc.stride()[:4], *seq_strides(dq, p.input_layout), rows, p.nhead_q, slices)
     meta = dict(HDIM_Q=p.hdim_q, BLOCK_M=block_m, BLOCK_DQ=next_pow2(max(p.hdim_q, 16)))
 
     def launch() -> None:
@@ -238,7 +242,7 @@ def dq_dk_dv_launcher(
     _check_problem(p)
     q, k, v = t["q"], t["k"], t["v"]
     do = required(t, "do", "stage dq_dk_dv")
-    lse, d = required(t, "lse", "stage dq_dk_dv"), required(t, "d", "stage dq_dk_dv")
+    lse, d = required(t, "lse", "stage dq_dk_dv"), perturb("triton.bwd.d", required(t, "d", "stage dq_dk_dv"))
     _alloc_dq_dk_dv(c, p, t)
     acc, dk, dv = t["dq_acc"], t["dk_raw"], t["dv_raw"]
     q_desc, do_desc, dq_desc = _bwd_descriptors(c, p, t, tma, dq_tma_add)
@@ -246,15 +250,28 @@ def dq_dk_dv_launcher(
     dbias = t.get("dbias_raw", dummy)
     sdb = seq_strides(dbias, p.input_layout) if "dbias_raw" in t else (0, 0, 0)
     bias, alibi, sbb, sbh, sbm, sbn, salb = _bias_args(c, t, dummy)
+    if alibi is not dummy:
+        alibi = perturb("triton.alibi.slopes", alibi)
     group = p.mode is Mode.GROUP
     if group:
-        seqstart_q, seqstart_k = required(t, "seqstart_q", "group mode"), required(t, "seqstart_k", "group mode")
+        seqstart_q, seqstart_k = perturb(
+            "triton.group.seqstarts",
+            (required(t, "seqstart_q", "group mode"), required(t, "seqstart_k", "group mode")),
+            problem=p,
+        )
         seqlens_k = required(t, "seqlen_k", "group mode")
     else:
         seqstart_q = seqstart_k = seqlens_k = dummy
-    mask_kind, ml, mr, _, _, alibi_mode = mask_args(p)
-    seed = p.drop_seed & ((1 << 64) - 1)
-    off = p.drop_offset & ((1 << 64) - 1)
+    mask_kind, ml, mr, _, _, alibi_mode = perturb("triton.mask.window", mask_args(p))
+    seed, off, p_undrop, rp_keep = perturb(
+        "triton.dropout",
+        (
+            p.drop_seed & ((1 << 64) - 1),
+            p.drop_offset & ((1 << 64) - 1),
+            p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
+            1.0 / (1.0 - p.p_drop),
+        ),
+    )
     block_m, block_n = c.algorithm.tile[0], c.algorithm.tile[1]
     grid = (triton.cdiv(p.seqlen_k, block_n), p.batch * p.nhead_q)
     lb, lh, lm = lse.stride()
@@ -294,7 +311,7 @@ def dq_dk_dv_launcher(
         *sdb,
         salb,
         p.seqlen_q,
-        p.seqlen_k,
+        p.seqlen_k if group else perturb("triton.seqlen_k", p.seqlen_k, block_n=block_n),
         p.nhead_q,
         p.nhead_q // p.nhead_k,
         p.softmax_scale,
@@ -306,8 +323,8 @@ def dq_dk_dv_launcher(
         seed >> 32,
         off & 0xFFFFFFFF,
         off >> 32,
-        p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
-        1.0 / (1.0 - p.p_drop),
+        p_undrop,
+        rp_keep,
     )
     meta = dict(
         HDIM_Q=p.hdim_q,
@@ -329,6 +346,9 @@ def dq_dk_dv_launcher(
         USE_TMA=q_desc is not None,
         DQ_TMA_ADD=dq_desc is not None,
     )
+    fault = perturb("triton.kernel.fault", "", kernel="dq_dk_dv")
+    if fault:  # an in-kernel fault's compile-time switch (kernels_bwd.py module doc); never set otherwise
+        meta["FAULT"] = fault
     kern, warps = kernels_bwd.bwd_dq_dk_dv_kernel, _warps(c)
     dq = t.get("dq") if not needs_convert(p) else None
     nrows = p.total_q if group else p.seqlen_q

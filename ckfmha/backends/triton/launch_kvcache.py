@@ -22,6 +22,9 @@ batch_prefill      the forward kernel (:func:`ckfmha.backends.triton.launch.atte
                    ``(pages, hk, page / vec, d, vec)`` (the kernel's KV_VEC address mode); fp8 kv_blockscale:
                    K/V descales ``(pages, hk)`` applied per key (the kernel's QSCALE 3, launch.attention_launcher)
 =================  =================================================================================================
+
+The ``perturb("triton.<point>", value)`` calls are the fault catalogue's hook points (:mod:`ckfmha.faults`,
+docs/faults.md): each returns its value unless a fault is active.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ckfmha.backends.common.rope import rotary_tables
 from ckfmha.backends.triton import kernels_kvcache
 from ckfmha.backends.triton.capability import next_pow2
 from ckfmha.backends.triton.device import PreconditionError, seq_strides
+from ckfmha.faults import perturb  # the fault hooks (docs/faults.md): each returns its value unless a fault is active
 from ckfmha.kernel import KernelConfig, KVLookupTable, KVMemoryLayout, Rope
 from ckfmha.masking import MaskKind
 from ckfmha.problem import Layout, Problem
@@ -135,6 +139,7 @@ def _append_launches(c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor])
         q = t["q"]
         q_rot = torch.empty_like(q)
         per_row = p.mask.kind is not MaskKind.NONE  # CK: q's table row stride is has_mask * rotary_dim / 2
+        per_row = perturb("triton.rope.per_row", per_row)
         qs = seq_strides(q, lay)
         rows.append(_Rows(q, q_rot, qs, seq_strides(q_rot, lay), p.seqlen_q, p.nhead_q, p.hdim_q, True, per_row, 0))
         produced["q"] = q_rot
@@ -172,6 +177,10 @@ def _launch_rows(c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor], r: 
     block_s = c.algorithm.tile[0] if r.dst_mode == 0 else c.algorithm.tile[1]
     block_s = min(next_pow2(max(block_s, 1)), 64)  # rows per program: the config's bs / bsk, at most 64 rows
     grid = (triton.cdiv(r.nrows, block_s), p.batch * r.nhead)
+    if r.dst_mode != 0:  # the key at which knew / vnew rows are written
+        cache = perturb("triton.append.cache_seqlens", cache)
+    fault = perturb("triton.kernel.fault", "", kernel="append_rows")
+    switch = {"FAULT": fault} if fault else {}  # an in-kernel fault's switch (kernels_kvcache.py module doc)
     kernels_kvcache.append_rows_kernel[grid](
         r.src,
         r.dst,
@@ -195,6 +204,7 @@ def _launch_rows(c: KernelConfig, p: Problem, t: Mapping[str, torch.Tensor], r: 
         PER_ROW=r.per_row,
         DST_MODE=r.dst_mode,
         HAS_CBI=cbi is not None,
+        **switch,
         num_warps=4,
         enable_fp_fusion=False,  # CK's BlockRotaryEmbedding: one float32 operation at a time, no fused multiply-add
     )
