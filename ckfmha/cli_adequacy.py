@@ -1,6 +1,7 @@
 """``ckfmha adequacy``: does a matrix category catch every catalogued fault? (registered by :mod:`ckfmha.cli`)
 
     ckfmha adequacy --category smoke [--backend cpu|triton] [--fault NAME ...] [--family F ...] [--first N]
+                    [--workers N|auto]
 
 Runs the category through the pytest plugin -- the plugin's own items, dispatcher plans, isolation and validator
 -- on ``--backend`` once without a fault (the baseline) and once per fault of :mod:`ckfmha.faults` that the
@@ -83,6 +84,9 @@ def pytest_run(args: argparse.Namespace, families: tuple[str, ...], fault: str |
             cmd.append(f"--ckfmha-cache-dir={Path(args.cache_dir).resolve()}")
         if fault is not None:
             cmd += [f"--ckfmha-fault={fault}", f"--maxfail={maxfail}"]
+        workers = getattr(args, "workers", None)
+        if workers:
+            cmd += ["-n", str(workers)]
         env = dict(os.environ)
         if args.backend == "cpu":  # no GPU arch detection for the cpu backend; Triton runs the detected GPU's arch
             env["CKFMHA_NO_DETECT"] = "1"
@@ -174,6 +178,8 @@ def _cmd_adequacy(args: argparse.Namespace) -> int:
     _check_backend(args.backend)
     if args.first < 1:
         raise ValueError(f"--first: {args.first} must be >= 1")
+    if args.workers is not None and args.workers != "auto" and not (args.workers.isdigit() and int(args.workers) >= 1):
+        raise ValueError(f"--workers: {args.workers!r} must be a count >= 1 or 'auto' (pytest-xdist's -n)")
     faults = _selected_faults(args)
     chosen = _selected_families(args)
     rows = {f.name: f.injection(args.backend) for f in faults}
@@ -241,6 +247,13 @@ def add_commands(sub) -> None:
     p.add_argument("--matrix", action="append", default=[], help="matrix files/directories instead of the packaged")
     p.add_argument("--arch", default=None, help="kernel space (default: the plugin's default arch)")
     p.add_argument("--cache-dir", default=None, help="the plugin's build + reference cache root")
+    p.add_argument(
+        "--workers",
+        default=None,
+        metavar="N|auto",
+        help="run each pytest run with pytest-xdist's -n N (default: one process; a fault run's --maxfail then "
+        "stops it after about that many failures)",
+    )
     p.add_argument(
         "--first",
         type=int,

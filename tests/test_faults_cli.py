@@ -178,3 +178,15 @@ def test_the_pytest_run_of_a_triton_fault(tmp_path, monkeypatch) -> None:
     args.backend = "cpu"
     cli_adequacy.pytest_run(args, ("bwd",), None, 0)
     assert envs[-1]["CKFMHA_NO_DETECT"] == "1"  # the cpu backend: the default arch, no detection
+    assert "-n" not in seen[-1]
+    args.workers = "16"
+    cli_adequacy.pytest_run(args, ("bwd",), "ds_missing_d", 5)
+    assert seen[-1][seen[-1].index("-n") + 1] == "16"  # pytest-xdist's workers
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+def test_adequacy_names_a_bad_worker_count(bad, capsys) -> None:
+    from ckfmha.cli import main
+
+    assert main(["adequacy", "--category", "smoke", "--workers", bad]) == 2
+    assert f"--workers: {bad!r} must be a count >= 1 or 'auto'" in capsys.readouterr().err
