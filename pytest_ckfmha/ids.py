@@ -9,7 +9,8 @@ Group mode lists the per-sequence lengths (``s1_17_100x1_17_100``).  Features, i
 ``causalbr``, ``win{l}_{r}``, ``winbr{l}_{r}``, ``gmask{y}_{x}``), ``bias``/``alibi`` (+ rank), ``lse``,
 ``drop{p}`` (+ ``dseed``/``doff``), ``softcap{c}``, ``sink``, ``scale{s}``, ``qs{qscale}``, layouts
 (``bshd``/``ibshd``/``obshd``), ``vcol``, ``page{n}``, ``{kv_lookup}``, ``{kv_layout}``, ``cbi``, ``knew{n}``,
-``rope{dim}{i|h}``, ``split{n}``, ``minq{n}``, ``det``, ``dbias``, ``kpad{...}``.
+``rope{dim}{i|h}``, ``split{n}``, ``minq{n}``, ``det``, ``dbias``, ``qpad{...}``, ``kpad{...}``, ``qeff{...}``,
+``kveff{...}`` (the physical and effective lengths: two problems that differ only in them must not share an id).
 
 Numbers are written without a dot (``drop0p2``, ``softcap30``), so no node id holds a ``.``.
 
@@ -176,8 +177,14 @@ def _storage_tokens(p: Problem) -> list[str]:
         parts.append("det")
     if p.dbias:
         parts.append("dbias")
+    if p.s_qpad is not None:
+        parts.append(f"qpad{_lens(p.s_qpad)}")
     if p.s_kpad is not None:
         parts.append(f"kpad{_lens(p.s_kpad)}")
+    if p.q_eff_lens is not None:
+        parts.append(f"qeff{_lens(p.q_eff_lens)}")
+    if p.kv_eff_lens is not None:
+        parts.append(f"kveff{_lens(p.kv_eff_lens)}")
     return parts
 
 

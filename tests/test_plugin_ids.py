@@ -124,3 +124,24 @@ def test_node_id_arguments_are_read_as_pytest_prints_them():
     assert shape is not None and shape.covers(plan) and not plan.covers(shape)
     assert NodeId.parse_argument("tests/test_x.py::test_y") is None
     assert NodeId.parse_argument("ckfmha") is None
+
+
+def test_problems_differing_only_in_physical_or_effective_lengths_get_different_ids():
+    """The smoke category once had two group shapes alike but for s_qpad: their ids were one (a collection error)."""
+    from ckfmha.problem import Problem
+    from pytest_ckfmha.ids import shape_id
+
+    group = dict(mode="group", batch=2, nhead_q=2, hdim_q=64, seqlens_q=(9, 16), seqlens_k=(20, 30), lse=True)
+    ids = {
+        shape_id(Problem(**group, s_kpad=(24, 30))),
+        shape_id(Problem(**group, s_qpad=(12, 16), s_kpad=(24, 30))),
+        shape_id(Problem(**group)),
+    }
+    assert len(ids) == 3 and any(i.endswith("-lse-qpad12_16-kpad24_30") for i in ids), ids
+    batch = dict(batch=2, nhead_q=2, seqlen_q=40, seqlen_k=30, hdim_q=64)
+    eff = {
+        shape_id(Problem(**batch)),
+        shape_id(Problem(**batch, q_eff_lens=(40, 7))),
+        shape_id(Problem(**batch, kv_eff_lens=(30, 7))),
+    }
+    assert len(eff) == 3 and any(i.endswith("-qeff40_7") for i in eff) and any(i.endswith("-kveff30_7") for i in eff)

@@ -91,7 +91,8 @@ def triton_faults() -> list[str]:
 
 def check_fault(name: str) -> dict:
     """Run CASES[name] on the Triton backend without, with and again without the fault: which outputs fail the
-    reference with it, which fail without it, and which differ (bits) after it from before."""
+    reference with it, which fail without it, and which differ (bits; a non-deterministic backward's dQ: fails the
+    reference) after it from before."""
     import numpy as np
 
     from ckfmha import Problem, make_inputs, reference, run, validate
@@ -118,7 +119,12 @@ def check_fault(name: str) -> dict:
         except UnwrittenOutputError as e:  # NaN / unwritten where the reference is finite: the runner's own check
             failed = [f"unwritten: {e}"]
     after = outputs(inputs)
-    changed = [n for n in names if not np.array_equal(after[n], before[n], equal_nan=True)]
+    # a non-deterministic backward adds dQ's key tiles with atomics: their order (so dQ's bits) may change from run
+    # to run on a GPU; there the run after the fault must pass the reference again instead of repeat the bits
+    atomic = {"dq"} if p.family.value == "bwd" and not p.deterministic else set()
+    changed = [n for n in names if n not in atomic and not np.array_equal(after[n], before[n], equal_nan=True)]
+    again = sorted(atomic & set(names))
+    changed += [n for n, c in validate(p, after, ref, names=again).items() if not c.passed] if again else []
     return {"fault": name, "family": p.family.value, "clean_failed": clean_failed, "failed": failed, "changed": changed}
 
 
