@@ -393,8 +393,9 @@ def _fmt_ratio(v: float) -> str:
 
 
 def _tolerance_svg(tol: _Tolerance) -> str:
-    """The plot as inline SVG (module doc): one column per family (in the report's order); bars = the items' bins (green at or below the
-    line, red above), dots = the items above the line; the dashed line at 1.0."""
+    """The plot as inline SVG (module doc): one column per family (in the report's order); bars = the items' bins
+    (green at or below the line, red above), dots = the items above the line; the dashed line at 1.0.  Long because
+    the drawing is one coordinate system: the axes, the bars, the dots and the limit line share its scale closures."""
     fams = list(tol.families)
     finite = [p[0] for p in tol.points if math.isfinite(p[0])]
     hi = max(1, min(8, math.ceil(math.log10(max(finite))) if finite else 1))

@@ -120,7 +120,9 @@ def append_rows_kernel(
     HAS_CBI: tl.constexpr,
     FAULT: tl.constexpr = "",
 ):
-    """One program = BLOCK_S rows of one (batch, head): load, rotate (ROTARY_DIM > 0), store (module table)."""
+    """One program = BLOCK_S rows of one (batch, head): load, rotate (ROTARY_DIM > 0), store (module table).
+    Long because a ``@triton.jit`` kernel's argument list (tensors, strides, the fault switch) is one signature and
+    its body one program: splitting it would mean a second launch or a device function taking the same list."""
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // nhead
