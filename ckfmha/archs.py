@@ -22,7 +22,8 @@ gfx1100, gfx1201), :func:`fp8_format` and ``load_arch_spec(arch).num_cus``.
 
 :func:`load_arch_spec` reads a file with the strict :func:`ckfmha.datafile.load_yaml` (a key written twice in one
 mapping, bytes that are not UTF-8, nesting deeper than ``MAX_NESTING_DEPTH`` and files over ``MAX_FILE_BYTES`` are
-errors) and checks its top level against ``data/schemas/arch.schema.yaml``: every key above but ``description``
+errors) and checks its top level against ``data/schemas/arch.schema.yaml`` (both through
+:func:`ckfmha.datafile.load_checked_yaml`, which keeps checked content in a cache like Python's bytecode cache): every key above but ``description``
 and ``default`` required, no other key, ``schema`` 1, ``vendor`` / ``fp8_format`` from their lists, ``num_cus`` an
 integer >= 1, ``default`` true or false, ``apis`` an object whose keys are api names (:class:`ckfmha.kernel.Api`)
 and whose sections are objects -- an ``inherit`` section holds nothing else.  A NaN or infinity anywhere in the
@@ -112,15 +113,14 @@ class ArchSpec:
 @cache
 def load_arch_spec(arch: str) -> ArchSpec:
     """Load and check an arch's data file (cached; see the module doc for the checks)."""
-    from ckfmha.datafile import DataFileError, check_schema, load_yaml
+    from ckfmha.datafile import DataFileError, load_checked_yaml
 
     known = known_archs()
     if arch not in known:
         raise ArchSpecError(f"arch: unknown arch {arch!r}; known archs: {', '.join(known)}")
     path = data_dir() / "archs" / f"{arch}.yaml"
     try:
-        doc = load_yaml(path)
-        check_schema(doc, "arch", str(path))
+        doc = load_checked_yaml(path, "arch")
     except DataFileError as e:
         raise ArchSpecError(str(e)) from None
     if doc["arch"] != arch:

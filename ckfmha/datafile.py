@@ -27,6 +27,17 @@ keywords ckfmha's schemas use: ``type``, ``enum``, ``const``, bounds, ``minLengt
 ``required``, ``properties``, ``additionalProperties``, ``propertyNames``, ``items``, ``uniqueItems``, ``$ref``,
 ``oneOf``/``anyOf``/``allOf``, ``if``/``then``/``else``); in every other case ``jsonschema`` decides, so the outcome and the errors are its.
 
+Checked documents are cached, in the manner of Python's bytecode cache: :func:`load_checked_yaml` (a file read with
+:func:`load_yaml` and checked with :func:`check_schema`, what ckfmha's arch files and receipt rules need at every
+start) keeps each document that its schema certainly accepts (the quick reading above said so, without
+``jsonschema``) in ``__pycache__/<file name>.<schema>.<cache tag>.checked`` next to the file (or under
+``sys.pycache_prefix``), marshalled behind a SHA-256 key of the file's text, the schema file's text, this module's
+source, PyYAML's version and loader, and the interpreter's cache tag.  A later read whose key matches takes the
+document from there; any other read parses and checks the file again.  So the result is the same document or the
+same error as without the cache: a cache entry exists only for content that was checked and passed, and any change
+to the file, its schema or the checking code makes the key differ.  Like bytecode, nothing is written where
+``sys.dont_write_bytecode`` is set (``PYTHONDONTWRITEBYTECODE``), and a folder that cannot be written is no error.
+
 YAML is read with PyYAML's safe loader (``yaml.CSafeLoader`` when PyYAML has libyaml, else ``yaml.SafeLoader``),
 subclassed as :class:`StrictYAMLLoader` with a duplicate-checking ``construct_mapping``.  A YAML merge key
 (``<<: *base``) keeps its meaning: a key written next to it overrides the merged one and is not a duplicate.
@@ -36,9 +47,13 @@ their own error classes.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import marshal
 import math
+import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -375,6 +390,7 @@ __all__ = [
     "SafeLoader",
     "StrictYAMLLoader",
     "key_path",
+    "load_checked_yaml",
     "load_json",
     "load_yaml",
     "parse_json",
@@ -420,14 +436,16 @@ _SCHEMAS: dict[str, Any] = {}
 _VALIDATORS: dict[str, Any] = {}
 
 
+def _schema_path(name: str) -> Path:
+    """``ckfmha/data/schemas/<name>.schema.yaml`` (the package's own folder, as :func:`ckfmha.archs.data_dir`)."""
+    return Path(__file__).resolve().parent / "data" / "schemas" / f"{name}.schema.yaml"
+
+
 def _schema_doc(name: str) -> Any:
     """The schema document ``ckfmha/data/schemas/<name>.schema.yaml`` (read once)."""
     schema = _SCHEMAS.get(name)
     if schema is None:
-        from importlib import resources
-
-        path = Path(str(resources.files("ckfmha") / "data" / "schemas" / f"{name}.schema.yaml"))
-        schema = _SCHEMAS[name] = load_yaml(path)
+        schema = _SCHEMAS[name] = load_yaml(_schema_path(name))
     return schema
 
 
@@ -664,22 +682,103 @@ def check_schema(
     ``definition``, ``doc`` is one part of such a document, checked against the schema's ``$defs/<definition>``
     (a run report's row, read one at a time); ``at`` is its key path in the whole document (``("rows", 7)``),
     which the error names."""
+    if not _certainly_follows(doc, name, source, definition, at):
+        _check_with_jsonschema(doc, name, source, definition, at)
+
+
+def _certainly_follows(
+    doc: Any, name: str, source: str, definition: str | None = None, at: tuple[str | int, ...] = ()
+) -> bool:
+    """True when ``doc`` certainly follows schema ``name`` (the quick reading, :func:`_verdict`); False when
+    ``jsonschema`` must decide.  A NaN or infinity is a :class:`SchemaError` here already."""
     bad = _first_non_finite(doc, at)
     if bad is not None:
         bad_path, value = bad
         raise SchemaError(f"{source}: {key_path(bad_path)}: expected a finite number, found {value!r}")
-    view = _json_view(doc)
     root = _schema_doc(name)
     schema = root if definition is None else root["$defs"][definition]
-    if _verdict(schema, view, root) is True:
-        return  # certainly valid: jsonschema would find no error (see _verdict)
+    return _verdict(schema, _json_view(doc), root) is True
+
+
+def _check_with_jsonschema(
+    doc: Any, name: str, source: str, definition: str | None = None, at: tuple[str | int, ...] = ()
+) -> None:
+    """:func:`check_schema`'s verdict where the quick reading was unsure: ``jsonschema``'s, in ckfmha's words."""
     import jsonschema
 
     validator = schema_validator(name) if definition is None else _definition_validator(name, definition)
-    errors = list(validator.iter_errors(view))
+    errors = list(validator.iter_errors(_json_view(doc)))
     if not errors:
         return
     best = jsonschema.exceptions.best_match(errors)
     where = key_path((*at, *best.absolute_path))
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     raise SchemaError(f"{source}: {where}: {_rule_words(best)}{more}")
+
+
+# ---------------------------------------------------------------------------------------------- checked-document cache
+_CACHE_MAGIC = b"ckfmha checked document\n"
+_DIGESTS: dict[str, bytes] = {}
+
+
+def load_checked_yaml(path: str | Path, schema: str) -> Any:
+    """``load_yaml(path)`` checked with ``check_schema(doc, schema, str(path))``: the same document or the same error,
+    taken from the cache of checked documents when this content passed this check before (see the module doc)."""
+    source = str(path)
+    text = read_text(path)
+    key = _cache_key(text, schema)
+    entry = _cache_entry(Path(path), schema)
+    if key is not None:
+        try:
+            blob = entry.read_bytes()
+            if blob.startswith(_CACHE_MAGIC + key):
+                return marshal.loads(blob[len(_CACHE_MAGIC) + len(key) :])
+        except (OSError, ValueError, EOFError, TypeError):
+            pass  # no entry, or an unreadable one: read the file
+    doc = parse_yaml(text, source)
+    if not _certainly_follows(doc, schema, source):
+        _check_with_jsonschema(doc, schema, source)  # raises, or jsonschema accepts: not cached (its version may vary)
+    elif key is not None and not sys.dont_write_bytecode:
+        _write_cache_entry(entry, _CACHE_MAGIC + key, doc)
+    return doc
+
+
+def _cache_key(text: str, schema: str) -> bytes | None:
+    """The SHA-256 key of a checked document (see the module doc); None where a part cannot be read."""
+    try:
+        checker = _DIGESTS.get("")
+        if checker is None:
+            loader = f"{yaml.__version__} {SafeLoader.__module__}.{SafeLoader.__name__} {sys.implementation.cache_tag}"
+            checker = _DIGESTS[""] = hashlib.sha256(Path(__file__).read_bytes() + loader.encode()).digest()
+        schema_digest = _DIGESTS.get(schema)
+        if schema_digest is None:
+            schema_digest = _DIGESTS[schema] = hashlib.sha256(_schema_path(schema).read_bytes()).digest()
+    except OSError:
+        return None
+    return hashlib.sha256(checker + schema_digest + schema.encode() + b"\0" + text.encode()).digest()
+
+
+def _cache_entry(path: Path, schema: str) -> Path:
+    """Where the checked document of ``path`` lives: ``__pycache__`` next to it, or the same folder under
+    ``sys.pycache_prefix`` (as bytecode does)."""
+    name = f"{path.name}.{schema}.{sys.implementation.cache_tag}.checked"
+    folder = path.resolve().parent
+    if sys.pycache_prefix:
+        return Path(sys.pycache_prefix, os.path.splitdrive(folder)[1].lstrip(os.sep), name)
+    return folder / "__pycache__" / name
+
+
+def _write_cache_entry(entry: Path, header: bytes, doc: Any) -> None:
+    """Write ``header`` + the marshalled document atomically; a document marshal cannot hold (a YAML timestamp) or a
+    folder that cannot be written leaves no entry."""
+    try:
+        blob = header + marshal.dumps(doc)
+    except ValueError:
+        return
+    tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(blob)
+        os.replace(tmp, entry)
+    except OSError:
+        tmp.unlink(missing_ok=True)

@@ -55,7 +55,7 @@ Round trip: ``ck_instance_name(parse_ck_name(n).config, scheme=s) == n`` for eve
 from __future__ import annotations
 
 import re
-from itertools import compress, count
+from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -65,7 +65,9 @@ from ckfmha.kernel import (
     Dropout,
     DType,
     Family,
+    KernelAlgorithm,
     KernelConfig,
+    KernelSignature,
     KVLoad,
     KVLookupTable,
     KVMemoryLayout,
@@ -76,6 +78,7 @@ from ckfmha.kernel import (
     Rope,
     TokenEnum,
     VLayout,
+    new_config,
 )
 
 
@@ -188,10 +191,6 @@ def _fwd_pad(c: KernelConfig) -> str:
 
 
 # ------------------------------------------------------------------------------------------- render
-# Signature parts of the three big families, cached by identity like the algorithm tokens above.
-_SIG_PARTS: dict[int, tuple[object, tuple[str, ...]]] = {}
-
-
 # Pieces shared by many signatures, keyed by the values they depend on (token enum members hash and compare as their
 # str, in C; one attrgetter call builds each key tuple).
 _HEADS: dict[tuple, str] = {}
@@ -219,16 +218,12 @@ _FEAT_KEY = attrgetter(
 
 
 def _sig_parts(s) -> tuple[str, ...]:
-    """The four signature pieces of a name (P0..P3, see _FAST_FAMILIES), cached per signature object; on a miss
-    they are assembled from a head piece (family, hdim, dtype, mode, page size) and the feature pieces (every
-    other named field), both shared by many signatures."""
-    hit = _SIG_PARTS.get(id(s))
-    if hit is not None and hit[0] is s:
-        return hit[1]
-    f = s.family
+    """The four signature pieces of a name (P0..P3, see _FAST_FAMILIES), assembled from a head piece (family, hdim,
+    dtype, mode, page size) and the feature pieces (every other named field), both shared by many signatures."""
     hkey = _HEAD_KEY(s)
     p0 = _HEADS.get(hkey)
     if p0 is None:
+        f = s.family
         head = "d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode
         if f is Family.FWD:
             p0 = "fmha_fwd_" + head + "_"
@@ -243,11 +238,7 @@ def _sig_parts(s) -> tuple[str, ...]:
     rest = _FEATS.get(fkey)
     if rest is None:
         rest = _FEATS[fkey] = _feature_pieces(s)
-    parts = (p0,) + rest
-    if len(_SIG_PARTS) >= _ALG_TOKENS_MAX:
-        _SIG_PARTS.clear()
-    _SIG_PARTS[id(s)] = (s, parts)
-    return parts
+    return (p0,) + rest
 
 
 def _feature_pieces(s) -> tuple[str, str, str]:
@@ -336,13 +327,14 @@ def _bwd_alg(a) -> str:
 # all configs of a signature) interleaved with three algorithm pieces (_alg_pieces, shared by all configs of an
 # algorithm object), so a name costs two cache lookups and six concatenations.
 _FAST_FAMILIES = frozenset((Family.FWD, Family.FWD_SPLITKV, Family.BATCH_PREFILL, Family.BWD_DQ_DK_DV))
-_ALG_PIECES: dict[int, tuple[object, tuple[str, str, str]]] = {}
+_ALG_PIECES: dict[int, tuple[object, Family, tuple[str, str, str]]] = {}
 
 
 def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
+    """The three algorithm pieces of a name of ``family`` (A0..A2), cached per algorithm object and family."""
     hit = _ALG_PIECES.get(id(a))
-    if hit is not None and hit[0] is a:
-        return hit[1]
+    if hit is not None and hit[0] is a and hit[1] is family:
+        return hit[2]
     tr = "trload" if a.trload else "ntrload"
     if family is Family.BWD_DQ_DK_DV:
         pieces = (_bwd_alg(a), tr, "")
@@ -364,7 +356,7 @@ def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
             pieces = (a.kv_load + "_" + tile + "_" + a.pipeline, pad, "")
     if len(_ALG_PIECES) >= _ALG_TOKENS_MAX:
         _ALG_PIECES.clear()
-    _ALG_PIECES[id(a)] = (a, pieces)
+    _ALG_PIECES[id(a)] = (a, family, pieces)
     return pieces
 
 
@@ -458,62 +450,32 @@ def _name_2025_11(c: KernelConfig) -> str:
     return ck_instance_name(c)  # spelled the same in both schemes
 
 
-_CONFIG_SIGNATURE = attrgetter("signature")
-_CONFIG_ALGORITHM = attrgetter("algorithm")
-_FAMILY = attrgetter("family")
-_NO_SIG_PARTS = ("", "", "", "")  # placeholders for the other families' configs, named one by one afterwards
-_NO_ALG_PARTS = ("", "", "")
+def render_ck_names(pairs: Iterable[tuple[KernelSignature, KernelAlgorithm]]) -> list[str]:
+    """``[ck_instance_name(KernelConfig(s, a)) for s, a in pairs]``, faster for long lists (the enumeration's hot
+    path; an enumerator's kernels are (signature, algorithm) pairs, :mod:`ckfmha.enumeration._pairs`).
 
-
-def render_ck_names(configs) -> list[str]:
-    """``[ck_instance_name(c) for c in configs]``, faster for long lists (the enumeration's hot path).
-
-    The pieces of each distinct signature and algorithm object (:func:`_sig_parts`, :func:`_alg_pieces`) are made
-    once; the per-config work is walked in C (``map``) but for one comprehension that joins a name's seven pieces.
-    Configs of the families without the seven-piece form are named one by one afterwards."""
-    configs = configs if isinstance(configs, (list, tuple)) else list(configs)
-    sigs = list(map(_CONFIG_SIGNATURE, configs))
-    algs = list(map(_CONFIG_ALGORITHM, configs))
-    # every config (so every part) stays alive meanwhile, so an id names one object
-    sig_ids = list(map(id, sigs))
-    alg_ids = list(map(id, algs))
-    sig_parts: dict[int, tuple[str, ...]] = {}
-    slow: set[int] = set()
-    for i, s in dict(zip(sig_ids, sigs)).items():
-        if s.family in _FAST_FAMILIES:
-            sig_parts[i] = _sig_parts(s)
-        else:
-            sig_parts[i] = _NO_SIG_PARTS
-            slow.add(i)
-    alg_parts = _alg_parts_by_id(dict(zip(zip(alg_ids, map(_FAMILY, sigs)), algs)))
-    if alg_parts is None:  # an algorithm object shared by families that spell it differently
-        return [ck_instance_name(c) for c in configs]
-    names = [
-        f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}"  # one string built at once (six + would build six)
-        for (p0, p1, p2, p3), (a0, a1, a2) in zip(
-            map(sig_parts.__getitem__, sig_ids), map(alg_parts.__getitem__, alg_ids)
-        )
-    ]
-    if slow:
-        flags = list(map(slow.__contains__, sig_ids))
-        for pos, c in zip(compress(count(), flags), compress(configs, flags)):
-            names[pos] = ck_instance_name(c)
+    The pieces of each distinct signature object and of each distinct (algorithm object, family) are made once
+    (:func:`_sig_parts`, :func:`_alg_pieces`), so a name of the seven-piece families costs two dictionary look-ups
+    and one join; kernels of the other families are named one by one."""
+    # keyed by id: the caller holds every pair (so every part) meanwhile, so an id names one object
+    sig_pieces: dict[int, tuple[Family, tuple[str, ...]]] = {}
+    alg_pieces: dict[int, tuple[Family, tuple[str, str, str]]] = {}
+    names: list[str] = []
+    append = names.append
+    for s, a in pairs:
+        sp = sig_pieces.get(id(s))
+        if sp is None:
+            if s.family not in _FAST_FAMILIES:
+                append(ck_instance_name(new_config(s, a)))
+                continue
+            sp = sig_pieces[id(s)] = (s.family, _sig_parts(s))
+        family, (p0, p1, p2, p3) = sp
+        ap = alg_pieces.get(id(a))
+        if ap is None or ap[0] is not family:  # (an algorithm object shared by two families: made again)
+            ap = alg_pieces[id(a)] = (family, _alg_pieces(a, family))
+        a0, a1, a2 = ap[1]
+        append(f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}")  # one string built at once (six + would build six)
     return names
-
-
-def _alg_parts_by_id(algs: dict[tuple[int, Family], Any]) -> dict[int, tuple[str, str, str]] | None:
-    """The name pieces of each algorithm (keyed by its id; ``algs``: (id, family of a config using it) -> the
-    algorithm), placeholders where only other families use it; None if two families spell one differently."""
-    parts: dict[int, tuple[str, str, str]] = {}
-    for (i, family), a in algs.items():
-        if family in _FAST_FAMILIES:
-            p = _alg_pieces(a, family)
-            if parts.get(i, p) != p:
-                return None
-            parts[i] = p
-    for i, _ in algs:
-        parts.setdefault(i, _NO_ALG_PARTS)
-    return parts
 
 
 def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingScheme.CURRENT) -> str:

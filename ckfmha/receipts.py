@@ -13,8 +13,9 @@ configs a receipt keeps, as filter expressions (:mod:`ckfmha.filters`) over Kern
         generic: "False"
 
 A rule of ``True`` keeps everything.  Both files are read with :mod:`ckfmha.datafile`'s strict loader and checked
-against their JSON Schemas (``data/schemas/receipts.schema.yaml``, ``receipt_rules.schema.yaml``); an error names
-the file, the key path, the value and the rule.
+against their JSON Schemas (``data/schemas/receipts.schema.yaml``, ``receipt_rules.schema.yaml``) by
+:func:`ckfmha.datafile.load_checked_yaml`, which caches checked content; an error names the file, the key path,
+the value and the rule.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from functools import cache
 from typing import Any
 
 from ckfmha.archs import data_dir
-from ckfmha.datafile import DataFileError, check_schema, load_yaml
+from ckfmha.datafile import DataFileError, load_checked_yaml
 from ckfmha.filters import ConfigPredicate, FilterError, compile_filter
 from ckfmha.kernel import Api, MaskMode
 
@@ -45,8 +46,7 @@ class Receipt:
 def receipts() -> dict[int, Receipt]:
     path = data_dir() / "receipts.yaml"
     try:
-        doc = load_yaml(path)
-        check_schema(doc, "receipts", str(path))
+        doc = load_checked_yaml(path, "receipts")
     except DataFileError as e:
         raise ReceiptError(str(e)) from None
     return {
@@ -85,8 +85,7 @@ def _rules(api: Api) -> dict[str, Any]:
     if not path.is_file():
         raise ReceiptError(f"{path}: no receipt rules for api {api.value!r}")
     try:
-        doc = load_yaml(path)
-        check_schema(doc, "receipt_rules", str(path))
+        doc = load_checked_yaml(path, "receipt_rules")
     except DataFileError as e:
         raise ReceiptError(str(e)) from None
     if doc["api"] != api.value:

@@ -3,6 +3,7 @@ last-wins values, bare UnicodeDecodeErrors or RecursionErrors."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 import pytest
@@ -168,3 +169,69 @@ def test_huge_integers_are_named_errors():
         parse_json('{"a": ' + "9" * 5000 + "}", "x.json")
     with pytest.raises(DataFileError, match="x.yaml: unreadable value"):
         parse_yaml("a: " + "9" * 5000, "x.yaml")
+
+
+# ---------------------------------------------------------------------------------------------- checked-document cache
+_RECEIPTS = "schema: 1\nreceipts:\n  0: {name: ck_default, aliases: [default], description: d}\n"
+
+
+@pytest.fixture
+def checked_cache(tmp_path, monkeypatch):
+    """Entries go under a pycache prefix of their own, and may be written (whatever PYTHONDONTWRITEBYTECODE says)."""
+    monkeypatch.setattr(datafile.sys, "pycache_prefix", str(tmp_path / "prefix"))
+    monkeypatch.setattr(datafile.sys, "dont_write_bytecode", False)
+    return tmp_path / "prefix"
+
+
+def _entries(prefix):
+    return sorted(p.name for p in prefix.rglob("*.checked")) if prefix.exists() else []
+
+
+def test_checked_documents_are_cached_and_read_back_equal(tmp_path, checked_cache, monkeypatch):
+    f = tmp_path / "receipts.yaml"
+    f.write_text(_RECEIPTS)
+    first = datafile.load_checked_yaml(f, "receipts")
+    assert first == load_yaml(f)
+    assert _entries(checked_cache) == [f"receipts.yaml.receipts.{sys.implementation.cache_tag}.checked"]
+
+    def no_parse(*args, **kwargs):  # a hit neither parses nor checks
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(datafile, "parse_yaml", no_parse)
+    again = datafile.load_checked_yaml(f, "receipts")
+    assert again == first and again is not first and type(next(iter(again["receipts"]))) is int
+
+
+def test_changed_content_is_checked_again(tmp_path, checked_cache):
+    f = tmp_path / "receipts.yaml"
+    f.write_text(_RECEIPTS)
+    datafile.load_checked_yaml(f, "receipts")
+    f.write_text(_RECEIPTS.replace("ck_default", "renamed"))
+    assert datafile.load_checked_yaml(f, "receipts")["receipts"][0]["name"] == "renamed"
+    f.write_text(_RECEIPTS.replace("schema: 1", "schema: 2"))  # the entry of the valid content is no pass
+    with pytest.raises(datafile.SchemaError, match="schema"):
+        datafile.load_checked_yaml(f, "receipts")
+
+
+def test_errors_are_those_of_load_yaml_and_check_schema(tmp_path, checked_cache):
+    f = tmp_path / "receipts.yaml"
+    for text in (_RECEIPTS + "schema: 1\n", _RECEIPTS.replace("name: ck_default, ", ""), "a: [1\n"):
+        f.write_text(text)
+        with pytest.raises(DataFileError) as plain:
+            datafile.check_schema(load_yaml(f), "receipts", str(f))
+        with pytest.raises(DataFileError) as cached:
+            datafile.load_checked_yaml(f, "receipts")
+        assert str(cached.value) == str(plain.value) and type(cached.value) is type(plain.value)
+    assert _entries(checked_cache) == []  # nothing that failed is kept
+
+
+def test_no_entry_without_bytecode_writing_and_a_foreign_entry_is_ignored(tmp_path, checked_cache, monkeypatch):
+    f = tmp_path / "receipts.yaml"
+    f.write_text(_RECEIPTS)
+    monkeypatch.setattr(datafile.sys, "dont_write_bytecode", True)
+    assert datafile.load_checked_yaml(f, "receipts") == load_yaml(f) and _entries(checked_cache) == []
+    monkeypatch.setattr(datafile.sys, "dont_write_bytecode", False)
+    datafile.load_checked_yaml(f, "receipts")
+    (entry,) = checked_cache.rglob("*.checked")
+    entry.write_bytes(entry.read_bytes()[:40] + b"\x00" * 32)  # another key, unreadable payload: read the file
+    assert datafile.load_checked_yaml(f, "receipts") == load_yaml(f)

@@ -5,9 +5,14 @@
 dispatch-API .cpp); ``enumerate_kernels(arch, families, receipt, mask_mode)`` returns the KernelConfigs.
 
 Each api has one enumerator module (``fwd``, ``splitkv``, ``appendkv``, ``pagedkv``, ``batch_prefill``,
-``bwd``) exposing ``enumerate_api(ctx: EnumContext) -> list[KernelConfig]``. The tile tables and rules come
-from the arch data files (:mod:`ckfmha.archs`); what each receipt keeps comes from
+``bwd``) exposing ``enumerate_pairs(ctx: EnumContext)``, its kernels as (signature, algorithm) pairs
+(:mod:`ckfmha.enumeration._pairs`), and ``enumerate_api(ctx) -> list[KernelConfig]``, the same as configs.
+The tile tables and rules come from the arch data files (:mod:`ckfmha.archs`); what each receipt keeps comes from
 ``data/receipt_rules/<api>.yaml`` (:mod:`ckfmha.receipts`).
+
+Caches, per (api, arch owning the section, receipt, mask mode): ``ck_instance_names`` keeps the sorted names only
+(the pairs it names are dropped, or the cached configs are named when ``enumerate_api`` / ``enumerate_kernels``
+made them first); ``enumerate_api`` / ``enumerate_kernels`` keep the configs.  :func:`clear_caches` forgets both.
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import islice
+from itertools import islice, starmap
 from operator import eq
 from typing import Any
 
 from ckfmha.archs import ArchSpec, ArchSpecError, load_arch_spec
 from ckfmha.enumeration._fwdlike import SectionError, section_source  # noqa: F401  (public here too)
+from ckfmha.enumeration._pairs import Pair
 from ckfmha.filters import ConfigPredicate
-from ckfmha.kernel import API_FAMILIES, FAMILY_API, Api, Family, KernelConfig, MaskImpl, MaskMode
+from ckfmha.kernel import API_FAMILIES, FAMILY_API, Api, Family, KernelConfig, MaskImpl, MaskMode, new_config
 from ckfmha.naming import render_ck_names
 from ckfmha.receipts import receipt_predicate, resolve_receipt
 
@@ -114,24 +120,39 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-@lru_cache(maxsize=512)
+_CACHE_SIZE = 512
+_CONFIGS: dict[tuple[Api, str, int, MaskMode], tuple[KernelConfig, ...]] = {}
+
+
 def _enumerate_api_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[KernelConfig, ...]:
-    with _no_cyclic_gc():
-        return _enumerate_api(api, arch, receipt, mask_mode)
+    """The configs of :func:`_enumerate_pairs`, remembered (the oldest of :data:`_CACHE_SIZE` entries goes first);
+    an arch whose section is inherited shares its owner's configs."""
+    owner = _owner(api, arch)
+    key = (api, owner, receipt, mask_mode)
+    configs = _CONFIGS.get(key)
+    if configs is None:
+        with _no_cyclic_gc():
+            configs = tuple(starmap(new_config, _enumerate_pairs(*key)))
+        if len(_CONFIGS) >= _CACHE_SIZE:
+            del _CONFIGS[next(iter(_CONFIGS))]
+        _CONFIGS[key] = configs
+    return configs
 
 
-def _enumerate_api(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[KernelConfig, ...]:
+def _owner(api: Api, arch: str) -> str:
+    """The arch whose file defines ``arch``'s section of ``api`` (``inherit`` followed; itself when it has none)."""
+    spec = _spec(arch)
+    return spec.section_owner(api) if spec.has_section(api) else arch
+
+
+def _enumerate_pairs(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> list[Pair]:
+    """The kernels of the api's enumerator module for an arch that owns its section (see :func:`_owner`)."""
     spec = _spec(arch)
     if not spec.has_section(api):
-        return ()
-    owner = spec.section_owner(api)
-    if owner != arch:
-        # ``inherit``: the section is another arch's, unchanged, so its kernels are too (gfx90a = gfx942).
-        return _enumerate_api_cached(api, owner, receipt, mask_mode)
+        return []
     # NVIDIA arch specs describe a GPU backend's own kernel space in one common schema.
     module = importlib.import_module(_MODULES[api] if spec.vendor == "amd" else "ckfmha.enumeration.nvidia")
-    ctx = EnumContext(api, arch, spec, receipt, mask_mode)
-    return tuple(module.enumerate_api(ctx))
+    return module.enumerate_pairs(EnumContext(api, arch, spec, receipt, mask_mode))
 
 
 def enumerate_api(
@@ -153,15 +174,20 @@ def ck_instance_names(
 ) -> list[str]:
     """Exactly what CK's ``generate.py -d api --targets arch -r receipt -m mask_mode`` lists (sorted, unique)."""
     a, r, m = _api(api), _receipt(receipt), _mask_mode(mask_mode)
-    spec = _spec(arch)
-    owner = spec.section_owner(a) if spec.has_section(a) else arch
-    return list(_names_cached(a, owner, r, m))
+    return list(_names_cached(a, _owner(a, arch), r, m))
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=_CACHE_SIZE)
 def _names_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tuple[str, ...]:
+    """The sorted, unique names of the kernels (of their configs when those are cached already).  Only the names are
+    kept: the kernels enumerated here are dropped once named, so the cyclic collector never scans them."""
+    key = (api, arch, receipt, mask_mode)
+    configs = _CONFIGS.get(key)
     with _no_cyclic_gc():  # one pause for both steps: each switch back on soon costs a scan of the new objects
-        names = render_ck_names(_enumerate_api_cached(api, arch, receipt, mask_mode))
+        # the pairs are a temporary: gone before the collector is back on, so it never scans them
+        names = render_ck_names(
+            _enumerate_pairs(*key) if configs is None else [(c.signature, c.algorithm) for c in configs]
+        )
     # sorted as generated (long sorted runs, which the sort merges fast), then deduplicated: equal names are
     # neighbours now, and comparing neighbours is cheaper than hashing every name into a set
     names.sort()
@@ -172,7 +198,7 @@ def _names_cached(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> tup
 
 def clear_caches() -> None:
     """Forget every cached enumeration (benchmarks measure cold runs)."""
-    _enumerate_api_cached.cache_clear()
+    _CONFIGS.clear()
     _names_cached.cache_clear()
 
 

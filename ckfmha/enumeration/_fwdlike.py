@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckfmha.archs import ArchSpecError, load_arch_spec
+from ckfmha.enumeration._pairs import Pair, kept
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     ALGORITHM_FIELDS,
@@ -392,23 +393,22 @@ def parsed_blocks(ctx: Any, families: tuple[Family, ...]) -> tuple[FamilyBlock, 
     return blocks
 
 
-_CANDIDATES: dict[tuple[int, tuple[MaskImpl, ...]], tuple[Any, tuple[KernelConfig, ...]]] = {}
+_CANDIDATES: dict[tuple[int, tuple[MaskImpl, ...]], tuple[Any, tuple[Pair, ...]]] = {}
 
 
-def enumerate_api_blocks(ctx: Any, families: tuple[Family, ...]) -> list[KernelConfig]:
-    """What an api enumerator returns: the section's configs that the receipt keeps.
+def enumerate_api_blocks(ctx: Any, families: tuple[Family, ...]) -> list[Pair]:
+    """What an api enumerator returns: the section's kernels that the receipt keeps.
 
-    The configs before the receipt filter depend only on the section and the mask mode; they are built once
+    The kernels before the receipt filter depend only on the section and the mask mode; they are built once
     per (section, mask mode) and shared by every receipt and by inheriting archs.
     """
     blocks = parsed_blocks(ctx, families)
     masks = tuple(ctx.masks)
     hit = _CANDIDATES.get((id(blocks), masks))
     if hit is None or hit[0] is not blocks:
-        hit = (blocks, tuple(enumerate_blocks(blocks, masks, None)))
+        hit = (blocks, tuple(enumerate_blocks(blocks, masks)))
         _CANDIDATES[(id(blocks), masks)] = hit
-    keep = ctx.keep
-    return [c for c in hit[1] if keep(c)]
+    return kept(hit[1], ctx.keep)
 
 
 def clear_caches() -> None:
@@ -450,16 +450,14 @@ def _tile_algorithms(
     return algs
 
 
-def enumerate_blocks(
-    blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...], keep: Callable[[KernelConfig], bool] | None = None
-) -> list[KernelConfig]:
-    """Expand family blocks into configs, in generator order: dtype, hdim, mode, pipeline entry, product, pads.
+def enumerate_blocks(blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...]) -> list[Pair]:
+    """Expand family blocks into kernels, in generator order: dtype, hdim, mode, pipeline entry, product, pads.
 
     Hot loop: a signature is built once per feature combination and only when some pad variant survives the
     constraints; algorithms are built once per tile/pipeline/pads; constraint results are memoized on the
     field values they read.
     """
-    out: list[KernelConfig] = []
+    out: list[Pair] = []
     append = out.append
     for blk in blocks:
         family, arch_tag, fns = blk.family, blk.arch_tag, blk.constraints
@@ -497,11 +495,10 @@ def enumerate_blocks(
                                     continue
                                 if sig is None:
                                     sig = new_signature(family, dtype, mode, hdim, hdim_v, arch_tag, **feats)
-                                c = new_config(sig, alg)
                                 if ok is None:
+                                    c = new_config(sig, alg)
                                     ok = memo[k] = all(fn(c) for fn in fns)
                                     if not ok:
                                         continue
-                                if keep is None or keep(c):
-                                    append(c)
+                                append((sig, alg))
     return out

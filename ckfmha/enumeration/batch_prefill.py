@@ -45,7 +45,8 @@ Generation order follows CK's generator: dtype, hdim, mode, tile, feature combin
 bload before gload. ``exclude`` and ``global_load_when`` are ordinary filter expressions
 (:mod:`ckfmha.filters`); each is evaluated at the earliest loop level where every field it reads is known
 (features, then tile, then page size, then kv_load), so the loops stay cheap. The receipt predicate
-(``data/receipt_rules/batch_prefill.yaml``) is applied to each finished config.
+(``data/receipt_rules/batch_prefill.yaml``) is applied to each finished kernel (on its signature alone when it reads
+signature fields only: :func:`ckfmha.enumeration._pairs.kept`).
 
 Configs carry ``family=batch_prefill``, ``arch_tag=none`` (batch_prefill names have no arch suffix) and
 ``paged_kv=True``. The unfiltered product of a section depends only on the section and the mask mode, so it
@@ -66,6 +67,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ckfmha.archs import ArchSpecError
+from ckfmha.enumeration._pairs import Pair, configs, kept
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     CONFIG_FIELDS,
@@ -87,7 +89,6 @@ from ckfmha.kernel import (
     Pipeline,
     QScale,
     VLayout,
-    new_config,
     new_signature,
 )
 
@@ -178,7 +179,7 @@ class _Section:
     exclude: tuple[_Expr, ...] = ()
     global_load: _Expr | None = None
     dtypes: tuple[_DTypeEntry, ...] = ()
-    products: dict[MaskMode, tuple[KernelConfig, ...]] = dataclasses.field(default_factory=dict)
+    products: dict[MaskMode, tuple[Pair, ...]] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -419,7 +420,7 @@ def _any_fn(exprs: tuple[_Expr, ...]) -> Callable[[Any], bool] | None:
     return lambda c: any(f(c) for f in fns)
 
 
-def _product(sec: _Section, masks: tuple) -> tuple[KernelConfig, ...]:
+def _product(sec: _Section, masks: tuple) -> tuple[Pair, ...]:
     probe = _Probe()
     # Only new, acyclic objects are made here: pausing the cyclic GC saves its repeated scans of them.
     gc_was_enabled = gc.isenabled()
@@ -435,7 +436,7 @@ def _product(sec: _Section, masks: tuple) -> tuple[KernelConfig, ...]:
             gc.enable()
 
 
-def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelConfig, ...]:
+def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[Pair, ...]:
     """The section's configs in generator order: dtype, hdim, mode, tile, feature combination, page size, kv load;
     each exclude level is tested on ``probe`` as soon as the fields it reads are set.
 
@@ -451,7 +452,7 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelCo
     probe.family = Family.BATCH_PREFILL
     probe.arch_tag = ArchTag.NONE
     probe.paged_kv = True
-    out: list[KernelConfig] = []
+    out: list[Pair] = []
     append = out.append
     block, global_lds = KVLoad.BLOCK, KVLoad.GLOBAL_LDS
     for d in sec.dtypes:
@@ -511,27 +512,31 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[KernelCo
                                 # positional: ~30% faster (one tuple: mypy miscounts ``f(*pre, ps)`` as too many)
                                 sig = signatures[key] = new_signature(*(*pre, ps))
                             if ex_load is None:
-                                append(new_config(sig, alg_b))
+                                append((sig, alg_b))
                                 if gl is not None and gl(probe):
-                                    append(new_config(sig, alg_g))
+                                    append((sig, alg_g))
                                 continue
                             probe.kv_load = block
                             if not ex_load(probe):
-                                append(new_config(sig, alg_b))
+                                append((sig, alg_b))
                             if gl is not None and gl(probe):
                                 probe.kv_load = global_lds
                                 if not ex_load(probe):
-                                    append(new_config(sig, alg_g))
+                                    append((sig, alg_g))
     return tuple(out)
 
 
 def enumerate_api(ctx) -> list[KernelConfig]:
-    """The batch_prefill configs CK's generator emits for ``ctx`` (arch, receipt, mask mode), in its order."""
+    """The configs of :func:`enumerate_pairs`."""
+    return configs(enumerate_pairs(ctx))
+
+
+def enumerate_pairs(ctx) -> list[Pair]:
+    """The batch_prefill kernels CK's generator emits for ``ctx`` (arch, receipt, mask mode), in its order."""
     sec = _compiled(ctx)
     if sec.unsupported:
         return []
     full = sec.products.get(ctx.mask_mode)
     if full is None:
         full = sec.products[ctx.mask_mode] = _product(sec, ctx.masks)
-    keep = ctx.keep
-    return [c for c in full if keep(c)]
+    return kept(full, ctx.keep)

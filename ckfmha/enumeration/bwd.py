@@ -60,9 +60,9 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ckfmha.archs import ArchSpecError
+from ckfmha.enumeration._pairs import Pair, configs, reads_signature_only
 from ckfmha.kernel import (
     PAD_VALUES,
-    SIGNATURE_FIELDS,
     ArchTag,
     Bias,
     Dropout,
@@ -364,31 +364,21 @@ def _plan(ctx: Any) -> _Plan:
     return plan
 
 
-_SIGNATURE_FIELD_SET = frozenset(SIGNATURE_FIELDS)
-
-
-def _reads_signature_only(keep: Any) -> bool:
-    """True when ``keep`` is a plain compiled filter that reads signature fields only.
-
-    Receipt predicates are lambdas compiled from checked ``c.<field>`` expressions, so the names their code
-    loads are exactly the fields they read. Such a predicate gives the same answer for every algorithm of a
-    signature and is evaluated once per signature instead of once per config.
-    """
-    code = getattr(keep, "__code__", None)
-    if code is None or getattr(keep, "__closure__", None) or code.co_freevars:
-        return False
-    if any(hasattr(const, "co_code") for const in code.co_consts):
-        return False
-    return set(code.co_names) <= _SIGNATURE_FIELD_SET
-
-
 def enumerate_api(ctx: Any) -> list[KernelConfig]:
-    """All bwd kernels (dot_do_o, dq_dk_dv, convert_dq) the generator emits for ctx's arch/receipt/mask mode."""
+    """The configs of :func:`enumerate_pairs`."""
+    return configs(enumerate_pairs(ctx))
+
+
+def enumerate_pairs(ctx: Any) -> list[Pair]:
+    """All bwd kernels (dot_do_o, dq_dk_dv, convert_dq) the generator emits for ctx's arch/receipt/mask mode.
+
+    A receipt filter that reads signature fields only (:func:`~ckfmha.enumeration._pairs.reads_signature_only`) is
+    tested once per signature, on the signature; any other once per config."""
     p = _plan(ctx)
     keep = ctx.keep
-    per_signature = _reads_signature_only(keep)
+    per_signature = reads_signature_only(keep)
     masks = ctx.masks
-    dq: list[KernelConfig] = []
+    dq: list[Pair] = []
     append = dq.append
     # 1-D kernel keys in first-use order: (dtype, hdim, mode, seqlen pad variants, pad flag[, deterministic])
     dot_keys: dict[tuple[Any, ...], None] = {}
@@ -400,7 +390,6 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                 if not algs:
                     continue  # an empty pads list: no pad variant, so the tile has no kernel (and no 1-D kernel)
                 convert = not (maxq and p.maxq_no_convert)
-                alg0 = algs[0][2]  # any one: a signature-only filter answers alike for every algorithm
                 for mode in p.modes:
                     spads = p.seqlen_pad[mode]
                     if maxq and maxq < p.bm0 and p.maxq_short_needs_spad:
@@ -417,12 +406,12 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                                 for dropout in p.dropouts:
                                     sigs = [p.sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, d) for d in dets]
                                     if per_signature:
-                                        sigs = [s for s in sigs if keep(new_config(s, alg0))]
+                                        sigs = [s for s in sigs if keep(s)]  # a signature has its fields
                                         if not sigs:
                                             continue
                                         for _, _, alg in algs:
                                             for sig in sigs:
-                                                append(new_config(sig, alg))
+                                                append((sig, alg))
                                         for f in dv_flags:
                                             dot_keys[(dtype, hq, mode, spads, f)] = None
                                         if convert:
@@ -432,9 +421,8 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
                                         continue
                                     for pd, pdv, alg in algs:
                                         for sig in sigs:
-                                            c = new_config(sig, alg)
-                                            if keep(c):
-                                                append(c)
+                                            if keep(new_config(sig, alg)):
+                                                append((sig, alg))
                                                 dot_keys[(dtype, hq, mode, spads, pdv > 0)] = None
                                                 if convert:
                                                     conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = (
@@ -444,8 +432,8 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
 
 
 def _with_one_d(
-    p: _Plan, dq: list[KernelConfig], dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None]
-) -> list[KernelConfig]:
+    p: _Plan, dq: list[Pair], dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None]
+) -> list[Pair]:
     """The dot_do_o kernels of ``dot_keys``, then the dq_dk_dv kernels ``dq``, then the convert_dq kernels of
     ``conv_keys`` (the 1-D kernels deduplicated, in first-use order, one per seqlen pad variant)."""
     dots: dict[KernelConfig, None] = {}
@@ -456,4 +444,4 @@ def _with_one_d(
     for dtype, hq, mode, spads, d, det in conv_keys:
         for s in spads:
             convs[p.convert_dq(dtype, hq, mode, int(s), int(d), det)] = None
-    return [*dots, *dq, *convs]
+    return [*((c.signature, c.algorithm) for c in dots), *dq, *((c.signature, c.algorithm) for c in convs)]

@@ -74,6 +74,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckfmha.archs import ArchSpecError
+from ckfmha.enumeration._pairs import Pair, configs
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     ALGORITHM_FIELDS,
@@ -195,7 +196,10 @@ class _Cond:
         )
 
     def features_ok(self, combo: tuple) -> bool:
-        return all(m(combo[i]) for i, m in self.features)
+        for i, m in self.features:
+            if not m(combo[i]):
+                return False
+        return True
 
 
 _TRUE_COND = _Cond(None, None, None, ())
@@ -648,30 +652,28 @@ def _tile_algorithms(
 
 
 def _mode_signatures(
-    sp: _Probe, sig_preds: list, head: tuple[Family, DType, Mode, int, int, ArchTag], combos: list[tuple], slots: list
+    sig_preds: list, head: tuple[Family, DType, Mode, int, int, ArchTag], combos: list[tuple], slots: list
 ) -> list:
     """Per signature slot: the signature of (``head`` = family, dtype, mode, hdim_q, hdim_v, arch tag) with the
-    slot's features, or None where a signature-stage predicate rejects it (tested on ``sp``, whose head fields
-    the caller has set)."""
+    slot's features, or None where a signature-stage predicate rejects it (a signature has every field such a
+    predicate reads, so it is tested itself)."""
     sigs: list = [None] * (2 * len(combos))
     for slot in slots:
         logits, mask, bias, lse, dropout, skip, qscale, sink = combos[slot >> 1]
         vl = VLayout.COL if slot & 1 else VLayout.ROW
-        dropout = _DROPOUT[dropout]
-        sp.vlayout, sp.mask, sp.bias, sp.lse, sp.dropout = vl, mask, bias, lse, dropout
-        sp.logits_soft_cap, sp.skip_min_seqlen_q, sp.qscale, sp.sink = logits, skip, qscale, sink
+        # positional, in field order (keywords cost a lookup each): ..., vlayout, mask, bias, dbias, lse, dropout,
+        # logits_soft_cap, skip_min_seqlen_q, qscale, fp8_static_quant, sink
+        sig = new_signature(*head, vl, mask, bias, False, lse, _DROPOUT[dropout], logits, skip, qscale, False, sink)
         for pred in sig_preds:
-            if not pred(sp):
+            if not pred(sig):
                 break
         else:
-            # positional, in field order (keywords cost a lookup each): ..., vlayout, mask, bias, dbias, lse, dropout,
-            # logits_soft_cap, skip_min_seqlen_q, qscale, fp8_static_quant, sink
-            sigs[slot] = new_signature(*head, vl, mask, bias, False, lse, dropout, logits, skip, qscale, False, sink)
+            sigs[slot] = sig
     return sigs
 
 
-def _append_configs(
-    append: Callable[[KernelConfig], None],
+def _append_pairs(
+    out: list[Pair],
     algs: list[list[KernelAlgorithm | None]],
     mode_entries: list[tuple[KernelSignature, int]],
     variants: list[_Variant],
@@ -679,8 +681,8 @@ def _append_configs(
     alg_preds: list,
     cfg_preds: list,
 ) -> None:
-    """Append the configs of one (hdim, mode): per tile, the entries whose algorithm passes the algorithm-stage
-    predicates (tested on ``ap``), then the config-stage ones."""
+    """Append the kernels of one (hdim, mode) to ``out``: per tile, the entries whose algorithm passes the
+    algorithm-stage predicates (tested on ``ap``), then the config-stage ones."""
     by_valid: dict[tuple, list] = {}  # valid-variant pattern -> entries it keeps (order kept)
     for row in algs:
         valid = []
@@ -704,17 +706,18 @@ def _append_configs(
         if kept is None:
             kept = by_valid[vkey] = [(sig, vi) for sig, vi in mode_entries if valid[vi]]
         if cfg_preds:
-            for sig, vi in kept:
-                c = new_config(sig, row[vi])
-                if all(p(c) for p in cfg_preds):
-                    append(c)
+            out.extend((sig, row[vi]) for sig, vi in kept if all(p(new_config(sig, row[vi])) for p in cfg_preds))
         else:
-            for sig, vi in kept:
-                append(new_config(sig, row[vi]))
+            out.extend([(sig, row[vi]) for sig, vi in kept])
 
 
 def enumerate_api(ctx) -> list[KernelConfig]:
-    """The fwd configs CK's generator emits for ``ctx`` (arch, receipt, mask mode), in its order: dtype, hdim,
+    """The configs of :func:`enumerate_pairs`."""
+    return configs(enumerate_pairs(ctx))
+
+
+def enumerate_pairs(ctx) -> list[Pair]:
+    """The fwd kernels CK's generator emits for ``ctx`` (arch, receipt, mask mode), in its order: dtype, hdim,
     mode, tile, then the signature/variant entries of the hdim's pattern."""
     sec = _section(ctx)
     if sec is None:
@@ -724,32 +727,30 @@ def enumerate_api(ctx) -> list[KernelConfig]:
     receipt = ctx.receipt
     arch_tag = sec.arch_tag
     fam = Family.FWD
-    sp, ap = _Probe(), _Probe()  # signature-stage and algorithm-stage probes
-    sp.family = ap.family = fam
-    sp.arch_tag = ap.arch_tag = arch_tag
-    out: list[KernelConfig] = []
-    append = out.append
-
+    ap = _Probe()  # for the head-stage and algorithm-stage predicates
+    ap.family = fam
+    ap.arch_tag = arch_tag
+    out: list[Pair] = []
     for dts in sec.dtypes:
         dtype = dts.dtype
-        sp.dtype = ap.dtype = dtype
+        ap.dtype = dtype
         combos, group_combos, variants = _expand_groups(dts, masks)
         vl_slot = [0 if v.vlayout is VLayout.ROW else 1 for v in variants]
         patterns: dict[tuple, tuple[list, list]] = {}  # per static pattern: (entries, slots), see _hdim_pattern
         for hdim, tiles in dts.hdims:
             hq, hv = hdim
-            sp.hdim_q = ap.hdim_q = hq
-            sp.hdim_v = ap.hdim_v = hv
+            ap.hdim_q = hq
+            ap.hdim_v = hv
             static_ok, entries, slots = _hdim_pattern(patterns, group_combos, variants, vl_slot, hdim, receipt)
             if not entries:
                 continue
             algs = _tile_algorithms(tiles, variants, static_ok)
             for mode in sec.modes:
-                sp.mode = ap.mode = mode
-                if head_preds and not all(p(sp) for p in head_preds):
+                ap.mode = mode
+                if head_preds and not all(p(ap) for p in head_preds):
                     continue  # e.g. the receipt's dtype rule: no signature of this (dtype, hdim, mode) is kept
-                sigs = _mode_signatures(sp, sig_preds, (fam, dtype, mode, hq, hv, arch_tag), combos, slots)
+                sigs = _mode_signatures(sig_preds, (fam, dtype, mode, hq, hv, arch_tag), combos, slots)
                 mode_entries = [(sig, vi) for slot, vi in entries if (sig := sigs[slot]) is not None]
                 if mode_entries:
-                    _append_configs(append, algs, mode_entries, variants, ap, alg_preds, cfg_preds)
+                    _append_pairs(out, algs, mode_entries, variants, ap, alg_preds, cfg_preds)
     return out

@@ -205,6 +205,12 @@ def _combine_configs(
     return out
 
 
+def enumerate_pairs(ctx) -> list[tuple[KernelSignature, KernelAlgorithm]]:
+    """The (signature, algorithm) pairs of :func:`enumerate_api`'s configs (this enumerator tests each config with
+    its exclude rules, so it builds the configs first)."""
+    return [(c.signature, c.algorithm) for c in enumerate_api(ctx)]
+
+
 def enumerate_api(ctx) -> list[KernelConfig]:
     """The section's configs: per main family, dtype, hdim pair and mode, every feature combination x algorithm
     that no ``exclude`` rule matches and the receipt keeps; then the combine kernels (see the module doc)."""

@@ -32,10 +32,15 @@ shared with splitkv/appendkv, documented in :mod:`ckfmha.enumeration._fwdlike`, 
 from __future__ import annotations
 
 from ckfmha.enumeration._fwdlike import enumerate_api_blocks
+from ckfmha.enumeration._pairs import Pair, configs
 from ckfmha.kernel import Family, KernelConfig
 
 FAMILIES = (Family.FWD_PAGEDKV,)
 
 
-def enumerate_api(ctx) -> list[KernelConfig]:
+def enumerate_pairs(ctx) -> list[Pair]:
     return enumerate_api_blocks(ctx, FAMILIES)
+
+
+def enumerate_api(ctx) -> list[KernelConfig]:
+    return configs(enumerate_pairs(ctx))

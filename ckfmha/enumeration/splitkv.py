@@ -47,10 +47,15 @@ fp8 combine kernels.
 from __future__ import annotations
 
 from ckfmha.enumeration._fwdlike import enumerate_api_blocks
+from ckfmha.enumeration._pairs import Pair, configs
 from ckfmha.kernel import Family, KernelConfig
 
 FAMILIES = (Family.FWD_SPLITKV_COMBINE, Family.FWD_SPLITKV)
 
 
-def enumerate_api(ctx) -> list[KernelConfig]:
+def enumerate_pairs(ctx) -> list[Pair]:
     return enumerate_api_blocks(ctx, FAMILIES)
+
+
+def enumerate_api(ctx) -> list[KernelConfig]:
+    return configs(enumerate_pairs(ctx))
