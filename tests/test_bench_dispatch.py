@@ -19,7 +19,17 @@ def test_bench_dispatch_tunes_from_its_own_timings(tmp_path) -> None:
     assert mod.main([*args, "--max-kernels", "3", "--repeat", "2"]) == 0
     doc = json.loads(out.read_text())
     assert doc["shapes"] >= 3 and len(doc["rows"]) >= 2 * doc["shapes"]
-    # each shape is its own class here, so the tuned table names each shape's fastest kernel
-    assert doc["share_after"] == 1.0 and doc["share_after"] >= doc["share_before"]
-    for c in doc["choices"].values():
-        assert c["times_ms"][c["after"]] == min(c["times_ms"].values())
+    # a shape alone in its class gets its own fastest kernel from the tuned table; shapes sharing a class (same
+    # family, dtype, mode, head dims, mask kind, length buckets: ckfmha.heuristics.row_class) get the kernel
+    # fastest on average, which on a loaded machine's timings may be another shape's fastest
+    from ckfmha.heuristics import row_class
+
+    members: dict[tuple, set[str]] = {}
+    for r in doc["rows"]:
+        members.setdefault(row_class(r), set()).add(r["id"].split("::", 1)[0])
+    alone = {next(iter(m)) for m in members.values() if len(m) == 1}
+    assert len(alone) >= 2, members
+    for sid, c in doc["choices"].items():
+        if sid in alone:
+            assert c["times_ms"][c["after"]] == min(c["times_ms"].values()), sid
+    assert doc["share_after"] >= len(alone & set(doc["choices"])) / len(doc["choices"])

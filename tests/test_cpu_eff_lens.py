@@ -168,16 +168,6 @@ def test_a_stage_that_writes_every_row_is_caught():
             "q_eff_lens: (100, 37): the triton forward runs seqlen_q=100 query rows in every batch",
         ),
         (
-            Problem(**BASE, kv_eff_lens=(77, 20)),
-            Family.FWD,
-            "kv_eff_lens: (77, 20): the triton forward attends to seqlen_k=77 keys in every batch",
-        ),
-        (
-            Problem(**BASE, family="fwd_splitkv", num_splits=2, kv_eff_lens=(77, 20)),
-            Family.FWD_SPLITKV,
-            "kv_eff_lens: (77, 20): the triton forward attends to seqlen_k=77 keys in every batch",
-        ),
-        (
             EFF_CASES["group-qpad"],
             Family.FWD,
             "s_qpad: (20, 45): the triton forward takes a sequence's query length from seqstart_q (the padded "
@@ -194,6 +184,8 @@ def test_triton_forward_refuses_lengths_it_does_not_honour(p, family, words):
     "p,family",
     [
         (Problem(**BASE), Family.FWD),
+        (Problem(**BASE, kv_eff_lens=(77, 20)), Family.FWD),  # the launcher's device copy of the lengths
+        (Problem(**BASE, family="fwd_splitkv", num_splits=2, kv_eff_lens=(77, 20)), Family.FWD_SPLITKV),
         (Problem(**BASE, family="fwd_pagedkv", page_block_size=128, kv_eff_lens=(77, 20)), Family.FWD_PAGEDKV),
         (Problem(**BASE, family="fwd_appendkv", seqlen_knew=8, kv_eff_lens=(77, 20)), Family.FWD_SPLITKV),
         (Problem(**BASE, family="fwd_appendkv", seqlen_knew=8, kv_eff_lens=(77, 20)), Family.FWD_APPENDKV),

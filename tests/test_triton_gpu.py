@@ -195,6 +195,25 @@ def test_splitkv_and_combine(paged: bool, mask: str) -> None:
     assert all(r.passed for r in res.values()), [str(r) for r in res.values()]
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(mask="0"),
+        dict(mask="b"),
+        dict(family="fwd_splitkv", num_splits=3, mask="b"),
+        dict(family="fwd_splitkv", num_splits=2, mask="0", seqlen_q=1),
+    ],
+)
+def test_batch_mode_per_batch_key_lengths(kw: dict) -> None:
+    """kv_eff_lens without a cache_seqlens input (FA's KV-cache call with cache_seqlens on a contiguous cache): the
+    launcher hands the kernel the per-batch key counts (CK's seqlen_k_ptr), one batch without keys included."""
+    base = dict(dtype="fp16", batch=3, nhead_q=4, nhead_k=2, seqlen_q=37, seqlen_k=300, hdim_q=64, lse=True)
+    p = Problem(**{**base, **kw}, kv_eff_lens=(300, 123, 0))
+    plan, out, ref, _ = run_plan(p)
+    assert "cache_seqlens" not in make_inputs(p, 0)
+    assert_valid(p, out, ref, ("o", "lse"))
+
+
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_pagedkv(layout: str) -> None:
     p = Problem(

@@ -61,9 +61,9 @@ tables; the backward's padding check is launch_bwd's)."""
 def unhonoured_lengths(family: Family, p: "Problem") -> str | None:
     """The lengths of ``p`` a kernel of ``family`` in the Triton forward (kernels.attn_fwd_kernel) would not honour,
     as an error naming the field, its value and the rule; None when every length is honoured.  Batch mode: every
-    batch runs ``seqlen_q`` query rows (no per-batch query length: ``q_eff_lens`` refused) and ``seqlen_k`` keys
-    unless a ``cache_seqlens`` tensor gives per-batch key counts, which :func:`ckfmha.inputs.make_inputs` gives
-    for paged caches and append-KV only (``kv_eff_lens`` refused otherwise).  Group mode: a sequence's query
+    batch runs ``seqlen_q`` query rows (no per-batch query length: ``q_eff_lens`` refused); the per-batch key
+    counts come from a ``cache_seqlens`` tensor (paged caches and append-KV) or, for ``kv_eff_lens`` without one,
+    from the launcher's device copy of them (CK's ``seqlen_k_ptr``).  Group mode: a sequence's query
     length is ``seqstart_q[b + 1] - seqstart_q[b]``, the padded length (``s_qpad`` other than ``seqlens_q``
     refused; ``s_kpad`` is honoured: the keys come from ``seqlen_k``).  Torch-free: device.check_preconditions
     raises it as a PreconditionError."""
@@ -73,11 +73,6 @@ def unhonoured_lengths(family: Family, p: "Problem") -> str | None:
         return (
             f"q_eff_lens: {p.q_eff_lens}: the triton forward runs seqlen_q={p.seqlen_q} query rows in every batch "
             "(its batch mode reads no per-batch query length)"
-        )
-    if p.kv_eff_lens is not None and not (p.page_block_size > 0 or p.family is Family.FWD_APPENDKV):
-        return (
-            f"kv_eff_lens: {p.kv_eff_lens}: the triton forward attends to seqlen_k={p.seqlen_k} keys in every batch "
-            "(it reads per-batch key lengths only from cache_seqlens, which paged caches and append-KV give)"
         )
     if p.mode is Mode.GROUP and tuple(p.qpad_list) != tuple(p.seqlens_q_list):
         return (

@@ -383,7 +383,7 @@ def check_preconditions(c: KernelConfig, p: Problem, role: StageRole | None = No
     rule's words. ``role``: the stage the kernel runs in; a kernel's family plays exactly one role
     (:data:`ckfmha.plan.FAMILY_ROLE`), which is the one checked when no role is given.  Then the lengths the
     forward kernel would not honour (:func:`~ckfmha.backends.triton.capability.unhonoured_lengths`: ``q_eff_lens``,
-    ``kv_eff_lens`` without ``cache_seqlens``, group-mode ``s_qpad``)."""
+    group-mode ``s_qpad``)."""
     m = misfit(p, FAMILY_ROLE[c.family] if role is None else role, c)
     if m is not None:
         raise PreconditionError(m.message(c.kernel_id))

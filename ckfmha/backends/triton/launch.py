@@ -183,6 +183,9 @@ def attention_launcher(
     bt = t.get("block_table") if kv_pool is None else kv_pool.table
     sbtb = bt.stride(0) if bt is not None else 0
     seqlens_k = t.get("cache_seqlens") if not group else t.get("seqlen_k")
+    if seqlens_k is None and not group and p.kv_eff_lens is not None:
+        # batch mode's per-batch key lengths without a cache_seqlens input: CK's seqlen_k_ptr, here a device copy
+        seqlens_k = torch.tensor(p.kv_eff_lens, dtype=torch.int32, device=dev)
     dummy = dummy_tensor(dev)
     pool_args = kv_pool.args if kv_pool is not None else (dummy, dummy, 0, 1)
     if paged:
