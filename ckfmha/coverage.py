@@ -8,7 +8,8 @@ shown, never stored in the report, so every report -- old ones, merged shards, r
 | function | what |
 |---|---|
 | :func:`features_of_row` | one run-report row -> the names of the features it exercised |
-| :func:`features_of_call` | one compat kernel-log call (:mod:`ckfmha.compat.calllog`) -> the same |
+| :func:`features_of_call` | one compat kernel-log call (:mod:`ckfmha.compat.calllog`) -> the same (its lengths read \
+from the call's problem in CK's syntax) |
 | :func:`row_features` | the rows of a run -> a Counter: per feature, the rows that ran and exercised it |
 | :func:`feature_table` | such a Counter -> rows ``{feature, meaning, count}``: every feature of \
 :data:`PROBLEM_FEATURES` in its order (``count`` 0 = never reached), then the GQA ratios seen |
@@ -22,6 +23,7 @@ a multiple of 64 ends in a partial tile whatever tile size the kernel uses.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -88,7 +90,48 @@ def features_of_call(call: dict[str, Any]) -> set[str]:
         out.add("bwd")
         if f.get("deterministic"):
             out.add("deterministic_bwd")
-    return out
+    return out | _shape_features(_call_lengths(call))
+
+
+#: CK tile_example arguments of a call's ``problem`` -> the row columns :func:`_shape_features` reads
+_CK_LENGTH_ARGS = {
+    "b": "batch",
+    "h": "nhead_q",
+    "h_k": "nhead_k",
+    "s": "seqlen_q",
+    "s_k": "seqlen_k",
+    "q_eff_lens": "q_eff_lens",
+    "kv_eff_lens": "kv_eff_lens",
+    "page_block_size": "page_block_size",
+}
+#: the same columns in a problem's ``repr`` (``str(Problem)`` falls back to it where CK's syntax cannot say it)
+_REPR_LENGTH_FIELDS = re.compile(
+    r"\b(batch|nhead_q|nhead_k|seqlen_q|seqlen_k|seqlens_q|seqlens_k|q_eff_lens|kv_eff_lens|page_block_size)="
+    r"(\d+|\([\d, ]*\))"
+)
+
+
+def _call_lengths(call: dict[str, Any]) -> dict[str, Any]:
+    """The length columns of a compat call as the row columns :func:`_shape_features` reads, from its ``problem``
+    (``str(Problem)``: ``family: -key=value ...`` in CK's tile_example syntax, where ``-s`` / ``-s_k`` list the
+    per-sequence lengths in group mode, ``-s_k`` defaults to ``-s`` and ``-h_k`` to ``-h``; or the problem's
+    ``repr`` where that syntax cannot say it) and the mask of its ``features``; unknown tokens are ignored."""
+    text = str(call.get("problem", "")).partition(": ")[2]
+    raw: dict[str, str] = {}
+    if text.startswith("-"):
+        for tok in text.split():
+            key, sep, value = tok.lstrip("-").partition("=")
+            if sep and key in _CK_LENGTH_ARGS:
+                raw[_CK_LENGTH_ARGS[key]] = value
+        raw.setdefault("seqlen_k", raw.get("seqlen_q", ""))
+        raw.setdefault("nhead_k", raw.get("nhead_q", ""))
+    else:
+        raw = {m.group(1): m.group(2).strip("()") for m in _REPR_LENGTH_FIELDS.finditer(text)}
+    row: dict[str, Any] = {"mask": str(call.get("features", {}).get("mask", "0"))}
+    for k, v in raw.items():
+        lens = _ints(v)
+        row[k] = lens if "," in v else (lens[0] if lens else None)
+    return row
 
 
 def row_kernels(row: dict[str, Any]) -> list[str]:

@@ -119,3 +119,56 @@ def test_cli_coverage_uses_the_same_table(tmp_path: Path, capsys) -> None:
     cov = json.loads(capsys.readouterr().out)
     by = {t["feature"]: t["count"] for t in cov["problem_features"]}
     assert by["seqlen_0"] == 1 and by["gqa_ratio_4"] == 1 and by["paged_kv"] == 0
+
+
+# ------------------------------------------------------------------ compat calls: lengths from the call's problem
+def _call(problem: str, mask: str = "0", **features) -> dict:
+    return {"entry": "fwd", "problem": problem, "features": {"mask": mask, **features}, "stages": []}
+
+
+def test_a_calls_length_features_come_from_its_problem_in_cks_syntax() -> None:
+    from ckfmha.coverage import features_of_call
+
+    group = _call("fwd: -prec=fp16 -mode=1 -b=2 -h=9 -h_k=3 -s=109,1 -s_k=191,128 -d=64 -mask=b -lse=1", "b")
+    assert {"mask_causal", "mask_causal_tile_edge", "seqlen_1", "gqa_ratio_3"} <= features_of_call(group)
+    aligned = _call("fwd: -prec=fp16 -b=4 -h=9 -s=128 -s_k=256 -d=40 -mask=t", "t")
+    assert not {"mask_causal_tile_edge", "seqlen_1", "seqlen_0"} & features_of_call(aligned)
+    assert not any(f.startswith("gqa_ratio_") for f in features_of_call(aligned))  # -h_k defaults to -h
+    paged = _call("fwd_splitkv: -prec=fp16 -b=1 -h=4 -s=1 -s_k=300 -d=128 -page_block_size=128", paged_kv=True)
+    assert {"paged_kv", "paged_kv_partial_last_page", "seqlen_1"} <= features_of_call(paged)
+
+
+def test_a_calls_problem_in_repr_form_gives_its_lengths_too() -> None:
+    from ckfmha.coverage import features_of_call
+
+    call = _call(
+        "fwd_appendkv: Problem(family=<Family.FWD_APPENDKV: 'fwd_appendkv'>, batch=2, nhead_q=6, nhead_k=2, "
+        "seqlen_q=128, seqlen_k=128, seqlens_q=None, kv_eff_lens=(0, 45), page_block_size=0)",
+        "b",
+    )
+    assert {"mask_causal_tile_edge", "seqlen_0", "gqa_ratio_3"} <= features_of_call(call)
+
+
+def test_the_side_by_side_tables_put_each_source_in_a_column() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "coverage_side_by_side", Path(__file__).resolve().parent.parent / "benchmarks" / "coverage_side_by_side.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def cov(reached: int, dropout: int) -> dict:
+        return {
+            "calls_or_items": 10,
+            "kernels_reached": reached,
+            "kernels_in_space": 200,
+            "families": [{"family": "fwd", "reached": reached, "total": 200}],
+            "problem_features": [{"feature": "dropout", "meaning": "dropout", "count": dropout}],
+        }
+
+    md = mod.side_by_side({"FA": cov(4, 0), "smoke": cov(50, 7)})
+    assert "| FA | 10 | 4/200 (2.0%) |" in md and "| smoke | 10 | 50/200 (25.0%) |" in md
+    assert "| fwd | 4/200 | 50/200 |" in md and "| dropout | never | 7 |" in md
+    with pytest.raises(ValueError, match="must be LABEL=PATH"):
+        mod.parse_source("no-equals-sign")
