@@ -172,34 +172,26 @@ def _compared(out, ref):
     return o, r, both, ~both & ~same_nonfinite, err
 
 
-def limit_ratio(cmp, rtol: float, atol: float) -> float:
-    """CK's elementwise rule as one figure over :func:`_compared`'s ``cmp``: the largest ``|out - ref| / (atol +
-    rtol * |ref|)`` (an element is a mismatch exactly when its figure is > 1; an error where the allowance is 0
-    counts inf, no error 0), inf when a non-finite value mismatches."""
-    o, r, both, nonfinite_bad, err = cmp
-    if nonfinite_bad is not None and nonfinite_bad.any():
-        return float("inf")
-    if not err.size:
-        return 0.0
-    allowance = atol + rtol * np.abs(np.where(both, r, 0.0) if both is not None else r)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err > 0, err / allowance, 0.0)
-    return float(ratio.max())
-
-
-def _allclose_stats(cmp, rtol: float, atol: float) -> tuple[np.ndarray, int, float, float, tuple[int, ...] | None, str]:
+def _allclose_stats(
+    cmp, rtol: float, atol: float
+) -> tuple[np.ndarray, int, float, float, tuple[int, ...] | None, str, float]:
     """CK's elementwise rule over :func:`_compared`'s ``cmp``: ``(o, mismatches, max_abs_err, max_rel_err, first
-    mismatch index or None, message naming the first mismatch's values)``; a non-finite mismatch makes
-    max_abs_err inf."""
+    mismatch index or None, message naming the first mismatch's values, limit ratio)``; a non-finite mismatch makes
+    max_abs_err and the limit ratio inf.  The limit ratio is the rule as one figure: the largest ``|out - ref| /
+    (atol + rtol * |ref|)`` (an element is a mismatch exactly when its figure is > 1; an error where the allowance
+    is 0 counts inf, no error 0)."""
     o, r, both, nonfinite_bad, err = cmp
     abs_r = np.abs(r)
-    bad = err > atol + rtol * abs_r
+    allowance = atol + rtol * abs_r
+    bad = err > allowance
     if both is not None:
         bad = nonfinite_bad | (both & bad)
     n_bad = int(bad.sum())
     max_abs = float(err.max()) if err.size else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # err is 0 wherever the reference is not finite
+        ratio = float(np.where(err > 0, err / allowance, 0.0).max()) if err.size else 0.0
     if nonfinite_bad is not None and nonfinite_bad.any():
-        max_abs = float("inf")
+        max_abs = ratio = float("inf")
     with np.errstate(invalid="ignore"):
         rel = err / np.where(abs_r > 0, abs_r, np.inf)  # 0 where the reference is 0 (or not finite: err is 0 there)
     max_rel = float(np.nanmax(rel)) if rel.size else 0.0
@@ -208,7 +200,7 @@ def _allclose_stats(cmp, rtol: float, atol: float) -> tuple[np.ndarray, int, flo
     if n_bad:
         idx = first
         msg = f"first mismatch out={float(o[idx])!r} ref={float(r[idx])!r}"
-    return o, n_bad, max_abs, max_rel, first, msg
+    return o, n_bad, max_abs, max_rel, first, msg, ratio
 
 
 def check(
@@ -247,10 +239,9 @@ def check(
             f"shape {o_shape} != reference shape {r_shape}",
             float("inf"),
         )
-    o, n_bad, max_abs, max_rel, first, msg = _allclose_stats(cmp, rtol, atol)
+    o, n_bad, max_abs, max_rel, first, msg, ratio = _allclose_stats(cmp, rtol, atol)
     if rule == "allclose":
         passed = n_bad == 0
-        ratio = limit_ratio(cmp, rtol, atol)
     else:
         nf = noise_floor_check(out, ref, base, factor, rel_atol, name=name)
         passed = nf.passed
