@@ -108,16 +108,18 @@ def _first(mask: np.ndarray) -> tuple[int, ...] | None:
 def census(name: str, out: np.ndarray, ref: np.ndarray | None = None, where: np.ndarray | None = None) -> Census:
     """Count the unwritten and the computed-NaN elements of ``out`` where ``ref`` is not NaN (every element when
     ``ref`` is None) and ``where`` (a broadcastable mask of the elements the kernel must write) holds."""
-    nan = np.isnan(out.astype(np.float64)) if is_float(out) else np.zeros(out.shape, dtype=bool)
+    dist = distinguishes(out.dtype)
+    nan = np.isnan(out) if is_float(out) else None  # ml_dtypes' types have their own isnan: no float64 copy
+    if nan is None or not nan.any():  # the common case: one pass over the output
+        return Census(name, int(out.size), 0, 0, None, None, dist)
     if ref is not None:
         r = np.asarray(ref)
         if is_float(r) and r.shape == out.shape:
-            nan &= ~np.isnan(r.astype(np.float64))
+            nan &= ~np.isnan(r)
     if where is not None:
         nan &= np.broadcast_to(where, nan.shape)
     poison = is_poison(out) & nan
     computed = nan & ~poison
-    dist = distinguishes(out.dtype)
     return Census(
         name,
         int(out.size),

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from ckfmha.array_ops import NUMPY, ArrayOps, ops_for
 from ckfmha.kernel import DType, TokenEnum
 
 TOLERANCES_PATH = Path(__file__).with_name("data") / "tolerances.yaml"
@@ -154,53 +155,84 @@ class CheckResult:
         return f"{head} {body}{tail}" + (f"; {self.message}" if self.message else "")
 
 
-def _compared(out, ref):
-    """``(o, r, both_finite, nonfinite_mismatch, |o - r| where both finite else 0)`` in float64, or None when the
-    shapes differ.  When every value of both is finite (the common case) ``both_finite`` and
-    ``nonfinite_mismatch`` are None (no mask arrays are built)."""
-    o = np.asarray(out, dtype=np.float64)  # no copy of what is float64 already (the truth)
-    r = np.asarray(ref, dtype=np.float64)
-    if o.shape != r.shape:
+def _compared(out, ref, ops: ArrayOps = NUMPY):
+    """``(o, r, both_finite, nonfinite_mismatch, |o - r| where both finite else 0)`` in float64 where ``ops``
+    computes, or None when the shapes differ.  When every value of both is finite (the common case)
+    ``both_finite`` and ``nonfinite_mismatch`` are None (no mask arrays are built)."""
+    o = ops.float64(out)
+    r = ops.float64(ref)
+    if tuple(o.shape) != tuple(r.shape):
         return None
-    fin_o, fin_r = np.isfinite(o), np.isfinite(r)
-    if fin_o.all() and fin_r.all():
-        return o, r, None, None, np.abs(o - r)
-    same_nonfinite = (~fin_o & ~fin_r) & ((o == r) | (np.isnan(o) & np.isnan(r)))
+    fin_o, fin_r = ops.isfinite(o), ops.isfinite(r)
+    if bool(fin_o.all()) and bool(fin_r.all()):
+        return o, r, None, None, abs(o - r)
+    same_nonfinite = (~fin_o & ~fin_r) & ((o == r) | (o != o) & (r != r))  # x != x: NaN
     both = fin_o & fin_r
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(both, np.abs(np.where(both, o, 0.0) - np.where(both, r, 0.0)), 0.0)
+    with ops.errstate():
+        err = ops.where(both, abs(ops.where(both, o, 0.0) - ops.where(both, r, 0.0)), 0.0)
     return o, r, both, ~both & ~same_nonfinite, err
 
 
+@dataclass
+class _Allclose:
+    """CK's elementwise rule accumulated over the chunks of one output (:func:`_allclose_stats`)."""
+
+    size: int = 0
+    mismatches: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    ratio: float = 0.0
+    first: int | None = None  # flat index
+    message: str = ""
+    nonfinite_mismatch: bool = False
+
+    def add(self, cmp, offset: int, rtol: float, atol: float, ops: ArrayOps) -> None:
+        """Take in one chunk's :func:`_compared` (its first element at flat index ``offset``)."""
+        o, r, both, nonfinite_bad, err = cmp
+        n = int(err.reshape(-1).shape[0])
+        self.size += n
+        if not n:
+            return
+        abs_r = abs(r)
+        allowance = atol + rtol * abs_r
+        bad = err > allowance
+        if both is not None:
+            bad = nonfinite_bad | (both & bad)
+            self.nonfinite_mismatch |= bool(nonfinite_bad.any())
+        n_bad = int(bad.sum())
+        self.mismatches += n_bad
+        self.max_abs = max(self.max_abs, float(err.max()))
+        with ops.errstate():  # err is 0 wherever the reference is not finite
+            self.ratio = max(self.ratio, float(ops.where(err > 0, err / allowance, 0.0).max()))
+            rel = err / ops.where(abs_r > 0, abs_r, float("inf"))  # 0 where the reference is 0 (or not finite)
+        self.max_rel = max(self.max_rel, float(rel.max()))
+        if n_bad and self.first is None:
+            i = ops.first_true(bad)
+            self.first = offset + i
+            self.message = f"first mismatch out={float(o.reshape(-1)[i])!r} ref={float(r.reshape(-1)[i])!r}"
+
+
 def _allclose_stats(
-    cmp, rtol: float, atol: float
-) -> tuple[np.ndarray, int, float, float, tuple[int, ...] | None, str, float]:
-    """CK's elementwise rule over :func:`_compared`'s ``cmp``: ``(o, mismatches, max_abs_err, max_rel_err, first
-    mismatch index or None, message naming the first mismatch's values, limit ratio)``; a non-finite mismatch makes
-    max_abs_err and the limit ratio inf.  The limit ratio is the rule as one figure: the largest ``|out - ref| /
-    (atol + rtol * |ref|)`` (an element is a mismatch exactly when its figure is > 1; an error where the allowance
-    is 0 counts inf, no error 0)."""
-    o, r, both, nonfinite_bad, err = cmp
-    abs_r = np.abs(r)
-    allowance = atol + rtol * abs_r
-    bad = err > allowance
-    if both is not None:
-        bad = nonfinite_bad | (both & bad)
-    n_bad = int(bad.sum())
-    max_abs = float(err.max()) if err.size else 0.0
-    with np.errstate(divide="ignore", invalid="ignore"):  # err is 0 wherever the reference is not finite
-        ratio = float(np.where(err > 0, err / allowance, 0.0).max()) if err.size else 0.0
-    if nonfinite_bad is not None and nonfinite_bad.any():
-        max_abs = ratio = float("inf")
-    with np.errstate(invalid="ignore"):
-        rel = err / np.where(abs_r > 0, abs_r, np.inf)  # 0 where the reference is 0 (or not finite: err is 0 there)
-    max_rel = float(np.nanmax(rel)) if rel.size else 0.0
-    first = tuple(int(i) for i in np.argwhere(bad)[0]) if n_bad else None
-    msg = ""
-    if n_bad:
-        idx = first
-        msg = f"first mismatch out={float(o[idx])!r} ref={float(r[idx])!r}"
-    return o, n_bad, max_abs, max_rel, first, msg, ratio
+    out, ref, rtol: float, atol: float, ops: ArrayOps = NUMPY
+) -> tuple[int, int, float, float, tuple[int, ...] | None, str, float] | None:
+    """CK's elementwise rule over ``out`` and ``ref`` (None when their shapes differ), chunk by chunk of the
+    flattened arrays where ``ops`` computes (:mod:`ckfmha.array_ops`): ``(size, mismatches, max_abs_err,
+    max_rel_err, first mismatch index or None, message naming the first mismatch's values, limit ratio)``; a
+    non-finite mismatch makes max_abs_err and the limit ratio inf.  The limit ratio is the rule as one figure: the
+    largest ``|out - ref| / (atol + rtol * |ref|)`` (an element is a mismatch exactly when its figure is > 1; an
+    error where the allowance is 0 counts inf, no error 0)."""
+    shape = np.shape(out)
+    if shape != np.shape(ref):
+        return None
+    o_flat, r_flat = np.reshape(out, -1), np.reshape(ref, -1)
+    acc = _Allclose()
+    for start in range(0, max(int(o_flat.shape[0]), 1), ops.chunk):
+        cmp = _compared(o_flat[start : start + ops.chunk], r_flat[start : start + ops.chunk], ops)
+        acc.add(cmp, start, rtol, atol, ops)
+    if acc.nonfinite_mismatch:
+        acc.max_abs = acc.ratio = float("inf")
+    first = None if acc.first is None else tuple(int(i) for i in np.unravel_index(acc.first, shape))
+    return acc.size, acc.mismatches, acc.max_abs, acc.max_rel, first, acc.message, acc.ratio
 
 
 def check(
@@ -213,17 +245,19 @@ def check(
     base=None,
     factor: float = 2.0,
     rel_atol: float = 1e-5,
+    ops: ArrayOps = NUMPY,
 ) -> CheckResult:
     """Compare ``out`` with ``ref`` (any float dtypes, upcast to float64).  ``rule='allclose'``: CK's elementwise
     rule; ``rule='relative'``: the noise-floor rule (:func:`noise_floor_check`) with ``ref`` as the truth,
     ``base`` as the same-precision reference, ``k = factor`` and ``atol = rel_atol``; the allclose mismatches are
-    reported in both cases."""
+    reported in both cases.  ``ops``: where the elementwise rule computes (:mod:`ckfmha.array_ops`: NumPy on
+    the host, or torch on a device; the same figures either way); the noise-floor rule computes with NumPy."""
     if rule not in ("allclose", "relative"):
         raise ValueError(f"rule: {rule!r} must be 'allclose' or 'relative'")
     if rule == "relative" and base is None:
         raise ValueError("check: rule='relative' needs base (a same-precision reference)")
-    cmp = _compared(out, ref)
-    if cmp is None:
+    stats = _allclose_stats(out, ref, rtol, atol, ops)
+    if stats is None:
         o_shape, r_shape = np.shape(out), np.shape(ref)
         n = max(int(np.prod(o_shape)), int(np.prod(r_shape)))
         return CheckResult(
@@ -239,7 +273,7 @@ def check(
             f"shape {o_shape} != reference shape {r_shape}",
             float("inf"),
         )
-    o, n_bad, max_abs, max_rel, first, msg, ratio = _allclose_stats(cmp, rtol, atol)
+    size, n_bad, max_abs, max_rel, first, msg, ratio = stats
     if rule == "allclose":
         passed = n_bad == 0
     else:
@@ -252,7 +286,7 @@ def check(
             f"relative rule: max_abs_err {nf.err:.3g} {'<=' if passed else '>'} {factor:g} x "
             f"{nf.ref_err:.3g} + {rel_atol:g} = {nf.limit:.3g}" + (f"; {msg}" if msg else "")
         )
-    return CheckResult(name, bool(passed), max_abs, max_rel, n_bad, int(o.size), first, rtol, atol, msg, ratio)
+    return CheckResult(name, bool(passed), max_abs, max_rel, n_bad, size, first, rtol, atol, msg, ratio)
 
 
 def validate(
@@ -263,12 +297,18 @@ def validate(
     rule: str = "allclose",
     base: dict | None = None,
     fp8_format: str = "ocp",
+    *,
+    array_backend: str = "numpy",
+    device=None,
 ) -> dict[str, CheckResult]:
     """Check each named output of a kernel against the reference with CK's tolerance for the problem
     (``rule='relative'``: the noise-floor rule against ``ref`` with ``base`` as the same-precision reference and
-    the problem's direction's ``k`` / ``atol``)."""
+    the problem's direction's ``k`` / ``atol``).  ``array_backend='torch'`` with ``device`` (None: 'cuda' when
+    available, else 'cpu') computes the elementwise rule with torch there (:mod:`ckfmha.array_ops`): the arrays
+    stay NumPy arrays, each chunk is copied to the device in its stored dtype; the results are the same."""
     tol = tolerance_for(problem.dtype, problem.is_backward, problem.hdim_q, problem.hdim_v, fp8_format)
     floor = noise_floor_for(problem.is_backward)
+    ops = ops_for(array_backend, device)
     if names is None:
         from ckfmha.outputs import compared_outputs
 
@@ -285,6 +325,7 @@ def validate(
             base=None if base is None else base[n],
             factor=floor.k,
             rel_atol=floor.atol,
+            ops=ops,
         )
     return res
 

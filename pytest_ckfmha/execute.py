@@ -17,7 +17,9 @@ cold build time, the host reduction; ``unwritten_census``); a kernel item pins i
 Where it ran and what judged it (report values): ``worker`` -- the xdist worker id (``PYTEST_XDIST_WORKER``, which
 the kernel child process inherits) or ``main``; ``gpu`` -- ``<index>:<uuid>`` of torch's current CUDA/ROCm device
 where a GPU backend (triton, hip) runs with torch seeing one, else empty; ``reference`` -- what computed the
-reference (:func:`reference_choice` of ``--ckfmha-reference``): ``numpy``, ``torch:cuda`` or ``torch:cpu``.
+reference (:func:`reference_choice` of ``--ckfmha-reference``): ``numpy``, ``torch:cuda`` or ``torch:cpu`` -- and
+what compared the outputs with it: the validator's elementwise rule runs with the same array library on the same
+device (:mod:`ckfmha.array_ops`: the same float64 figures; on a GPU the host does not spend ~100 ns an element).
 
 Crash isolation: every exception of a build or a stage (anything but KeyboardInterrupt and pytest's own
 outcomes) becomes the item's failure with the crash reason (:class:`ckfmha.runner.StageCrash`).  A crash that
@@ -310,7 +312,7 @@ def run_item_work(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     from ckfmha.inputs import make_inputs
     from ckfmha.runner import unwritten_census
     from ckfmha.validator import validate
-    from pytest_ckfmha.refcache import get_reference
+    from pytest_ckfmha.refcache import array_backend_of, get_reference
 
     s = rt.settings
     p = shape.problem
@@ -340,7 +342,8 @@ def run_item_work(rt: Runtime, shape, kernel, props: dict) -> Outcome:
     nan_msgs = [m for c in counts for m in c.messages()]
     if nan_msgs:
         raise ItemFailure("NaN in the outputs where the reference has values:\n  " + "\n  ".join(nan_msgs))
-    out.checks = validate(p, {n: tensors[n] for n in names}, ref, names=names, fp8_format=fmt)
+    compared = {n: tensors[n] for n in names}  # where the reference ran, the comparison runs too (same figures)
+    out.checks = validate(p, compared, ref, names=names, fp8_format=fmt, **array_backend_of(which))
     if s.bench:
         bench(backend, plan, lambda: prepare_tensors(p, plan, inputs, ref)[0], built, s.bench_repeat, out)
     return out

@@ -736,9 +736,9 @@ class Settings:
     )
     reference: str = option(
         "reference",
-        "what computes the reference: numpy, torch (the torch twin, on the run's GPU when the backend runs on one, "
-        "else on the cpu), auto (torch on the GPU for a GPU backend -- triton, hip -- when torch sees one, else "
-        "numpy; default)",
+        "what computes the reference and compares the outputs with it: numpy, torch (the torch twin and the "
+        "validator's rule in torch, on the run's GPU when the backend runs on one, else on the cpu), auto (torch "
+        "on the GPU for a GPU backend -- triton, hip -- when torch sees one, else numpy; default)",
         choices=lambda: REFERENCES,
         noun="a reference",
         default="auto",

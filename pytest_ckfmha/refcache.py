@@ -68,8 +68,11 @@ def _dtype_by_name(name: str) -> np.dtype:
 
 
 def _digest(a: np.ndarray) -> str:
+    """sha256 of the dtype, the shape and the bytes of ``a``, hashed in place (no copy of a large reference)."""
     a = np.ascontiguousarray(a)
-    return hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.reshape(-1).view(np.uint8).data)
+    return h.hexdigest()
 
 
 def _save(path: Path, arrays: dict) -> None:
@@ -110,16 +113,23 @@ def _load(path: Path) -> dict:
         raise ValueError(f"unreadable: {type(e).__name__}: {e}") from None
 
 
+def array_backend_of(reference: str) -> dict:
+    """The ``array_backend`` / ``device`` arguments (of :func:`ckfmha.reference.reference` and
+    :func:`ckfmha.validator.validate`) that a ``--ckfmha-reference`` choice names: ``numpy`` -> {},
+    ``torch:<device>`` -> torch on that device; a ValueError naming the value otherwise."""
+    if reference == "numpy":
+        return {}
+    backend, _, device = reference.partition(":")
+    if backend != "torch" or not device:
+        raise ValueError(f"reference {reference!r} is not numpy, torch:cuda or torch:cpu")
+    return {"array_backend": "torch", "device": device}
+
+
 def compute(problem, inputs: dict, reference: str = "numpy") -> dict:
     """The reference outputs computed by ``reference``: ``numpy``, or ``torch:<device>`` (the torch twin)."""
     from ckfmha.reference import reference as ref_fn
 
-    if reference == "numpy":
-        return ref_fn(problem, inputs)
-    backend, _, device = reference.partition(":")
-    if backend != "torch" or not device:
-        raise ValueError(f"reference {reference!r} is not numpy, torch:cuda or torch:cpu")
-    return ref_fn(problem, inputs, array_backend="torch", device=device)
+    return ref_fn(problem, inputs, **array_backend_of(reference))
 
 
 def get_reference(

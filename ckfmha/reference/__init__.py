@@ -18,6 +18,7 @@ import types
 
 import numpy as np
 
+from ckfmha import array_ops
 from ckfmha.family_records import family_record
 from ckfmha.problem import Problem
 from ckfmha.reference.appendkv import apply_rope, reference_appendkv
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 #: the values of :func:`reference`'s ``array_backend``
-ARRAY_BACKENDS = ("numpy", "torch")
+ARRAY_BACKENDS = array_ops.ARRAY_BACKENDS
 
 
 def reference_function(problem: Problem):
@@ -63,14 +64,11 @@ def reference(problem: Problem, inputs: dict, accum=np.float32, *, array_backend
     accum = np.dtype(accum).type
     if accum not in (np.float32, np.float64):
         raise ValueError(f"accum: {np.dtype(accum).name} must be float32 or float64")
-    if array_backend not in ARRAY_BACKENDS:
-        raise ValueError(f"array_backend: {array_backend!r} must be one of {', '.join(map(repr, ARRAY_BACKENDS))}")
+    array_ops.check_array_backend(array_backend, device)
     if array_backend == "torch":
         from ckfmha.reference.torch_twin import reference_torch  # imports torch, only now
 
         return reference_torch(problem, inputs, accum, device)
-    if device is not None:
-        raise ValueError(f"device: {device!r} is only for array_backend='torch' (array_backend is 'numpy')")
     return reference_function(problem)(problem, inputs, accum)
 
 

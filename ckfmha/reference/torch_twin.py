@@ -26,57 +26,13 @@ from typing import Any
 import numpy as np
 
 from ckfmha import rng as _rng
+from ckfmha.array_ops import import_torch, resolve_device, torch_dtype  # noqa: F401  (public here too)
 from ckfmha.problem import Problem
 from ckfmha.reference import core
 from ckfmha.reference.core import Extras
 
 #: score-block budget per query-row chunk on an accelerator (host devices use ``core.CHUNK_BYTES``)
 DEVICE_CHUNK_BYTES = 512 << 20
-
-
-def import_torch() -> Any:
-    """The torch module, or an ImportError naming the option that needs it."""
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - exercised in an environment without torch
-        raise ImportError(
-            "array_backend: 'torch' needs PyTorch, which is not installed (pip install torch, or use "
-            "array_backend='numpy')"
-        ) from e
-    return torch
-
-
-def resolve_device(device) -> Any:
-    """``device`` as a ``torch.device``: None -> 'cuda' when available, else 'cpu'; a ValueError naming the value
-    for a device torch does not know or cannot use."""
-    torch = import_torch()
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: {device!r} is not a torch device ({e})") from e
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} asks for CUDA, which this torch build or machine does not have")
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device: {device!r} must be a 'cpu' or 'cuda' device")
-    return dev
-
-
-def torch_dtype(torch: Any, dtype) -> Any:
-    """The torch dtype of a NumPy (or ml_dtypes) dtype."""
-    name = np.dtype(dtype).name
-    table = {
-        "float64": torch.float64,
-        "float32": torch.float32,
-        "float16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "float8_e4m3fn": torch.float8_e4m3fn,
-        "float8_e4m3fnuz": torch.float8_e4m3fnuz,
-    }
-    if name not in table:
-        raise ValueError(f"dtype: {name} has no torch counterpart in the twin")
-    return table[name]
 
 
 @contextlib.contextmanager
