@@ -35,8 +35,9 @@ ARRAY_BACKENDS = ("numpy", "torch")
 #: float64 elements a host chunk holds (512 KiB: a chunk's temporaries stay in the caches; on the 2-core dev box
 #: 65,536 elements compared at ~12 ns an element, 2**20 at ~33, whole 8M-element arrays at ~35)
 HOST_CHUNK = 1 << 16
-#: float64 elements a device chunk holds (512 MiB of float64: ~8 temporaries of it, a few GiB per worker)
-DEVICE_CHUNK = 1 << 26
+#: float64 elements a device chunk holds (128 MiB of float64; the rule keeps ~8 temporaries of a chunk: ~1 GiB per
+#: worker, 16 workers sharing one GPU)
+DEVICE_CHUNK = 1 << 24
 
 
 class ArrayOps(Protocol):
