@@ -7,18 +7,35 @@
 | it exits (``os._exit``, ``exit()`` in native code) | ``crashed`` | the exit status, the item, the last output |
 | it runs past ``--ckfmha-timeout`` seconds | ``timeout`` | the limit, the item, the last output; the child's whole process group is killed |
 
-Each pytest process (the only one, or each xdist worker) keeps one child, forked from itself when its first
-ckfmha item runs: the child inherits the collected items, the settings and any backend a ``pytest_ckfmha_backend``
-hook supplies, so every backend is contained the same way.  The child serves item after item (its caches,
-compiled kernels and GPU context stay warm) until it crashes or is killed; the next item forks a fresh child.
+Each pytest process (the only one, or each xdist worker) keeps one child, forked from itself: the child inherits
+the collected items, the settings and any backend a ``pytest_ckfmha_backend`` hook supplies, so every backend is
+contained the same way.  The child serves item after item (its caches, compiled kernels and GPU context stay warm)
+until it crashes or is killed; the next item forks a fresh child.
+
 The child runs in its own session (so killing its process group also stops compilers or tools it started),
 dies with its parent (``PR_SET_PDEATHSIG`` on Linux) and writes its stdout/stderr, and faulthandler's traceback
 of a fatal signal, to a log whose tail goes into the failure reason (and, for items that finish, to the item's
 captured output).  Warnings the child raises are re-issued in the parent.
 
+Pre-start (:mod:`pytest_ckfmha.warmup`): the first child is forked as soon as the process's collection is final
+(``pytest_collection_finish``; an xdist worker: right after it sent its collection to the controller), and warms
+up -- loads the backend through the items' own path, ``available()``, the device and, for a GPU backend, the CUDA
+context -- while the controller schedules, instead of inside the first item.
+
+| pre-start | what happens |
+|---|---|
+| when | the process has ckfmha items to run: not with ``--collect-only``, ``--setup-only`` / ``--setup-plan``, collection errors, no ckfmha item selected, or ``--ckfmha-isolation inline`` (nothing is pre-started) |
+| the warm-up ends | the child says so (:class:`WarmUp`); the first item's row gets ``child_warmup_s`` (its seconds), its output follows the warm-up's in the log, and the warm-up's warnings are re-issued with it |
+| the backend cannot be loaded, or is not available | the warm-up ends there; the runtime keeps the load failure, so every item skips with the reason it gets without a warm-up |
+| the warm-up raises | forgotten (a line in the log, so in the first item's output); each item meets the failure in its own work and gets the verdict it gets without a warm-up |
+| the child dies during its warm-up | the first item runs in a fresh child and is not blamed; its output starts with a note naming the exit |
+| the first item comes while it still warms up | the item waits; its ``--ckfmha-timeout`` counts from its start (the warm-up did the loading it would have done itself); past it, the item's verdict is ``timeout`` |
+| the session ends while it still warms up | the child is killed |
+| a later child (after a crash, a timeout, a raising stage) | forked when the next item comes, without a warm-up (it loads the backend in that item, as before) |
+
 GPU note: a forked child can use CUDA only when the parent never initialized it, so the parent process never
 touches a GPU: the arch is detected in a subprocess (:func:`pytest_ckfmha.options.detect_arch`) and every
-backend call happens in the child.
+backend call happens in the child -- the warm-up too: the parent only passes the warm-up function to the fork.
 
 ``--ckfmha-isolation inline`` runs the work in the pytest process itself (for ``--pdb`` and profilers): nothing
 is contained and no timeout is enforced.
@@ -69,6 +86,14 @@ class ItemResult:
         )
 
 
+@dataclass
+class WarmUp:
+    """What a pre-started child's warm-up took (plain data: the child sends it when its warm-up ended)."""
+
+    seconds: float
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # as ItemResult.warnings
+
+
 def describe_exit(exitcode: int | None) -> str:
     """'killed by signal 11 (SIGSEGV)' / 'exited with status 3' / 'ended (exit status unknown)'."""
     if exitcode is None:
@@ -117,11 +142,58 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def _child_main(conn, parent_end, resolve: Callable[[str], Callable[[], ItemResult]], log_path: str) -> None:
-    """The child's loop: receive a node id, run its work, send the ItemResult back. Never returns."""
+def _plain_warnings(caught) -> list[tuple[str, str]]:
+    """Recorded warnings as ``("module:qualname" of the category, message)`` (they cross the process boundary)."""
+    return [(f"{type(w.message).__module__}:{type(w.message).__qualname__}", str(w.message)) for w in caught]
+
+
+def _redirect_output(log_path: str, truncate: bool) -> None:
+    """The child's stdout/stderr (and faulthandler's dump of a fatal signal) go to the log: a fresh one for an item,
+    the warm-up's continued for the first item after it."""
     import faulthandler
     import sys
 
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
+    fd = os.open(log_path, flags, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+
+
+def _child_warm_up(conn, warm_up: Callable[[], None], log_path: str) -> None:
+    """A pre-started child's warm-up (module doc): what it raises is forgotten (a line in the log), then the parent
+    is told it ended (:class:`WarmUp`); a parent that closed the pipe meanwhile ends the child."""
+    import sys
+
+    _redirect_output(log_path, truncate=True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            warm_up()
+        except BaseException as e:  # noqa: BLE001 - the items meet it in their own work
+            print(f"ckfmha: the kernel process's warm-up raised {type(e).__name__}: {e} (ignored)", file=sys.stderr)
+    done = WarmUp(time.perf_counter() - t0, _plain_warnings(caught))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        conn.send(done)
+    except OSError:  # the parent's session ended during the warm-up
+        os._exit(0)
+
+
+def _child_main(
+    conn,
+    parent_end,
+    resolve: Callable[[str], Callable[[], ItemResult]],
+    log_path: str,
+    warm_up: Callable[[], None] | None = None,
+) -> None:
+    """The child's loop: ``warm_up`` first (a pre-started child), then receive a node id, run its work, send the
+    ItemResult back. Never returns."""
     parent_end.close()  # the parent's end: closing it here lets the parent's close() reach us as EOF
     try:
         os.setsid()
@@ -131,33 +203,51 @@ def _child_main(conn, parent_end, resolve: Callable[[str], Callable[[], ItemResu
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    if warm_up is not None:
+        _child_warm_up(conn, warm_up, log_path)
+    keep_log = warm_up is not None  # the first item's output follows the warm-up's
     while True:
         try:
             nodeid = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             os._exit(0)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-        faulthandler.enable(file=sys.stderr, all_threads=True)
+        _redirect_output(log_path, truncate=not keep_log)
+        keep_log = False
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("default")
             try:
                 result = resolve(nodeid)()
             except BaseException as e:  # noqa: BLE001 - everything becomes the item's result
                 result = ItemResult.error("the item's work raised", e)
-        result.warnings = [
-            (f"{type(w.message).__module__}:{type(w.message).__qualname__}", str(w.message)) for w in caught
-        ]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            conn.send(result)
-        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable value in props
-            conn.send(ItemResult.error("the item's result could not be sent back", e))
+        result.warnings = _plain_warnings(caught)
+        _send_result(conn, result)
+
+
+def _send_result(conn, result: ItemResult) -> None:
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        conn.send(result)
+    except Exception as e:  # noqa: BLE001 - e.g. an unpicklable value in props
+        conn.send(ItemResult.error("the item's result could not be sent back", e))
+
+
+def _receive(proc: BaseProcess, conn: Connection, deadline: float | None) -> tuple[str, Any]:
+    """The child's next message: ``("message", it)``, ``("dead", None)`` (it died or closed its end) or
+    ``("timeout", None)`` (``deadline``, a ``time.monotonic()`` value, passed; None: no limit)."""
+    while True:
+        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        if conn.poll(wait):
+            try:
+                return "message", conn.recv()
+            except (EOFError, OSError):
+                return "dead", None
+        if not proc.is_alive():
+            return "dead", None
+        if deadline is not None and time.monotonic() >= deadline:
+            return "timeout", None
 
 
 class ChildExecutor:
@@ -171,9 +261,18 @@ class ChildExecutor:
         self._log = self._dir / "child.log"
         self.started = 0  # children forked so far
         self.last_backend = ""
+        self._warming = False  # the current child was pre-started and has not yet said its warm-up ended
+        self._warm_up: WarmUp | None = None  # the ended warm-up, until the item it preceded takes it
+        self._lost_warm_up = ""  # a note on a pre-started child that died warming up, for the next item's output
 
     # -- lifecycle
-    def _start(self) -> tuple[BaseProcess, Connection]:
+    def prestart(self, warm_up: Callable[[], None] | None = None) -> None:
+        """Fork the child now, before any item; ``warm_up`` runs in it first (module doc, pre-start).  Nothing
+        when a child runs already."""
+        if self._proc is None:
+            self._start(warm_up)
+
+    def _start(self, warm_up: Callable[[], None] | None = None) -> tuple[BaseProcess, Connection]:
         """Fork a child; returns (the child, the parent's end of the pipe), also kept as the current child."""
         import multiprocessing
 
@@ -185,13 +284,14 @@ class ChildExecutor:
             warnings.simplefilter("ignore", DeprecationWarning)
             proc = ctx.Process(
                 target=_child_main,
-                args=(child_conn, parent_conn, self._resolve, str(self._log)),
+                args=(child_conn, parent_conn, self._resolve, str(self._log), warm_up),
                 name="ckfmha-kernel-child",
                 daemon=False,
             )
             proc.start()
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
+        self._warming = warm_up is not None
         self.started += 1
         return proc, parent_conn
 
@@ -221,6 +321,7 @@ class ChildExecutor:
             except OSError:
                 pass
         self._proc = self._conn = None
+        self._warming = False
 
     def close(self) -> None:
         """Stop the child (if any) and remove the log directory."""
@@ -228,9 +329,12 @@ class ChildExecutor:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def close_child(self) -> None:
-        """Stop the child (if any); the next item forks a new one."""
+        """Stop the child (if any; one still warming up is killed at once); the next item forks a new one."""
         proc, conn = self._proc, self._conn
         if proc is not None:
+            if self._warming:
+                self._kill()
+                return
             if conn is not None:  # closing the pipe ends the child's loop
                 try:
                     conn.close()
@@ -241,42 +345,66 @@ class ChildExecutor:
                 self._kill()
             self._forget()
 
+    def take_warm_up(self) -> WarmUp | None:
+        """The warm-up that ended before the item just run (once: the first item of a pre-started child)."""
+        done, self._warm_up = self._warm_up, None
+        return done
+
+    def _ready_child(self, deadline: float | None) -> tuple[BaseProcess, Connection] | None:
+        """The child to send the next item to: the current one once its warm-up (if any) ended, a fresh one if it
+        died (also while warming up: the item is not blamed) or there is none; None when ``deadline`` passed
+        during the warm-up (the child is killed)."""
+        proc, conn = self._proc, self._conn
+        if proc is not None and conn is not None and self._warming:
+            got, msg = _receive(proc, conn, deadline)
+            if got == "timeout":
+                self._kill()
+                return None
+            if isinstance(msg, WarmUp):
+                self._warming, self._warm_up = False, msg
+            else:  # it died (or said something else) before its warm-up ended
+                if got == "dead":
+                    proc.join(REAP_SECONDS)  # its own exit status, not the kill's
+                tail = tail_lines(_read_tail(self._log), 5)
+                self._lost_warm_up = (
+                    f"ckfmha: the pre-started kernel process {describe_exit(self._kill())} during its warm-up; "
+                    "this item ran in a fresh one" + (f"; the warm-up's last output:\n{tail}" if tail else "") + "\n"
+                )
+                proc = conn = None
+        if proc is None or conn is None or not proc.is_alive():
+            self._forget()
+            proc, conn = self._start()
+        return proc, conn
+
     # -- one item
     def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult | int | None, str]:
         """Run the work of ``nodeid``: ``("done", ItemResult, output)``, ``("crashed", exitcode, output)`` or
         ``("timeout", None, output)``."""
-        proc, conn = self._proc, self._conn
-        if proc is None or conn is None or not proc.is_alive():
-            self._forget()
-            proc, conn = self._start()
-        try:
-            conn.send(nodeid)
-        except (BrokenPipeError, OSError):  # died between items
-            code = self._kill()
-            return "crashed", code, _read_tail(self._log)
         deadline = None if not timeout_s else time.monotonic() + timeout_s
         try:
-            while True:
-                wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-                if conn.poll(wait):
-                    try:
-                        result = conn.recv()
-                    except (EOFError, OSError):
-                        proc.join(REAP_SECONDS)
-                        code = proc.exitcode
-                        self._forget()
-                        return "crashed", code, _read_tail(self._log)
-                    output = _read_tail(self._log)
-                    if getattr(result, "fresh_process_next", False):
-                        self.close_child()  # e.g. a CUDA error: the context is unusable for later items
-                    return "done", result, output
-                if not proc.is_alive():
-                    code = proc.exitcode
-                    self._forget()
-                    return "crashed", code, _read_tail(self._log)
-                if deadline is not None and time.monotonic() >= deadline:
-                    self._kill()
-                    return "timeout", None, _read_tail(self._log)
+            ready = self._ready_child(deadline)
+            if ready is None:
+                return "timeout", None, _read_tail(self._log)
+            proc, conn = ready
+            note, self._lost_warm_up = self._lost_warm_up, ""
+            try:
+                conn.send(nodeid)
+            except (BrokenPipeError, OSError):  # died between items
+                code = self._kill()
+                return "crashed", code, _read_tail(self._log)
+            got, result = _receive(proc, conn, deadline)
+            if got == "timeout":
+                self._kill()
+                return "timeout", None, _read_tail(self._log)
+            if got == "dead":
+                proc.join(REAP_SECONDS)
+                code = proc.exitcode
+                self._forget()
+                return "crashed", code, _read_tail(self._log)
+            output = note + _read_tail(self._log)
+            if getattr(result, "fresh_process_next", False):
+                self.close_child()  # e.g. a CUDA error: the context is unusable for later items
+            return "done", result, output
         except BaseException:
             self._kill()  # KeyboardInterrupt / SIGTERM in the parent: never leave the child running
             raise
@@ -297,6 +425,9 @@ class InlineExecutor:
             raise
         except Exception as e:  # noqa: BLE001
             return "done", ItemResult.error("the item's work raised", e), ""
+
+    def take_warm_up(self) -> WarmUp | None:
+        return None  # nothing is pre-started inline
 
     def close(self) -> None:
         pass
@@ -368,14 +499,17 @@ def run_contained(item) -> None:
     st = get_state(item.config)
     executor = executor_of(st, item.session)
     status, value, output = executor.run(item.nodeid, st.settings.timeout or None)
+    warmed = executor.take_warm_up()  # the first item of a pre-started child (module doc)
     result = result_of(item, status, value, output, executor.last_backend)
     if status == "done" and result.props.get("backend"):
         executor.last_backend = str(result.props["backend"])  # what "auto" resolved to, for crash rows
     props = dict(result.props)
     props["verdict"] = result.verdict
+    if warmed is not None:
+        props["child_warmup_s"] = round(warmed.seconds, 6)
     for k, v in props.items():
         item.user_properties.append((k, plain(v)))
-    for cls_name, message in result.warnings:
+    for cls_name, message in (warmed.warnings if warmed is not None else []) + result.warnings:
         warnings.warn(message, _warning_class(cls_name), stacklevel=1)
     if status == "done" and output.strip():
         sys.stdout.write(output)  # the child's output becomes the item's captured output

@@ -7,6 +7,7 @@ does anything when ``--ckfmha-category`` is given (docs/plugin.md).
 One module per concern: options.py (options, ini keys, validation), collect.py (shapes -> kernels), items.py
 (collector tree), parity_items.py and ck_smoke.py (the other item kinds), smoke_lines.py (a CK checkout's smoke
 lines as specs), ids.py (shape ids and :class:`~pytest_ckfmha.ids.NodeId`, the node-id grammar), execute.py (one item), isolation.py (the kernel child process: crashes and timeouts),
+warmup.py (the kernel child forked and warmed up right after collection),
 refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
 scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
 benchcompare.py (--ckfmha-bench's table, --ckfmha-compare / --ckfmha-compare-fail),
@@ -14,7 +15,8 @@ hookspecs.py (hooks for conftests), state.py.
 
 The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
 are checked before anything runs); the selection is checked (``pytest_sessionstart``: matrix files, kernel set,
-shapes -- a selection that matches nothing is a usage error, exit 4); items run in the kernel child process;
+shapes -- a selection that matches nothing is a usage error, exit 4); once a process's collection is final its
+kernel child process is forked and warms up (``pytest_collection_finish``, warmup.py); items run in that child;
 the controller keeps one row per item, writes a ``running`` report once the collection is known, checkpoints it
 from a timer thread while the run goes on and writes it at the end (also after Ctrl-C or SIGTERM), its ``state``
 saying what happened (:func:`session_outcome`); a run whose every item was skipped, or a parity run in which one
@@ -208,6 +210,18 @@ def pytest_collection_modifyitems(session, config, items) -> None:
             from pytest_ckfmha.sharding import select
 
             select(config, items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    """This process's collection is final (in an xdist worker: trylast, after xdist's own hook sent it to the
+    controller): its kernel child is forked now and warms up while the items are scheduled (warmup.py)."""
+    from pytest_ckfmha.state import has_state
+
+    if has_state(session.config):
+        from pytest_ckfmha.warmup import prestart_child
+
+        prestart_child(session)
 
 
 @pytest.hookimpl(wrapper=True)

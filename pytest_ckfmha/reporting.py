@@ -86,6 +86,7 @@ _ROW_TAIL = (
     "worker",
     "gpu",
     "duration_s",
+    "child_warmup_s",
     "parity",
     "parity_status",
     "compared",

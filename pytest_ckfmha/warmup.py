@@ -1,0 +1,78 @@
+"""Pre-start: each pytest process (the only one, or each xdist worker) forks its kernel child process
+(isolation.py) as soon as its collection is final, and the child warms up before its first item, so that the
+warm-up overlaps the controller's scheduling instead of delaying the worker's first item.
+
+| the process | pre-started |
+|---|---|
+| has ckfmha items (matrix, CK smoke or parity items) to run | the child, forked from ``pytest_collection_finish`` (plugin.py; in an xdist worker after the worker sent its collection to the controller: the child inherits the final collection) |
+| has matrix or CK smoke items | ... and it runs :func:`warm_up` first |
+| has only parity items | ... without a warm-up (the parity sides load their backends themselves) |
+| ``--collect-only``, ``--setup-only`` / ``--setup-plan``, collection errors (without ``--continue-on-collection-errors``) | nothing: no item runs |
+| no ckfmha item selected (``-k``, ``-m``, a shard without items), an xdist controller (it collects nothing) | nothing |
+| ``--ckfmha-isolation inline`` | nothing: inline runs never fork, and the warm-up is never run in the pytest process (it would initialize CUDA there) |
+
+What the child does with the warm-up, and what a failing or dying warm-up does to the items (nothing: they get the
+verdicts they get without one), is isolation.py's table.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+
+def will_run_items(session) -> bool:
+    """Whether this session runs its items' calls at all (not ``--collect-only``, ``--setup-only`` /
+    ``--setup-plan``, nor stopped by collection errors)."""
+    opt = session.config.option
+    if opt.collectonly or getattr(opt, "setuponly", False) or getattr(opt, "setupplan", False):
+        return False
+    return not (session.testsfailed and not getattr(opt, "continue_on_collection_errors", False))
+
+
+def prestart_child(session) -> bool:
+    """Pre-start this process's kernel child (module doc); True when one was forked."""
+    from pytest_ckfmha.isolation import ChildExecutor, executor_of
+    from pytest_ckfmha.items import CkfmhaItem
+    from pytest_ckfmha.parity_items import ParityItem
+    from pytest_ckfmha.state import get_state, has_state
+
+    if not has_state(session.config) or not will_run_items(session):
+        return False
+    state = get_state(session.config)
+    if state.settings.isolation == "inline":
+        return False
+    contained = [i for i in session.items if isinstance(i, (CkfmhaItem, ParityItem))]
+    if not contained:
+        return False
+    executor = executor_of(state, session)
+    if not isinstance(executor, ChildExecutor):  # pragma: no cover - the isolation setting picks the class
+        return False
+    matrix = any(isinstance(i, CkfmhaItem) for i in contained)
+    executor.prestart(partial(warm_up, state) if matrix else None)
+    return True
+
+
+def warm_up(state) -> None:
+    """In the kernel child, before its first item: what every item's work does first -- the runtime's backend
+    through the items' own path (:meth:`pytest_ckfmha.execute.Runtime.backend`: the ``pytest_ckfmha_backend`` hook,
+    else ``ckfmha.backends``), its ``available()`` and ``device()``, and for a GPU backend torch's device
+    (:func:`pytest_ckfmha.execute.torch_gpu`: it creates the CUDA context) -- and the modules the work imports.
+    Everything it loads stays cached in the child for its items; a backend that cannot be loaded leaves its skip
+    reason in the runtime (the items skip with it, as without a warm-up); an unavailable backend stops it.  Never
+    called in the pytest process itself."""
+    from pytest_ckfmha.execute import GPU_BACKENDS, ItemSkip, torch_gpu
+
+    rt = state.runtime()
+    try:
+        backend = rt.backend()
+    except ItemSkip:
+        return
+    if not backend.available():
+        return
+    backend.device()
+    if getattr(backend, "name", "") in GPU_BACKENDS:
+        torch_gpu()
+    import ckfmha.inputs  # noqa: F401  (what run_item_work imports on its first call)
+    import ckfmha.runner  # noqa: F401
+    import ckfmha.validator  # noqa: F401
+    import pytest_ckfmha.refcache  # noqa: F401
