@@ -930,18 +930,45 @@ if torch.cuda.is_available():
 DETECT_TIMEOUT_S = 120.0
 
 
-def detect_arch() -> str | None:
-    """The arch of GPU 0 through torch (ROCm: gfx name, CUDA: ``sm<major><minor>``), or None.
+def nvidia_smi_arch() -> str | None:
+    """``sm<major><minor>`` of the first GPU CUDA makes visible (``CUDA_VISIBLE_DEVICES``' first entry, an index or
+    a UUID; GPU 0 without it), from ``nvidia-smi --query-gpu=compute_cap`` (a tenth of a second, no CUDA context);
+    None when nvidia-smi is not installed, fails, answers something else, or no GPU is visible."""
+    import re
+    import shutil
+    import subprocess
 
-    Runs in a subprocess, and only when torch is installed: the pytest process must never initialize CUDA, or the
-    kernel child processes it forks could not use the GPU (isolation.py).  Never called in xdist workers (the
-    controller passes its answer).  Set ``CKFMHA_NO_DETECT=1`` to skip it."""
+    exe = shutil.which("nvidia-smi")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    first = "0" if visible is None else visible.split(",")[0].strip()
+    if exe is None or not first or first.startswith("-"):
+        return None
+    cmd = [exe, "--query-gpu=compute_cap", "--format=csv,noheader", "-i", first]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.fullmatch(r"(\d+)\.(\d+)", out.stdout.strip()) if out.returncode == 0 else None
+    return f"sm{m.group(1)}{m.group(2)}" if m else None
+
+
+def detect_arch() -> str | None:
+    """The arch of GPU 0: :func:`nvidia_smi_arch` where nvidia-smi answers (CUDA), else through torch (ROCm: gfx
+    name, CUDA: ``sm<major><minor>``), or None.
+
+    Only when torch is installed (the GPU backends need it), and torch runs in a subprocess: the pytest process
+    must never initialize CUDA, or the kernel child processes it forks could not use the GPU (isolation.py); asking
+    nvidia-smi first saves that subprocess's seconds of torch import and CUDA start at every run's start.  Never
+    called in xdist workers (the controller passes its answer).  Set ``CKFMHA_NO_DETECT=1`` to skip it."""
     import importlib.util
     import subprocess
     import sys
 
     if os.environ.get("CKFMHA_NO_DETECT") or importlib.util.find_spec("torch") is None:
         return None
+    smi = nvidia_smi_arch()
+    if smi is not None:
+        return smi
     try:
         out = subprocess.run(
             [sys.executable, "-c", _DETECT_SCRIPT],

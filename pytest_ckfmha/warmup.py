@@ -56,7 +56,9 @@ def warm_up(state) -> None:
     """In the kernel child, before its first item: what every item's work does first -- the runtime's backend
     through the items' own path (:meth:`pytest_ckfmha.execute.Runtime.backend`: the ``pytest_ckfmha_backend`` hook,
     else ``ckfmha.backends``), its ``available()`` and ``device()``, and for a GPU backend torch's device
-    (:func:`pytest_ckfmha.execute.torch_gpu`: it creates the CUDA context) -- and the modules the work imports.
+    (:func:`pytest_ckfmha.execute.torch_gpu`: it creates the CUDA context), the backend's own
+    :meth:`~ckfmha.backends.base.Backend.warm_up` (Triton: its launchers and kernel definitions) -- and the modules
+    the work imports.
     Everything it loads stays cached in the child for its items; a backend that cannot be loaded leaves its skip
     reason in the runtime (the items skip with it, as without a warm-up); an unavailable backend stops it.  Never
     called in the pytest process itself."""
@@ -72,6 +74,9 @@ def warm_up(state) -> None:
     backend.device()
     if getattr(backend, "name", "") in GPU_BACKENDS:
         torch_gpu()
+    warm = getattr(backend, "warm_up", None)  # a hook's backend may not derive from ckfmha's Backend
+    if warm is not None:
+        warm()
     import ckfmha.inputs  # noqa: F401  (what run_item_work imports on its first call)
     import ckfmha.runner  # noqa: F401
     import ckfmha.validator  # noqa: F401

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,38 @@ def test_an_ini_choice_is_checked_by_pytest_too(pytester, monkeypatch, tmp_path)
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke", "--collect-only")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "--ckfmha-backend: 'cuda' is not a backend; allowed: auto, cpu, triton, hip" in res.stderr.str()
+
+
+# ------------------------------------------------------------------------------ arch detection through nvidia-smi
+def _fake_smi(tmp_path, monkeypatch, body: str) -> None:
+    """A fake ``nvidia-smi`` first on PATH: a shell script with ``body``, which may read its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
+
+
+def test_nvidia_smi_names_the_first_visible_gpu(tmp_path, monkeypatch) -> None:
+    from pytest_ckfmha.options import nvidia_smi_arch
+
+    _fake_smi(tmp_path, monkeypatch, 'if [ "$4" = "GPU-b" ]; then echo 8.0; else echo 9.0; fi')
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert nvidia_smi_arch() == "sm90"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-b,GPU-c")
+    assert nvidia_smi_arch() == "sm80"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible
+    assert nvidia_smi_arch() is None
+
+
+def test_nvidia_smi_failing_or_odd_answers_are_not_an_arch(tmp_path, monkeypatch) -> None:
+    from pytest_ckfmha.options import nvidia_smi_arch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _fake_smi(tmp_path, monkeypatch, "echo 'NVIDIA-SMI has failed'; exit 9")
+    assert nvidia_smi_arch() is None
+    _fake_smi(tmp_path, monkeypatch, "echo '[N/A]'")
+    assert nvidia_smi_arch() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert nvidia_smi_arch() is None

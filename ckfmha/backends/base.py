@@ -178,6 +178,11 @@ class Backend(abc.ABC):
         """The device clocks now, in words, where readable (reports carry them with timings); "" here."""
         return ""
 
+    def warm_up(self) -> None:  # noqa: B027 - optional hook: a backend with nothing to load ahead keeps the no-op
+        """Load ahead what the first stage would load (modules, the device context), so that a process's first item
+        does not pay for it; called once per kernel process before its first item (pytest_ckfmha/warmup.py), only
+        when available.  Never changes a result; a no-op here."""
+
     def release_memory(self) -> None:  # noqa: B027 - optional hook: backends without a device allocator keep the no-op
         """Give the device memory this process caches but no longer uses back to the device (the harness calls it
         after each item: processes that share a GPU must not starve each other with cached blocks); a no-op here."""

@@ -86,6 +86,16 @@ class TritonBackend(Backend):
             self._flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
         self._flush.zero_()
 
+    def warm_up(self) -> None:
+        """Import the stage modules (the launchers and every ``@triton.jit`` kernel definition) and create the CUDA
+        context: a kernel process's first item then starts with them loaded."""
+        import ckfmha.backends.triton.execute  # noqa: F401  (the launchers and kernels)
+
+        if not interpreting():
+            import torch
+
+            torch.zeros(1, device="cuda")  # the context, and torch's allocator on the device
+
     def release_memory(self) -> None:
         """torch's caching allocator keeps freed blocks for this process: hand them back (the Triton stages and the
         torch reference twin allocate through it), so the other processes on this GPU can use them."""
