@@ -159,7 +159,9 @@ def rotary_tables(max_pos: int, rotary_dim: int) -> tuple[np.ndarray, np.ndarray
 
 
 def _normal(rng: np.random.Generator, shape, dtype: np.dtype, scale: float = 1.0) -> np.ndarray:
-    x = rng.standard_normal(size=shape, dtype=np.float32) * np.float32(scale)
+    x = rng.standard_normal(size=shape, dtype=np.float32)
+    if scale != 1.0:  # x * 1.0 is x: no pass over a large tensor for it
+        x *= np.float32(scale)
     if x.size and not np.any(x):  # pragma: no cover - probability zero
         x.flat[0] = 1.0
     return x.astype(dtype)

@@ -12,6 +12,11 @@ with an atomic ``os.replace``.  Arrays of ml_dtypes types (bf16, fp8) are stored
 dtype names in ``__meta__``, next to a sha256 of every array; a file that cannot be read or whose arrays do not
 match the checksums is removed with one :class:`~ckfmha.backends.cache.CacheWarning` naming it and recomputed.  A
 small in-process memo avoids re-reading the file for the next kernel of the same shape.
+
+A reference the torch twin computes on a GPU (``torch:cuda``, :data:`MEMORY_ONLY`) is kept in the memo only, never
+written: on an H100 the twin computes the nightly's biggest reference (2.1 GB) in seconds, about what reading it
+back with its checksums takes, and the nightly category's references hold ~96 GB -- more than a GPU box's disk
+(the 64 GiB of a one-H100 machine: a nightly filled it, and the items after that failed to store theirs).
 """
 
 from __future__ import annotations
@@ -113,6 +118,10 @@ def _load(path: Path) -> dict:
         raise ValueError(f"unreadable: {type(e).__name__}: {e}") from None
 
 
+#: the ``--ckfmha-reference`` choices whose references are recomputed rather than stored (module doc)
+MEMORY_ONLY = ("torch:cuda",)
+
+
 def array_backend_of(reference: str) -> dict:
     """The ``array_backend`` / ``device`` arguments (of :func:`ckfmha.reference.reference` and
     :func:`ckfmha.validator.validate`) that a ``--ckfmha-reference`` choice names: ``numpy`` -> {},
@@ -135,13 +144,14 @@ def compute(problem, inputs: dict, reference: str = "numpy") -> dict:
 def get_reference(
     problem, inputs: dict, seed: int, cache_dir: Path | None, fp8_format: str = "ocp", reference: str = "numpy"
 ) -> tuple[dict, bool]:
-    """(reference outputs computed by ``reference`` (:func:`compute`), was_cached)."""
+    """(reference outputs computed by ``reference`` (:func:`compute`), was_cached): from the memo, else from
+    ``cache_dir`` (None: no files), else computed -- and stored there unless ``reference`` is :data:`MEMORY_ONLY`."""
     key = ref_key(problem, seed, fp8_format, reference)
     if key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key], True
     ref: dict | None  # None until read from the cache file or computed
-    if cache_dir is None:
+    if cache_dir is None or reference in MEMORY_ONLY:
         ref = compute(problem, inputs, reference)
         cached = False
     else:

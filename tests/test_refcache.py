@@ -59,3 +59,24 @@ def test_the_key_follows_the_reference_code(monkeypatch) -> None:
 def test_reference_version_reads_the_reference_sources() -> None:
     v = refcache.reference_version()
     assert len(v) == 16 and int(v, 16) >= 0
+
+
+def test_a_gpu_reference_is_kept_in_memory_never_written(tmp_path, monkeypatch) -> None:
+    """torch:cuda references are recomputed, not stored (the nightly's would fill a GPU box's disk); numpy ones are
+    written as before."""
+    calls = []
+
+    def fake(problem, inputs, reference="numpy"):
+        calls.append(reference)
+        return {"o": np.zeros((1, 2, 16, 32), np.float32), "lse": np.zeros((1, 2, 16), np.float32)}
+
+    monkeypatch.setattr(refcache, "compute", fake)
+    inp = make_inputs(P, 0)
+    first = refcache.get_reference(P, inp, 0, tmp_path, reference="torch:cuda")
+    assert first[1] is False and not (tmp_path / "references").exists()
+    assert refcache.get_reference(P, inp, 0, tmp_path, reference="torch:cuda")[1] is True  # the memo
+    refcache.clear_memo()
+    assert refcache.get_reference(P, inp, 0, tmp_path, reference="torch:cuda")[1] is False
+    assert calls == ["torch:cuda", "torch:cuda"]
+    refcache.get_reference(P, inp, 0, tmp_path, reference="torch:cpu")
+    assert len(list((tmp_path / "references").glob("*.npz"))) == 1
