@@ -195,9 +195,9 @@ def _fwd_pad(c: KernelConfig) -> str:
 # str, in C; one attrgetter call builds each key tuple).
 _HEADS: dict[tuple, str] = {}
 _FEATS: dict[tuple, tuple[str, ...]] = {}
-_HEAD_KEY = attrgetter("family", "hdim_q", "dtype", "mode", "page_size")
-_FEAT_KEY = attrgetter(
-    "family",
+NAME_HEAD_FIELDS = ("family", "hdim_q", "dtype", "mode", "page_size")
+# the other signature fields the seven-piece names spell (not hdim_v, rope)
+NAME_TAIL_SIGNATURE_FIELDS = (
     "arch_tag",
     "vlayout",
     "logits_soft_cap",
@@ -215,6 +215,8 @@ _FEAT_KEY = attrgetter(
     "kv_memory_layout",
     "kv_lookup_table",
 )
+_HEAD_KEY = attrgetter(*NAME_HEAD_FIELDS)
+_FEAT_KEY = attrgetter("family", *NAME_TAIL_SIGNATURE_FIELDS)
 
 
 def _sig_parts(s) -> tuple[str, ...]:
@@ -476,6 +478,38 @@ def render_ck_names(pairs: Iterable[tuple[KernelSignature, KernelAlgorithm]]) ->
         a0, a1, a2 = ap[1]
         append(f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}")  # one string built at once (six + would build six)
     return names
+
+
+# Of the algorithm, the tail of a split name (ck_name_parts) reads only these fields, per family.
+NAME_TAIL_ALGORITHM_FIELDS: dict[Family, tuple[str, ...]] = {
+    Family.FWD: ("pad_s", "pad_sk", "pad_d", "pad_dv", "trload"),
+    Family.FWD_SPLITKV: ("pad_s", "pad_sk", "pad_d", "pad_dv"),
+    Family.BATCH_PREFILL: ("pad_s", "pad_sk", "pad_d", "pad_dv"),
+    Family.BWD_DQ_DK_DV: ("trload",),
+}
+
+
+def ck_name_parts(s: KernelSignature, a: KernelAlgorithm) -> tuple[str, str, str]:
+    """``(head, middle, tail)`` of the current-scheme name of a kernel of the fwd, fwd_splitkv, batch_prefill or
+    bwd_dq_dk_dv family: ``head + middle + tail == ck_instance_name(KernelConfig(s, a))``.  Raises
+    :class:`CKNameError` for the other families.
+
+    What each part depends on (an enumerator naming many kernels makes each part once per distinct value of it):
+    the head only on the signature's :data:`NAME_HEAD_FIELDS`; the middle only on the algorithm (and the family,
+    :func:`ck_name_middle`); the tail only on the family, the signature's :data:`NAME_TAIL_SIGNATURE_FIELDS` and
+    the algorithm's fields :data:`NAME_TAIL_ALGORITHM_FIELDS` lists for the family
+    (tests/test_enumeration_names.py checks this on the enumerated kernels of those families)."""
+    f = s.family
+    if f not in _FAST_FAMILIES:
+        raise CKNameError(f"family {f.value!r}: its names are not split into head, middle and tail")
+    p0, p1, p2, p3 = _sig_parts(s)
+    a0, a1, a2 = _alg_pieces(a, f)
+    return p0, a0, p1 + a1 + p2 + a2 + p3
+
+
+def ck_name_middle(a: KernelAlgorithm, family: Family) -> str:
+    """The middle part of :func:`ck_name_parts` (cached per algorithm object and family)."""
+    return _alg_pieces(a, family)[0]
 
 
 def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingScheme.CURRENT) -> str:

@@ -51,11 +51,13 @@ The dq_dk_dv kernels themselves carry no seqlen pads (``pad_s = pad_sk = 0``): C
 the head-dim pads and always handle ragged seqlens inside the kernel.
 
 Output order: dot_do_o kernels, then dq_dk_dv (in CK's generation order), then convert_dq (1-D kernels in
-order of first use).
+order of first use).  ``enumerate_names(ctx)`` gives the CK names of the same kernels in the same order without
+making the dq_dk_dv kernels (see its doc).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -77,6 +79,7 @@ from ckfmha.kernel import (
     new_config,
     new_signature,
 )
+from ckfmha.naming import ck_name_middle, ck_name_parts, render_ck_names
 
 _TOP_KEYS = {
     "arch_tag": "a CK factory name (str)",
@@ -369,20 +372,12 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
     return configs(enumerate_pairs(ctx))
 
 
-def enumerate_pairs(ctx: Any) -> list[Pair]:
-    """All bwd kernels (dot_do_o, dq_dk_dv, convert_dq) the generator emits for ctx's arch/receipt/mask mode.
-
-    A receipt filter that reads signature fields only (:func:`~ckfmha.enumeration._pairs.reads_signature_only`) is
-    tested once per signature, on the signature; any other once per config."""
-    p = _plan(ctx)
-    keep = ctx.keep
-    per_signature = reads_signature_only(keep)
-    masks = ctx.masks
-    dq: list[Pair] = []
-    append = dq.append
-    # 1-D kernel keys in first-use order: (dtype, hdim, mode, seqlen pad variants, pad flag[, deterministic])
-    dot_keys: dict[tuple[Any, ...], None] = {}
-    conv_keys: dict[tuple[Any, ...], None] = {}
+def _levels(p: _Plan, masks: tuple[MaskImpl, ...]) -> Iterator[tuple[Any, ...]]:
+    """The dq_dk_dv product in CK's generation order, one level per (dtype, trload, tile, mode, mask, bias, dbias,
+    dropout) the constraints allow: ``(dtype, hq, mode, spads, convert, algs, dv_flags, d_flags, features, sigs)``
+    -- the seqlen pad variants of its 1-D kernels, whether it has convert_dq kernels, the tile's (pad_d, pad_dv,
+    algorithm) triples and pad flags (see :meth:`_Plan._tiles`), (mask, bias, dbias, dropout), and one signature
+    per deterministic value."""
     dets = p.deterministic
     for dtype in p.dtypes:
         for trload in (True, False):  # CK tries trload tiles first
@@ -405,37 +400,116 @@ def enumerate_pairs(ctx: Any) -> list[Pair]:
                                     continue
                                 for dropout in p.dropouts:
                                     sigs = [p.sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, d) for d in dets]
-                                    if per_signature:
-                                        sigs = [s for s in sigs if keep(s)]  # a signature has its fields
-                                        if not sigs:
-                                            continue
-                                        for _, _, alg in algs:
-                                            for sig in sigs:
-                                                append((sig, alg))
-                                        for f in dv_flags:
-                                            dot_keys[(dtype, hq, mode, spads, f)] = None
-                                        if convert:
-                                            for f in d_flags:
-                                                for sig in sigs:
-                                                    conv_keys[(dtype, hq, mode, spads, f, sig.deterministic)] = None
-                                        continue
-                                    for pd, pdv, alg in algs:
-                                        for sig in sigs:
-                                            if keep(new_config(sig, alg)):
-                                                append((sig, alg))
-                                                dot_keys[(dtype, hq, mode, spads, pdv > 0)] = None
-                                                if convert:
-                                                    conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = (
-                                                        None
-                                                    )
+                                    features = (mask, bias, dbias, dropout)
+                                    yield dtype, hq, mode, spads, convert, algs, dv_flags, d_flags, features, sigs
+
+
+def _note_one_d(
+    dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None], level: tuple[Any, ...], sigs: list
+) -> None:
+    """Record the 1-D kernels that a level's kept signatures (all its pad variants kept) need."""
+    dtype, hq, mode, spads, convert, _, dv_flags, d_flags, _, _ = level
+    for f in dv_flags:
+        dot_keys[(dtype, hq, mode, spads, f)] = None
+    if convert:
+        for f in d_flags:
+            for sig in sigs:
+                conv_keys[(dtype, hq, mode, spads, f, sig.deterministic)] = None
+
+
+def enumerate_pairs(ctx: Any) -> list[Pair]:
+    """All bwd kernels (dot_do_o, dq_dk_dv, convert_dq) the generator emits for ctx's arch/receipt/mask mode.
+
+    A receipt filter that reads signature fields only (:func:`~ckfmha.enumeration._pairs.reads_signature_only`) is
+    tested once per signature, on the signature; any other once per config."""
+    p = _plan(ctx)
+    keep = ctx.keep
+    per_signature = reads_signature_only(keep)
+    dq: list[Pair] = []
+    append = dq.append
+    # 1-D kernel keys in first-use order: (dtype, hdim, mode, seqlen pad variants, pad flag[, deterministic])
+    dot_keys: dict[tuple[Any, ...], None] = {}
+    conv_keys: dict[tuple[Any, ...], None] = {}
+    for level in _levels(p, ctx.masks):
+        dtype, hq, mode, spads, convert, algs, _, _, _, sigs = level
+        if per_signature:
+            sigs = [s for s in sigs if keep(s)]  # a signature has its fields
+            if sigs:
+                for _, _, alg in algs:
+                    for sig in sigs:
+                        append((sig, alg))
+                _note_one_d(dot_keys, conv_keys, level, sigs)
+            continue
+        for pd, pdv, alg in algs:
+            for sig in sigs:
+                if keep(new_config(sig, alg)):
+                    append((sig, alg))
+                    dot_keys[(dtype, hq, mode, spads, pdv > 0)] = None
+                    if convert:
+                        conv_keys[(dtype, hq, mode, spads, pd > 0, sig.deterministic)] = None
     return _with_one_d(p, dq, dot_keys, conv_keys)
+
+
+def enumerate_names(ctx: Any) -> list[str]:
+    """The CK instance names of :func:`enumerate_pairs`' kernels, in the same order, without making the dq_dk_dv
+    pairs: a dq_dk_dv name is head + middle + tail (:func:`ckfmha.naming.ck_name_parts`), the head made once per
+    (tile, mode), the middle once per algorithm, the tail once per (mask, bias, dbias, dropout, deterministic,
+    trload): of what a tail reads (``NAME_TAIL_SIGNATURE_FIELDS``, ``NAME_TAIL_ALGORITHM_FIELDS``), the rest is
+    fixed by the plan's arch tag or is the signature default.  With a receipt filter that reads more than
+    signature fields the pairs are named instead."""
+    p = _plan(ctx)
+    keep = ctx.keep
+    if not reads_signature_only(keep):
+        return render_ck_names(enumerate_pairs(ctx))
+    dq: list[str] = []
+    dot_keys: dict[tuple[Any, ...], None] = {}
+    conv_keys: dict[tuple[Any, ...], None] = {}
+    tails: dict[tuple, str] = {}  # by (features, deterministic, trload): the plan's other tail fields are fixed
+    pres: list[str] = []  # head + middle, per algorithm of the level's tile
+    pres_of = None
+    for level in _levels(p, ctx.masks):
+        sigs = [s for s in level[-1] if keep(s)]
+        if not sigs:
+            continue
+        algs = level[5]
+        first = algs[0][2]
+        key = (id(algs), *level[:3])  # (tile, dtype, hdim, mode): the levels of one come together
+        if key != pres_of:
+            pres, pres_of = _prefixes(sigs[0], algs), key
+        trload, feats = first.trload, level[8]  # a tile's algorithms differ in their pads only
+        tl = [tails.get((feats, s.deterministic, trload)) or _tail(tails, feats, s, first) for s in sigs]
+        dq.extend([pre + t for pre in pres for t in tl])
+        _note_one_d(dot_keys, conv_keys, level, sigs)
+    dots, convs = _one_d(p, dot_keys, conv_keys)
+    return [*render_ck_names(dots), *dq, *render_ck_names(convs)]
+
+
+def _prefixes(sig: KernelSignature, algs: tuple[tuple[int, int, KernelAlgorithm], ...]) -> list[str]:
+    """Head + middle of the names of ``sig``'s head with each of a tile's algorithms (see :func:`enumerate_names`)."""
+    head = ck_name_parts(sig, algs[0][2])[0]
+    return [head + ck_name_middle(alg, Family.BWD_DQ_DK_DV) for _, _, alg in algs]
+
+
+def _tail(tails: dict[tuple, str], features: tuple, sig: KernelSignature, alg: KernelAlgorithm) -> str:
+    """The tail of ``sig``'s names with ``alg``'s trload (see :func:`enumerate_names`), remembered in ``tails``."""
+    tail = tails[(features, sig.deterministic, alg.trload)] = ck_name_parts(sig, alg)[2]
+    return tail
 
 
 def _with_one_d(
     p: _Plan, dq: list[Pair], dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None]
 ) -> list[Pair]:
     """The dot_do_o kernels of ``dot_keys``, then the dq_dk_dv kernels ``dq``, then the convert_dq kernels of
-    ``conv_keys`` (the 1-D kernels deduplicated, in first-use order, one per seqlen pad variant)."""
+    ``conv_keys`` (see :func:`_one_d`)."""
+    dots, convs = _one_d(p, dot_keys, conv_keys)
+    return [*dots, *dq, *convs]
+
+
+def _one_d(
+    p: _Plan, dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None]
+) -> tuple[list[Pair], list[Pair]]:
+    """The dot_do_o kernels of ``dot_keys`` and the convert_dq kernels of ``conv_keys``, deduplicated, in first-use
+    order, one per seqlen pad variant."""
     dots: dict[KernelConfig, None] = {}
     for dtype, hq, mode, spads, dv in dot_keys:
         for s in spads:
@@ -444,4 +518,4 @@ def _with_one_d(
     for dtype, hq, mode, spads, d, det in conv_keys:
         for s in spads:
             convs[p.convert_dq(dtype, hq, mode, int(s), int(d), det)] = None
-    return [*((c.signature, c.algorithm) for c in dots), *dq, *((c.signature, c.algorithm) for c in convs)]
+    return [(c.signature, c.algorithm) for c in dots], [(c.signature, c.algorithm) for c in convs]

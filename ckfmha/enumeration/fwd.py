@@ -45,8 +45,9 @@ receipt 1 adding qr kernels) and the feature axes above.
 
 Constraints are filter expressions over KernelConfig fields (:mod:`ckfmha.filters`). Each is evaluated once
 per distinct value of what it reads: a rule reading only problem fields (dtype, mode, hdims) and algorithm
-fields/vlayout once per (mode, tile, variant); one reading only problem and feature fields once per
-signature; any other rule per config.
+fields/vlayout once per (mode, tile, variant); one reading only feature fields (those a feature combination and
+vlayout fix) once per combination, vlayout and dtype, before any signature is built; one reading problem and
+feature fields once per signature; any other rule per config.
 
 The receipt's filter (``data/receipt_rules/fwd.yaml``, ``ctx.keep``) is applied to every config, staged the
 same way (the fields it reads are those its compiled code names); the result equals a per-config evaluation.
@@ -59,6 +60,8 @@ fwd_default_no_fp32 and fwd_r801_simplified_mask in ``data/receipt_rules/fwd.yam
 
 Generator order (kept in the returned list; it is CK's dispatch order): dtype, hdim, mode, tile, group,
 feature combination, variant. A section may be ``{}`` (no kernels) or ``{inherit: <arch>}``.
+``enumerate_names(ctx)`` gives the CK names of the same kernels in the same order without making them (see its
+doc).
 
 Malformed data raises :class:`ckfmha.archs.ArchSpecError` naming the file, the key path, what was expected and
 what was found.
@@ -69,7 +72,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +98,7 @@ from ckfmha.kernel import (
     new_config,
     new_signature,
 )
+from ckfmha.naming import ck_name_middle, ck_name_parts, render_ck_names
 
 # ------------------------------------------------------------------------------------------------ constants
 _SECTION_KEYS = {"arch_tag", "modes", "constraints", "dtypes"}
@@ -130,10 +134,13 @@ _PAD_RE = re.compile(r"^(?:npad|p(s)?(sk)?(d)?(dv)?)\Z")
 
 # Field classes for staged evaluation of constraints and of the receipt filter: a predicate that reads only
 # "head" fields (the problem's: dtype, mode, hdims...) is evaluated once per (dtype, hdim, mode), one that reads
-# only "signature-stage" fields once per signature, one that reads only "algorithm-stage" fields once per (mode,
-# tile, variant), anything else once per config. Results are identical to a per-config evaluation.
+# only "feature-stage" fields (those a signature slot fixes) once per slot and dtype, one that reads only
+# "signature-stage" fields once per signature, one that reads only "algorithm-stage" fields once per (mode, tile,
+# variant), anything else once per config. Results are identical to a per-config evaluation.
 _PROBLEM_FIELDS = frozenset({"family", "dtype", "mode", "hdim_q", "hdim_v", "arch_tag"})
 _SIG_STAGE = frozenset(SIGNATURE_FIELDS)
+# the signature fields a signature slot (feature combination and vlayout) fixes: all but dtype, mode and the hdims
+_FEATURE_STAGE = _SIG_STAGE - {"dtype", "mode", "hdim_q", "hdim_v"}
 _ALG_STAGE = _PROBLEM_FIELDS | frozenset(ALGORITHM_FIELDS) | {"vlayout"}
 _ALL_FIELDS = frozenset(SIGNATURE_FIELDS) | frozenset(ALGORITHM_FIELDS)
 
@@ -143,6 +150,8 @@ def _stage(read: frozenset[str] | None) -> str:
         return "config"
     if read <= _PROBLEM_FIELDS:
         return "head"
+    if read <= _FEATURE_STAGE:
+        return "feature"
     if read <= _SIG_STAGE:
         return "signature"
     if read <= _ALG_STAGE:
@@ -241,7 +250,8 @@ class _DTypeSpec:
 class _Rule:
     name: str
     fn: Callable[[Any], Any]  # reads c.<field> only: takes a KernelConfig or a _Probe
-    stage: str  # "head" | "signature" | "algorithm" | "config"
+    stage: str  # "head" | "feature" | "signature" | "algorithm" | "config"
+    read: frozenset[str]  # the fields it reads
 
 
 @dataclass(frozen=True)
@@ -443,7 +453,8 @@ def _parse_rule(value: Any, path: str, err: _Err) -> _Rule:
         fn = compile_filter(rule).fast  # type: ignore[attr-defined]
     except FilterError as e:
         raise ArchSpecError(f"{err.where(path + '.rule')}: {e}") from None
-    return _Rule(name, fn, _stage(_fields_read(rule)))
+    read = _fields_read(rule)
+    return _Rule(name, fn, _stage(read), read)
 
 
 def _parse_section(sec: Any, err: _Err) -> _Section | None:
@@ -569,7 +580,7 @@ def _expand_groups(dts: _DTypeSpec, masks: tuple[MaskImpl, ...]) -> tuple[list, 
                     if cid is None:
                         cid = combo_id[combo] = len(combos)
                         combos.append(combo)
-                    per_combo.append((cid, vis))
+                    per_combo.append((cid, tuple(vis)))  # ints only: the cyclic GC stops tracking it
         group_combos.append((g, per_combo))
     result = (combos, group_combos, variants)
     if len(_EXPANDED) >= 8 * _CACHE_LIMIT:
@@ -586,14 +597,33 @@ def _keep_fields(keep: Callable) -> frozenset[str] | None:
     return frozenset(code.co_names)
 
 
-def _stage_predicates(sec: _Section, keep: Callable) -> tuple[list, list, list, list]:
-    """The section's rules as (head, signature-stage, algorithm-stage, config-stage) predicates, with the receipt
-    filter ``keep`` added to the earliest stage whose fields cover what it reads."""
-    stages: dict[str, list] = {"head": [], "signature": [], "algorithm": [], "config": []}
+class _Preds:
+    """The section's rules and the receipt filter, by the stage they are tested at (see ``_stage``).  (A plain
+    class: a dataclass costs a millisecond to create, at the module's import, inside a timed enumeration.)"""
+
+    __slots__ = ("head", "feature", "signature", "algorithm", "config", "signature_reads_mode")
+
+    def __init__(self, stages: dict[str, list], signature_reads_mode: bool) -> None:
+        self.head: list = stages["head"]
+        self.feature: list = stages["feature"]
+        self.signature: list = stages["signature"]
+        self.algorithm: list = stages["algorithm"]
+        self.config: list = stages["config"]
+        self.signature_reads_mode = signature_reads_mode  # whether a signature-stage predicate reads the mode
+
+
+def _stage_predicates(sec: _Section, keep: Callable) -> _Preds:
+    """The section's rules as predicates per stage, with the receipt filter ``keep`` added to the earliest stage
+    whose fields cover what it reads."""
+    stages: dict[str, list] = {"head": [], "feature": [], "signature": [], "algorithm": [], "config": []}
+    reads_mode = False
     for r in sec.rules:
         stages[r.stage].append(r.fn)
-    stages[_stage(_keep_fields(keep))].append(keep)
-    return stages["head"], stages["signature"], stages["algorithm"], stages["config"]
+        reads_mode |= r.stage == "signature" and "mode" in r.read
+    keep_read = _keep_fields(keep)
+    stages[_stage(keep_read)].append(keep)
+    reads_mode |= _stage(keep_read) == "signature" and "mode" in (keep_read or ())
+    return _Preds(stages, reads_mode)
 
 
 def _hdim_pattern(
@@ -672,35 +702,92 @@ def _mode_signatures(
     return sigs
 
 
+def _slot_signature(head: tuple, combos: list[tuple], slot: int) -> KernelSignature:
+    """The signature of ``head`` (as in :func:`_mode_signatures`) with the features of one slot."""
+    logits, mask, bias, lse, dropout, skip, qscale, sink = combos[slot >> 1]
+    vl = VLayout.COL if slot & 1 else VLayout.ROW
+    return new_signature(*head, vl, mask, bias, False, lse, _DROPOUT[dropout], logits, skip, qscale, False, sink)
+
+
+def _slots_ok(sig_preds: list, ap: _Probe, combos: list[tuple], slots: list) -> list[bool]:
+    """Per signature slot: whether :func:`_mode_signatures` would keep its signature, tested on ``ap`` (which holds
+    the block's head; the slot's features are set on it) instead of on a new signature."""
+    ok = [False] * (2 * len(combos))
+    if not sig_preds:
+        for slot in slots:
+            ok[slot] = True
+        return ok
+    for slot in slots:
+        ap.logits_soft_cap, ap.mask, ap.bias, ap.lse, dropout, ap.skip_min_seqlen_q, ap.qscale, ap.sink = combos[
+            slot >> 1
+        ]
+        ap.dropout = _DROPOUT[dropout]
+        ap.vlayout = VLayout.COL if slot & 1 else VLayout.ROW
+        for pred in sig_preds:
+            if not pred(ap):
+                break
+        else:
+            ok[slot] = True
+    return ok
+
+
+def _feature_slots(feat_preds: list, any_sig: Callable[[int], KernelSignature], slots: list, memo: dict) -> list:
+    """``slots`` without those a feature-stage predicate rejects: each slot is tested once per dtype (``memo``), on
+    ``any_sig(slot)``, a signature with the slot's features and any head: such a predicate reads no head field."""
+    if not feat_preds:
+        return slots
+    for slot in slots:
+        if slot not in memo:
+            sig = any_sig(slot)
+            memo[slot] = all(p(sig) for p in feat_preds)
+    return [slot for slot in slots if memo[slot]]
+
+
+class _AnySignatures:
+    """Per slot of a dtype's feature combinations, one signature with the slot's features and a fixed head (made
+    once, on demand): what reads only the fields a slot fixes (a feature-stage predicate, a name's tail) takes it."""
+
+    def __init__(self, head: tuple, combos: list[tuple]) -> None:
+        self.head, self.combos = head, combos
+        self.sigs: list[KernelSignature | None] = [None] * (2 * len(combos))
+
+    def __call__(self, slot: int) -> KernelSignature:
+        sig = self.sigs[slot]
+        if sig is None:
+            sig = self.sigs[slot] = _slot_signature(self.head, self.combos, slot)
+        return sig
+
+
+def _valid_variants(row: list[KernelAlgorithm | None], variants: list[_Variant], ap: _Probe, alg_preds: list) -> list:
+    """Per variant of one tile: whether it serves the hdim and passes the algorithm-stage predicates (tested on
+    ``ap``, which holds the block's head)."""
+    valid = []
+    for vi, a in enumerate(row):
+        ok = a is not None
+        if a is not None and alg_preds:
+            ap.vlayout = variants[vi].vlayout
+            ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
+            ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = a.occupancy, a.pad_s, a.pad_sk, a.pad_d, a.pad_dv
+            ap.trload = a.trload
+            ok = all(p(ap) for p in alg_preds)
+        valid.append(ok)
+    return valid
+
+
 def _append_pairs(
     out: list[Pair],
     algs: list[list[KernelAlgorithm | None]],
     mode_entries: list[tuple[KernelSignature, int]],
     variants: list[_Variant],
     ap: _Probe,
-    alg_preds: list,
-    cfg_preds: list,
+    preds: _Preds,
 ) -> None:
     """Append the kernels of one (hdim, mode) to ``out``: per tile, the entries whose algorithm passes the
     algorithm-stage predicates (tested on ``ap``), then the config-stage ones."""
     by_valid: dict[tuple, list] = {}  # valid-variant pattern -> entries it keeps (order kept)
+    cfg_preds = preds.config
     for row in algs:
-        valid = []
-        for vi, a in enumerate(row):
-            ok = a is not None
-            if a is not None and alg_preds:
-                ap.vlayout = variants[vi].vlayout
-                ap.pipeline, ap.tile, ap.warps, ap.warp_tiles = a.pipeline, a.tile, a.warps, a.warp_tiles
-                ap.occupancy, ap.pad_s, ap.pad_sk, ap.pad_d, ap.pad_dv = (
-                    a.occupancy,
-                    a.pad_s,
-                    a.pad_sk,
-                    a.pad_d,
-                    a.pad_dv,
-                )
-                ap.trload = a.trload
-                ok = all(p(ap) for p in alg_preds)
-            valid.append(ok)
+        valid = _valid_variants(row, variants, ap, preds.algorithm)
         vkey = tuple(valid)
         kept = by_valid.get(vkey)
         if kept is None:
@@ -709,6 +796,67 @@ def _append_pairs(
             out.extend((sig, row[vi]) for sig, vi in kept if all(p(new_config(sig, row[vi])) for p in cfg_preds))
         else:
             out.extend([(sig, row[vi]) for sig, vi in kept])
+
+
+class _Block:
+    """One (dtype, hdim, mode) of :func:`_blocks` (a plain class, as :class:`_Preds`)."""
+
+    __slots__ = ("dts", "combos", "variants", "algs", "entries", "slots", "head", "any_sig")
+
+    def __init__(
+        self,
+        dts: _DTypeSpec,
+        combos: list[tuple],
+        variants: list[_Variant],
+        algs: list[list[KernelAlgorithm | None]],
+        entries: list[tuple[int, int]],
+        slots: list[int],
+        head: tuple[Family, DType, Mode, int, int, ArchTag],
+        any_sig: _AnySignatures,
+    ) -> None:
+        self.dts = dts
+        self.combos = combos  # the dtype's feature combinations (slot = 2 * index + vlayout)
+        self.variants = variants
+        self.algs = algs  # per tile, per variant: its algorithm, None where it does not serve the hdim
+        self.entries = entries  # the hdim's (signature slot, variant) entries, in generator order
+        self.slots = slots  # the distinct slots of the entries that pass the feature-stage predicates
+        self.head = head  # of the block's signatures
+        self.any_sig = any_sig  # the dtype's
+
+
+def _blocks(ctx, sec: _Section, preds: _Preds, ap: _Probe) -> Iterator[_Block]:
+    """The fwd kernels of ``ctx`` in CK's generator order, one block per (dtype, hdim, mode) whose head passes the
+    head-stage predicates; ``ap`` holds the block's head meanwhile."""
+    fam, arch_tag = Family.FWD, sec.arch_tag
+    for dts in sec.dtypes:
+        ap.dtype = dts.dtype
+        combos, group_combos, variants = _expand_groups(dts, ctx.masks)
+        vl_slot = [0 if v.vlayout is VLayout.ROW else 1 for v in variants]
+        patterns: dict[tuple, tuple[list, list]] = {}  # per static pattern: (entries, slots), see _hdim_pattern
+        feature_ok: dict[int, bool] = {}  # per slot: passes the feature-stage predicates
+        any_sig = _AnySignatures((fam, dts.dtype, sec.modes[0], 0, 0, arch_tag), combos)
+        for hdim, tiles in dts.hdims:
+            ap.hdim_q, ap.hdim_v = hdim
+            static_ok, entries, slots = _hdim_pattern(patterns, group_combos, variants, vl_slot, hdim, ctx.receipt)
+            if not entries:
+                continue
+            slots = _feature_slots(preds.feature, any_sig, slots, feature_ok)
+            algs = _tile_algorithms(tiles, variants, static_ok)
+            for mode in sec.modes:
+                ap.mode = mode
+                if preds.head and not all(p(ap) for p in preds.head):
+                    continue  # e.g. the receipt's dtype rule: no signature of this (dtype, hdim, mode) is kept
+                yield _Block(
+                    dts, combos, variants, algs, entries, slots, (fam, dts.dtype, mode, *hdim, arch_tag), any_sig
+                )
+
+
+def _probe(sec: _Section) -> _Probe:
+    """A probe for the predicates tested before a config exists, with the section's family and arch tag."""
+    ap = _Probe()
+    ap.family = Family.FWD
+    ap.arch_tag = sec.arch_tag
+    return ap
 
 
 def enumerate_api(ctx) -> list[KernelConfig]:
@@ -722,35 +870,108 @@ def enumerate_pairs(ctx) -> list[Pair]:
     sec = _section(ctx)
     if sec is None:
         return []
-    head_preds, sig_preds, alg_preds, cfg_preds = _stage_predicates(sec, ctx.keep)
-    masks = ctx.masks
-    receipt = ctx.receipt
-    arch_tag = sec.arch_tag
-    fam = Family.FWD
-    ap = _Probe()  # for the head-stage and algorithm-stage predicates
-    ap.family = fam
-    ap.arch_tag = arch_tag
+    preds = _stage_predicates(sec, ctx.keep)
+    ap = _probe(sec)
     out: list[Pair] = []
-    for dts in sec.dtypes:
-        dtype = dts.dtype
-        ap.dtype = dtype
-        combos, group_combos, variants = _expand_groups(dts, masks)
-        vl_slot = [0 if v.vlayout is VLayout.ROW else 1 for v in variants]
-        patterns: dict[tuple, tuple[list, list]] = {}  # per static pattern: (entries, slots), see _hdim_pattern
-        for hdim, tiles in dts.hdims:
-            hq, hv = hdim
-            ap.hdim_q = hq
-            ap.hdim_v = hv
-            static_ok, entries, slots = _hdim_pattern(patterns, group_combos, variants, vl_slot, hdim, receipt)
-            if not entries:
-                continue
-            algs = _tile_algorithms(tiles, variants, static_ok)
-            for mode in sec.modes:
-                ap.mode = mode
-                if head_preds and not all(p(ap) for p in head_preds):
-                    continue  # e.g. the receipt's dtype rule: no signature of this (dtype, hdim, mode) is kept
-                sigs = _mode_signatures(sig_preds, (fam, dtype, mode, hq, hv, arch_tag), combos, slots)
-                mode_entries = [(sig, vi) for slot, vi in entries if (sig := sigs[slot]) is not None]
-                if mode_entries:
-                    _append_pairs(out, algs, mode_entries, variants, ap, alg_preds, cfg_preds)
+    for b in _blocks(ctx, sec, preds, ap):
+        sigs = _mode_signatures(preds.signature, b.head, b.combos, b.slots)
+        mode_entries = [(sig, vi) for slot, vi in b.entries if (sig := sigs[slot]) is not None]
+        if mode_entries:
+            _append_pairs(out, b.algs, mode_entries, b.variants, ap, preds)
     return out
+
+
+def enumerate_names(ctx) -> list[str]:
+    """The CK instance names of :func:`enumerate_pairs`' kernels, in the same order, without making the pairs.
+
+    Each name is head + middle + tail (:func:`ckfmha.naming.ck_name_parts`): the head is made once per (dtype,
+    hdim, mode), the middle once per algorithm, the tail once per feature combination, vlayout and the variant's
+    pads and trload -- what each part depends on fixes no more than that -- so a name costs one concatenation.
+    The signature-stage predicates are tested on the probe (once per hdim for both modes when none reads the
+    mode), so a signature is built only for a head or a tail.  With config-stage predicates (none in the arch
+    files) the pairs are named instead."""
+    sec = _section(ctx)
+    if sec is None:
+        return []
+    preds = _stage_predicates(sec, ctx.keep)
+    if preds.config:
+        return render_ck_names(enumerate_pairs(ctx))
+    ap = _probe(sec)
+    out: list[str] = []
+    tails: list[str | None] = []
+    tails_of = None
+    by_features: dict[tuple, str] = {}  # tail per (combination, vlayout, pads, trload), over the dtypes
+    last: tuple = (None, None, [], [])  # (dtype spec, hdim, ok, named) of the last block
+    for b in _blocks(ctx, sec, preds, ap):
+        if b.dts is not tails_of:  # slots number the dtype's feature combinations: a tail is valid per dtype
+            tails, tails_of = [None] * (2 * len(b.combos) * len(b.variants)), b.dts
+        if b.dts is last[0] and b.head[3:5] == last[1] and not preds.signature_reads_mode:
+            ok, named = last[2], last[3]  # the hdim's other mode: the same signatures pass, with the same tails
+        else:
+            ok = _slots_ok(preds.signature, ap, b.combos, b.slots)
+            named = _named_entries(b, ok, tails, by_features)
+            last = (b.dts, b.head[3:5], ok, named)
+        if named:
+            first = next(slot for slot, _ in b.entries if ok[slot])
+            head = ck_name_parts(_slot_signature(b.head, b.combos, first), _first_alg(b, named[0][0]))[0]
+            _append_names(out, head, b.algs, named, b.variants, ap, preds.algorithm)
+    return out
+
+
+def _first_alg(b: _Block, vi: int) -> KernelAlgorithm:
+    """Variant ``vi``'s algorithm of the block's first tile (an entry's variant serves the hdim: it has one)."""
+    a = b.algs[0][vi]
+    assert a is not None
+    return a
+
+
+def _named_entries(
+    b: _Block, ok: list[bool], tails: list[str | None], by_features: dict[tuple, str]
+) -> list[tuple[int, str]]:
+    """``[(variant, tail)]`` of a block's entries whose slot is ``ok``, in order, with the tail of each (slot,
+    variant) of the dtype remembered in ``tails``."""
+    nv = len(b.variants)
+    named = []
+    for slot, vi in b.entries:
+        if ok[slot]:
+            k = slot * nv + vi
+            tail = tails[k]
+            if tail is None:
+                tail = tails[k] = _tail(b, slot, vi, by_features)
+            named.append((vi, tail))
+    return named
+
+
+def _tail(b: _Block, slot: int, vi: int, by_features: dict[tuple, str]) -> str:
+    """The tail of the names of a slot and variant: made from a signature with the slot's features
+    (:class:`_AnySignatures`) and the variant's algorithm of the first tile, once per (feature combination,
+    vlayout, pads, trload) -- with the section's family and arch tag, all a tail reads (the tiles differ in no
+    field it reads)."""
+    v = b.variants[vi]
+    key = (b.combos[slot >> 1], slot & 1, v.pads, v.trload)
+    tail = by_features.get(key)
+    if tail is None:
+        tail = by_features[key] = ck_name_parts(b.any_sig(slot), _first_alg(b, vi))[2]
+    return tail
+
+
+def _append_names(
+    out: list[str],
+    head: str,
+    algs: list[list[KernelAlgorithm | None]],
+    named: list[tuple[int, str]],
+    variants: list[_Variant],
+    ap: _Probe,
+    alg_preds: list,
+) -> None:
+    """Append the names of one block's kernels to ``out``, in :func:`_append_pairs`' order (no config-stage
+    predicates): per tile, head + the algorithm's middle + the entry's tail."""
+    by_valid: dict[tuple, list] = {}  # valid-variant pattern -> (variant, tail) entries it keeps (order kept)
+    for row in algs:
+        valid = _valid_variants(row, variants, ap, alg_preds)
+        vkey = tuple(valid)
+        kept = by_valid.get(vkey)
+        if kept is None:
+            kept = by_valid[vkey] = [(vi, tail) for vi, tail in named if valid[vi]]
+        pre = [head + ck_name_middle(a, Family.FWD) if a is not None and ok else "" for a, ok in zip(row, valid)]
+        out.extend([pre[vi] + tail for vi, tail in kept])
