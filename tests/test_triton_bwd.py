@@ -364,3 +364,44 @@ def test_group_mode_workspace_comes_from_the_upper_bounds(deterministic: bool) -
     assert tuple(t["dq_acc"].shape) == (nsplits, 1, 2, 3 * 40, 64)
     assert t["dq_acc"].numel() * 4 <= dq_stage.launch.workspace_bytes
     assert out["dq_acc"].shape == dq_acc_shape(p, bn0) == (nsplits, 1, 2, 45, 64)
+
+
+def test_another_shape_of_a_backward_kernel_compiles_nothing() -> None:
+    """The backward kernels are not specialized on lengths, heads, the GQA group, the mask window or the LSE / D
+    strides (kernels_bwd.BWD_NOT_SPECIALIZED): a second shape of the same plan -- other lengths (another
+    divisibility class), batch, heads and group -- compiles no stage (a nightly compiled one dq_dk_dv kernel up to
+    ten times).  GPU only: the interpreter compiles nothing."""
+    from ckfmha.backends.triton.device import COMPILES_COUNTED
+
+    if not ON_GPU:
+        pytest.skip("compiles are counted on a GPU only (the interpreter compiles nothing)")
+    assert COMPILES_COUNTED, "Triton has no compilation listener: compiles cannot be counted"
+    base = dict(family="bwd", dtype="fp16", mask="b:13,7", hdim_q=64)
+    p1 = Problem(**base, batch=2, nhead_q=4, nhead_k=2, seqlen_q=77, seqlen_k=91)
+    p2 = Problem(**base, batch=1, nhead_q=3, nhead_k=1, seqlen_q=64, seqlen_k=128)
+    plan1, plan2 = dispatcher().select(p1), dispatcher().select(p2)
+    assert [st.kernel for st in plan1.stages] == [st.kernel for st in plan2.stages]
+    built: dict = {}
+    for p, plan in ((p1, plan1), (p2, plan2)):
+        inputs = make_inputs(p, 0)
+        tensors, _ = prepare_tensors(p, plan, inputs, forward_for_backward(p, inputs))
+        ex = execute(_backend, plan, tensors, built=built)
+        assert not failures(p, tensors, inputs)
+    assert ex.build_seconds == 0.0 and not ex.cold, [(s.role.value, s.build_seconds) for s in ex.stages]
+
+
+def test_the_unspecialized_names_are_kernel_arguments() -> None:
+    """A misspelt name in a do_not_specialize list would silently leave that argument specialized."""
+    import inspect
+
+    from ckfmha.backends.triton import kernels, kernels_bwd
+
+    pairs = [
+        (kernels.attn_fwd_kernel, kernels.FWD_NOT_SPECIALIZED),
+        (kernels_bwd.bwd_dq_dk_dv_kernel, kernels_bwd.BWD_NOT_SPECIALIZED),
+        (kernels_bwd.bwd_dot_do_o_kernel, kernels_bwd.DOT_DO_O_NOT_SPECIALIZED),
+        (kernels_bwd.bwd_convert_dq_kernel, kernels_bwd.CONVERT_DQ_NOT_SPECIALIZED),
+    ]
+    for fn, names in pairs:
+        params = inspect.signature(fn.fn).parameters
+        assert names and all(n in params for n in names), (fn.fn.__name__, [n for n in names if n not in params])

@@ -42,8 +42,21 @@ import triton.language as tl
 
 from ckfmha.backends.triton.kernels import mask_window_yx, philox_randval
 
+#: the backward kernels' integer arguments that vary from problem to problem (lengths, heads, the GQA group, the mask
+#: window, seeds, and the strides of the per-row LSE / D buffers, which are the lengths): not specialized on, as the
+#: forward's (kernels.FWD_NOT_SPECIALIZED) -- Triton would compile a variant per value class (equal to 1, divisible
+#: by 16), so the items of one kernel compiled up to ten times in a nightly; the Q/K/V/dO/dQ/dK/dV and bias strides
+#: stay specialized (their divisibility lets loads vectorize)
+BWD_NOT_SPECIALIZED = (
+    "seqlen_q", "seqlen_k", "nhead_q", "group", "stride_lb", "stride_lh",
+    "mask_kind", "mask_left", "mask_right", "alibi_mode", "seed_lo", "seed_hi", "off_lo", "off_hi",
+)  # fmt: skip
+#: the same for the dot_do_o kernel (rows, heads, D's strides) and the convert_dq kernel (rows, heads, splits)
+DOT_DO_O_NOT_SPECIALIZED = ("rows", "nhead_q", "stride_db", "stride_dh")
+CONVERT_DQ_NOT_SPECIALIZED = ("rows", "nhead_q", "nsplits")
 
-@triton.jit
+
+@triton.jit(do_not_specialize=DOT_DO_O_NOT_SPECIALIZED)
 def bwd_dot_do_o_kernel(
     O,
     DO,
@@ -87,7 +100,7 @@ def bwd_dot_do_o_kernel(
     tl.store(D + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m.to(tl.int64) * stride_dm, d, mrow)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=CONVERT_DQ_NOT_SPECIALIZED)
 def bwd_convert_dq_kernel(
     DQ_ACC,
     DQ,
@@ -303,7 +316,7 @@ def _bwd_query_blocks(
     return dk_acc, dv_acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=BWD_NOT_SPECIALIZED)
 def bwd_dq_dk_dv_kernel(
     Q,
     K,
