@@ -30,6 +30,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_containment_gpu.py": ("gpu", "slow", "integration"),
     "test_triton_gpu.py": ("gpu",),
     "test_triton_bwd.py": ("gpu",),
+    "test_triton_dropout_large.py": ("gpu",),
     # the hip backend's gfx942 syntax check and host build (CKFMHA_HIP_SYNTAX=1 and clang-19): ~4.5 min on 2 cores
     "test_hip_syntax.py::test_generated_sources_of_every_api_pass_the_gfx942_syntax_check": ("slow", "integration"),
     "test_hip_syntax.py::test_descriptors_reach_the_real_ck_structs_of_every_api": ("slow", "integration"),
@@ -64,12 +65,24 @@ FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
 
 #: files whose every test needs a GPU: skipped at collection (one skip per file) where there is none
 GPU_FILES = frozenset(
-    {"test_upstream_torch_gpu.py", "test_containment_gpu.py", "test_triton_gpu.py", "test_triton_bwd.py"}
+    {
+        "test_upstream_torch_gpu.py",
+        "test_containment_gpu.py",
+        "test_triton_gpu.py",
+        "test_triton_bwd.py",
+        "test_triton_dropout_large.py",
+    }
 )
 
 #: Triton files whose ``gpu`` tests also run in Triton's interpreter on the CPU (TRITON_INTERPRET=1)
 TRITON_INTERPRETER_FILES = frozenset(
-    {"test_triton_gpu.py", "test_triton_bwd.py", "test_triton_kvcache.py", "test_triton_coverage.py"}
+    {
+        "test_triton_gpu.py",
+        "test_triton_bwd.py",
+        "test_triton_kvcache.py",
+        "test_triton_coverage.py",
+        "test_triton_dropout_large.py",
+    }
 )
 
 
