@@ -45,6 +45,7 @@ from ckfmha.backends.triton.capability import interpreting, unhonoured_lengths
 from ckfmha.kernel import DType, KernelConfig
 from ckfmha.plan import FAMILY_ROLE, OutputSpec, StageRole
 from ckfmha.problem import Layout, Problem
+from ckfmha.rng import p_undrop_u8
 from ckfmha.rules import misfit
 
 # where tensors live: the GPU, or the CPU when Triton interprets the kernels (TRITON_INTERPRET=1) or there is none
@@ -375,6 +376,23 @@ def mask_args(p: Problem) -> tuple[int, int, int, int, int, int]:
         return 0, m.left, m.right, 0, 0, alibi
     left, right, top_left = m.kernel_window()
     return (1 if top_left else 2), left, right, 0, 0, alibi
+
+
+def dropout_args(p: Problem) -> tuple[int, int, int, float]:
+    """The dropout words every launcher hands its kernel -- (seed, offset, keep threshold ``p_undrop_u8``,
+    rescale 1/(1-p)) -- through the ``triton.dropout`` fault hook (docs/faults.md); ``p_undrop_u8`` is this
+    module's own binding of ckfmha.rng's (benchmarks/parity_torch.py swaps it to inject its dropout fault)."""
+    from ckfmha.faults import perturb
+
+    return perturb(
+        "triton.dropout",
+        (
+            p.drop_seed & ((1 << 64) - 1),
+            p.drop_offset & ((1 << 64) - 1),
+            p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
+            1.0 / (1.0 - p.p_drop),
+        ),
+    )
 
 
 def check_preconditions(c: KernelConfig, p: Problem, role: StageRole | None = None) -> None:

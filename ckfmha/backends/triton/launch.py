@@ -13,8 +13,8 @@ name                       what it launches
 =========================  =========================================================================================
 
 Layers: imports :mod:`.device` and :mod:`.capability` (below it), :mod:`.kernels` and :mod:`.launch_kvcache`
-(the batch-prefill pools); the stage module :mod:`.execute` calls it.  ``p_undrop_u8`` is this module's own
-binding (benchmarks/parity_torch.py swaps it to inject a dropout fault).  The ``perturb("triton.<point>", value)``
+(the batch-prefill pools); the stage module :mod:`.execute` calls it.  The dropout words come from
+:func:`.device.dropout_args` (shared with the backward's launcher).  The ``perturb("triton.<point>", value)``
 calls are the fault catalogue's hook points (:mod:`ckfmha.faults`, docs/faults.md): each returns its value unless a
 fault is active, so a launch hands the kernel exactly what it would without them.
 """
@@ -37,6 +37,7 @@ from ckfmha.backends.triton.device import (  # noqa: F401  (DEVICE, Precondition
     PreconditionError,
     check_fp8_output,
     check_preconditions,
+    dropout_args,
     dummy_tensor,
     launch_fitting_stages,
     mask_args,
@@ -48,7 +49,7 @@ from ckfmha.faults import perturb  # the fault hooks (docs/faults.md): each retu
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode, Pipeline, QScale
 from ckfmha.plan import LaunchVariant
 from ckfmha.problem import Layout, Problem
-from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
+from ckfmha.rng import DROPOUT_ROUNDS
 
 # The trailing masked key blocks join the pipelined loop (FUSE_TAIL) up to this many key blocks per sequence; past
 # it the uniform branch in the loop costs more than the unpipelined edge block. H200, fp16 causal
@@ -215,15 +216,7 @@ def attention_launcher(
             skdb, skdh = kd.stride(0), kd.stride(1)
             svdb, svdh = vd.stride(0), vd.stride(1)
     mask_kind, ml, mr, my, mx, alibi_mode = perturb("triton.mask.window", mask_args(p))
-    seed, off, p_undrop, rp_keep = perturb(
-        "triton.dropout",
-        (
-            p.drop_seed & ((1 << 64) - 1),
-            p.drop_offset & ((1 << 64) - 1),
-            p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
-            1.0 / (1.0 - p.p_drop),
-        ),
-    )
+    seed, off, p_undrop, rp_keep = dropout_args(p)
     rows_per_head = p.seqlen_q * (p.nhead_q // p.nhead_k if pack else 1)
     grid = (
         triton.cdiv(rows_per_head, ls.block_m),

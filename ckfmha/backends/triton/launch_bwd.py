@@ -43,6 +43,7 @@ from ckfmha.backends.triton.device import (
     DeviceTensors,
     PreconditionError,
     check_preconditions,
+    dropout_args,
     dummy_tensor,
     launch_fitting_stages,
     mask_args,
@@ -55,7 +56,7 @@ from ckfmha.inputs import dbias_raw_shape, dk_raw_shape, dv_raw_shape, lse_shape
 from ckfmha.kernel import Bias, DType, Family, KernelConfig, MaskImpl, Mode
 from ckfmha.plan import FAMILY_ROLE, needs_convert  # the one rule: is a convert_dq stage next
 from ckfmha.problem import Layout, Problem
-from ckfmha.rng import DROPOUT_ROUNDS, p_undrop_u8
+from ckfmha.rng import DROPOUT_ROUNDS
 from ckfmha.workspace import dq_acc_splits
 
 #: what the backward stages write: never read from a stage's inputs (:func:`backward_device_tensors`)
@@ -263,15 +264,7 @@ def dq_dk_dv_launcher(
     else:
         seqstart_q = seqstart_k = seqlens_k = dummy
     mask_kind, ml, mr, _, _, alibi_mode = perturb("triton.mask.window", mask_args(p))
-    seed, off, p_undrop, rp_keep = perturb(
-        "triton.dropout",
-        (
-            p.drop_seed & ((1 << 64) - 1),
-            p.drop_offset & ((1 << 64) - 1),
-            p_undrop_u8(p.p_drop) if p.p_drop > 0 else 255,
-            1.0 / (1.0 - p.p_drop),
-        ),
-    )
+    seed, off, p_undrop, rp_keep = dropout_args(p)
     block_m, block_n = c.algorithm.tile[0], c.algorithm.tile[1]
     grid = (triton.cdiv(p.seqlen_k, block_n), p.batch * p.nhead_q)
     lb, lh, lm = lse.stride()
