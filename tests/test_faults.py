@@ -175,11 +175,14 @@ def test_every_hook_point_is_called_by_the_cpu_backend() -> None:
 
 
 def test_every_triton_hook_point_is_called_by_the_triton_launchers_only() -> None:
+    """The launchers and their device layer (device.dropout_args, shared by the forward's and the backward's
+    launchers) call every hook point; the kernels and the stage modules none."""
     triton = ROOT / "ckfmha" / "backends" / "triton"
-    launchers = "".join((triton / f"{m}.py").read_text() for m in ("launch", "launch_bwd", "launch_kvcache"))
+    hosts = ("launch", "launch_bwd", "launch_kvcache", "device")
+    launchers = "".join((triton / f"{m}.py").read_text() for m in hosts)
     called = set(re.findall(r'perturb\(\s*"([a-z_.]+)"', launchers))
     assert called == set(TRITON_HOOK_POINTS)
-    others = [p.name for p in triton.glob("*.py") if p.stem not in ("launch", "launch_bwd", "launch_kvcache")]
+    others = [p.name for p in triton.glob("*.py") if p.stem not in hosts]
     assert not [n for n in others if "perturb(" in (triton / n).read_text()]  # the kernels are never touched
 
 

@@ -377,12 +377,17 @@ def test_dropout_threshold_injection_reaches_every_triton_launcher():
     correct kernels). Needs torch and triton importable (no GPU)."""
     pytest.importorskip("torch", reason="torch is not installed (pip install 'ckfmha[gpu]')")
     pytest.importorskip("triton", reason="triton is not installed (pip install 'ckfmha[gpu]')")
-    from ckfmha.backends.triton import launch, launch_bwd
+    from ckfmha.backends.triton import device, launch, launch_bwd
+    from ckfmha.problem import Problem
     from ckfmha.rng import p_undrop_u8
 
-    for module in (launch, launch_bwd):
-        assert module.p_undrop_u8 is p_undrop_u8
+    p = Problem(family="bwd", p_drop=0.2)
+    for module in (
+        launch,
+        launch_bwd,
+    ):  # both take their dropout words from device.dropout_args, no binding of their own
+        assert module.dropout_args is device.dropout_args and not hasattr(module, "p_undrop_u8"), module.__name__
+    assert device.p_undrop_u8 is p_undrop_u8 and device.dropout_args(p)[2] == p_undrop_u8(0.2)
     with parity_torch.dropout_threshold_off_by_one():
-        for module in (launch, launch_bwd):
-            assert module.p_undrop_u8(0.2) == p_undrop_u8(0.2) - 1, module.__name__
-    assert launch.p_undrop_u8 is p_undrop_u8 and launch_bwd.p_undrop_u8 is p_undrop_u8  # restored
+        assert device.dropout_args(p)[2] == p_undrop_u8(0.2) - 1
+    assert device.p_undrop_u8 is p_undrop_u8 and device.dropout_args(p)[2] == p_undrop_u8(0.2)  # restored
