@@ -329,6 +329,8 @@ def _bwd_alg(a) -> str:
 # all configs of a signature) interleaved with three algorithm pieces (_alg_pieces, shared by all configs of an
 # algorithm object), so a name costs two cache lookups and six concatenations.
 _FAST_FAMILIES = frozenset((Family.FWD, Family.FWD_SPLITKV, Family.BATCH_PREFILL, Family.BWD_DQ_DK_DV))
+# the families whose names split into pieces (ck_name_parts, ck_name_signature_pieces)
+NAME_PIECES_FAMILIES = _FAST_FAMILIES
 _ALG_PIECES: dict[int, tuple[object, Family, tuple[str, str, str]]] = {}
 
 
@@ -505,6 +507,27 @@ def ck_name_parts(s: KernelSignature, a: KernelAlgorithm) -> tuple[str, str, str
     p0, p1, p2, p3 = _sig_parts(s)
     a0, a1, a2 = _alg_pieces(a, f)
     return p0, a0, p1 + a1 + p2 + a2 + p3
+
+
+def ck_name_signature_pieces(s: KernelSignature) -> tuple[str, ...]:
+    """The four signature pieces (P0..P3) of the current-scheme names of a kernel of the fwd, fwd_splitkv,
+    batch_prefill or bwd_dq_dk_dv family (:func:`join_name_pieces`); :class:`CKNameError` for the other families."""
+    if s.family not in _FAST_FAMILIES:
+        raise CKNameError(f"family {s.family.value!r}: its names are not split into pieces")
+    return _sig_parts(s)
+
+
+def ck_name_algorithm_pieces(a: KernelAlgorithm, family: Family) -> tuple[str, str, str]:
+    """The three algorithm pieces (A0..A2) of the current-scheme names of ``family``'s kernels of algorithm ``a``
+    (cached per algorithm object and family; the families of :func:`ck_name_signature_pieces`)."""
+    return _alg_pieces(a, family)
+
+
+def join_name_pieces(pieces: Iterable[tuple[tuple[str, ...], tuple[str, str, str]]]) -> list[str]:
+    """The names of (signature pieces, algorithm pieces) pairs: ``P0 A0 P1 A1 P2 A2 P3``, for an enumerator that
+    makes each signature's and each algorithm's pieces once (``ck_name_signature_pieces(s)``,
+    ``ck_name_algorithm_pieces(a, family)``): ``ck_instance_name(KernelConfig(s, a))``."""
+    return [f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}" for (p0, p1, p2, p3), (a0, a1, a2) in pieces]
 
 
 def ck_name_middle(a: KernelAlgorithm, family: Family) -> str:

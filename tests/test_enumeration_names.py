@@ -1,5 +1,6 @@
-"""The names-only enumeration paths: fwd and bwd name their kernels without making them (``enumerate_names``),
-from the split names of :func:`ckfmha.naming.ck_name_parts`; both must equal naming the pairs, in order.  Also the
+"""The names-only enumeration paths: fwd, bwd, batch_prefill and fwd_splitkv name their kernels without making the
+pairs (``enumerate_names``), from the split names of :func:`ckfmha.naming.ck_name_parts` or the pieces of
+:func:`ckfmha.naming.join_name_pieces`; each must equal naming the pairs, in order.  Also the
 scoped pause of the cyclic garbage collector around an enumeration."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 
 import ckfmha.enumeration as enumeration
 from ckfmha.archs import ck_archs, load_arch_spec
-from ckfmha.enumeration import EnumContext, bwd, ck_instance_names, enumerate_api, fwd
+from ckfmha.enumeration import EnumContext, _fwdlike, batch_prefill, bwd, ck_instance_names, enumerate_api, fwd, splitkv
 from ckfmha.kernel import Api, Family, KernelAlgorithm, KernelSignature, MaskMode, Pipeline
 from ckfmha.naming import (
     NAME_HEAD_FIELDS,
@@ -18,8 +19,11 @@ from ckfmha.naming import (
     NAME_TAIL_SIGNATURE_FIELDS,
     CKNameError,
     ck_instance_name,
+    ck_name_algorithm_pieces,
     ck_name_middle,
     ck_name_parts,
+    ck_name_signature_pieces,
+    join_name_pieces,
     render_ck_names,
 )
 
@@ -32,10 +36,13 @@ def _ctx(api: Api, arch: str, receipt: int, mask_mode: MaskMode) -> EnumContext 
     return EnumContext(api, arch, spec, receipt, mask_mode) if spec.has_section(api) else None
 
 
-@pytest.mark.parametrize("api", (Api.FWD, Api.BWD))
+NAMES_MODULES = {Api.FWD: fwd, Api.BWD: bwd, Api.BATCH_PREFILL: batch_prefill, Api.FWD_SPLITKV: splitkv}
+
+
+@pytest.mark.parametrize("api", tuple(NAMES_MODULES))
 @pytest.mark.parametrize("mask_mode", tuple(MaskMode))
 def test_names_path_equals_named_pairs(api: Api, mask_mode: MaskMode) -> None:
-    module = fwd if api is Api.FWD else bwd
+    module = NAMES_MODULES[api]
     for arch in ck_archs():
         for receipt in RECEIPTS:
             ctx = _ctx(api, arch, receipt, mask_mode)
@@ -53,9 +60,10 @@ def test_names_path_falls_back_to_pairs_for_config_filters(monkeypatch: pytest.M
         named.append(len(pairs))
         return render_ck_names(pairs)
 
-    for module, api in ((fwd, Api.FWD), (bwd, Api.BWD)):
+    for api, module in NAMES_MODULES.items():
         named.clear()
-        monkeypatch.setattr(module, "render_ck_names", spy)
+        renders = _fwdlike if module is splitkv else module  # where the names path names pairs
+        monkeypatch.setattr(renders, "render_ck_names", spy)
         ctx = _ctx(api, "gfx942", 0, MaskMode.SIMPLIFIED)
         assert ctx is not None
         names = module.enumerate_names(ctx)
@@ -101,6 +109,18 @@ def test_name_parts_of_other_families_raise() -> None:
     s = KernelSignature(Family.BWD_DOT_DO_O, "fp16", "batch", 64, 64, "gfx9")  # type: ignore[arg-type]
     with pytest.raises(CKNameError, match="not split"):
         ck_name_parts(s, KernelAlgorithm(Pipeline.BWD_DOT_DO_O, (64,)))
+    with pytest.raises(CKNameError, match="not split"):
+        ck_name_signature_pieces(s)
+
+
+def test_name_pieces_join_to_the_name() -> None:
+    n = 0
+    for c in _configs_of_split_families():
+        s, a = c.signature, c.algorithm
+        pieces = (ck_name_signature_pieces(s), ck_name_algorithm_pieces(a, s.family))
+        assert join_name_pieces([pieces]) == [ck_instance_name(c)]
+        n += 1
+    assert n > 50_000
 
 
 @pytest.mark.parametrize("enabled", (True, False))

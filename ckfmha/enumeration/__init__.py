@@ -7,9 +7,10 @@ dispatch-API .cpp); ``enumerate_kernels(arch, families, receipt, mask_mode)`` re
 Each api has one enumerator module (``fwd``, ``splitkv``, ``appendkv``, ``pagedkv``, ``batch_prefill``,
 ``bwd``) exposing ``enumerate_pairs(ctx: EnumContext)``, its kernels as (signature, algorithm) pairs
 (:mod:`ckfmha.enumeration._pairs`), and ``enumerate_api(ctx) -> list[KernelConfig]``, the same as configs.
-``fwd`` and ``bwd`` (most of the kernels) also expose ``enumerate_names(ctx)``: the CK names of their kernels, in
-the same order, made from the parts of :func:`ckfmha.naming.ck_name_parts` without making the kernels;
-``ck_instance_names`` uses it, and names the pairs (``render_ck_names``) for the other apis.
+``fwd``, ``bwd``, ``batch_prefill`` and ``splitkv`` also expose ``enumerate_names(ctx)``: the CK names of their
+kernels, in the same order, made from the parts of :func:`ckfmha.naming.ck_name_parts` (or the pieces of
+:func:`ckfmha.naming.join_name_pieces`) without making the pairs; ``ck_instance_names`` uses it, and names the
+pairs (``render_ck_names``) for the other apis.
 The tile tables and rules come from the arch data files (:mod:`ckfmha.archs`); what each receipt keeps comes from
 ``data/receipt_rules/<api>.yaml`` (:mod:`ckfmha.receipts`).
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckfmha.archs import ArchSpecError, load_arch_spec
-from ckfmha.enumeration._pairs import Pair, kept
+from ckfmha.enumeration._pairs import Pair, kept, reads_signature_only
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     ALGORITHM_FIELDS,
@@ -71,6 +71,13 @@ from ckfmha.kernel import (
     VLayout,
     new_config,
     new_signature,
+)
+from ckfmha.naming import (
+    NAME_PIECES_FAMILIES,
+    ck_name_algorithm_pieces,
+    ck_name_signature_pieces,
+    join_name_pieces,
+    render_ck_names,
 )
 
 _FEATURE_FIELDS: dict[str, Any] = {
@@ -411,6 +418,41 @@ def enumerate_api_blocks(ctx: Any, families: tuple[Family, ...]) -> list[Pair]:
     return kept(hit[1], ctx.keep)
 
 
+def enumerate_api_names(ctx: Any, families: tuple[Family, ...]) -> list[str]:
+    """The CK names of :func:`enumerate_api_blocks`' kernels, in order.  A family whose names split into pieces
+    (:func:`ckfmha.naming.ck_name_signature_pieces`) is named without its pairs: each signature's pieces are made
+    once (when the receipt's signature filter keeps it), each algorithm's once per tile; the other families, and
+    all with a receipt filter that reads more than signature fields, name their pairs."""
+    keep = ctx.keep
+    if not reads_signature_only(keep):
+        return render_ck_names(enumerate_api_blocks(ctx, families))
+    masks = tuple(ctx.masks)
+    names: list[str] = []
+    for blk in parsed_blocks(ctx, families):
+        if blk.family in NAME_PIECES_FAMILIES:
+            pieces = _Pieces(keep, blk.family)
+            names += join_name_pieces(enumerate_blocks((blk,), masks, pieces))
+        else:
+            names += render_ck_names(kept(enumerate_blocks((blk,), masks), keep))
+    return names
+
+
+class _Pieces:
+    """The names mode of :func:`enumerate_blocks`: a kernel is (signature pieces, algorithm pieces) of its name,
+    a signature that the receipt's signature filter ``keep`` drops has None."""
+
+    __slots__ = ("keep", "family")
+
+    def __init__(self, keep: Callable[[Any], Any], family: Family) -> None:
+        self.keep, self.family = keep, family
+
+    def signature(self, sig: KernelSignature) -> tuple[str, ...] | None:
+        return ck_name_signature_pieces(sig) if self.keep(sig) else None
+
+    def algorithm(self, alg: KernelAlgorithm) -> tuple[str, str, str]:
+        return ck_name_algorithm_pieces(alg, self.family)
+
+
 def clear_caches() -> None:
     """Forget parsed sections and pre-receipt config lists (for cold-start benchmarks and tests)."""
     _PARSED.clear()
@@ -426,11 +468,13 @@ def _tile_algorithms(
     expanded: list[tuple[Pipeline, Any, tuple[tuple[int, int, int, int], ...]]],
     alg_fields: tuple[str, ...],
     alg_ids: dict[tuple, int],
-) -> dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int]]:
-    """The algorithms of one tile: per (pipeline, pads) of the dtype's pipeline entries, the algorithm and the id
-    of the values its constraint fields ``alg_fields`` take (interned in ``alg_ids``, shared by the block)."""
+    pieces: _Pieces | None,
+) -> dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int, Any]]:
+    """The algorithms of one tile: per (pipeline, pads) of the dtype's pipeline entries, the algorithm, the id
+    of the values its constraint fields ``alg_fields`` take (interned in ``alg_ids``, shared by the block) and
+    what a kernel holds of it (the algorithm, or its name pieces with ``pieces``)."""
     af = tile.algorithm_fields
-    algs: dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int]] = {}
+    algs: dict[tuple[Pipeline, tuple[int, int, int, int]], tuple[KernelAlgorithm, int, Any]] = {}
     for pipe, _, pads in expanded:
         for p in pads:
             if (pipe, p) not in algs:
@@ -446,18 +490,22 @@ def _tile_algorithms(
                     p[3],
                 )
                 akey = tuple(getattr(alg, f) for f in alg_fields)
-                algs[(pipe, p)] = (alg, alg_ids.setdefault(akey, len(alg_ids)))
+                held = alg if pieces is None else pieces.algorithm(alg)
+                algs[(pipe, p)] = (alg, alg_ids.setdefault(akey, len(alg_ids)), held)
     return algs
 
 
-def enumerate_blocks(blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...]) -> list[Pair]:
+def enumerate_blocks(
+    blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...], pieces: _Pieces | None = None
+) -> list[tuple[Any, Any]]:
     """Expand family blocks into kernels, in generator order: dtype, hdim, mode, pipeline entry, product, pads.
+    A kernel is a (signature, algorithm) pair, or with ``pieces`` the pieces of its name (:class:`_Pieces`).
 
-    Hot loop: a signature is built once per feature combination and only when some pad variant survives the
-    constraints; algorithms are built once per tile/pipeline/pads; constraint results are memoized on the
-    field values they read.
+    Long because it is the hot loop nest: a signature is built once per feature combination and only when some
+    pad variant survives the constraints; algorithms are built once per tile/pipeline/pads; constraint results
+    are memoized on the field values they read.
     """
-    out: list[Pair] = []
+    out: list[tuple[Any, Any]] = []
     append = out.append
     for blk in blocks:
         family, arch_tag, fns = blk.family, blk.arch_tag, blk.constraints
@@ -472,7 +520,7 @@ def enumerate_blocks(blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...
             expanded = [(e.pipeline, e.variants(masks), e.pads) for e in dt.pipelines]
             for tile in dt.tiles:
                 hdim, hdim_v = tile.hdim, tile.hdim_v
-                algs = _tile_algorithms(tile, expanded, alg_fields, alg_ids)
+                algs = _tile_algorithms(tile, expanded, alg_fields, alg_ids, pieces)
                 for mode in blk.modes:
                     base = {
                         "family": family,
@@ -487,18 +535,23 @@ def enumerate_blocks(blocks: tuple[FamilyBlock, ...], masks: tuple[MaskImpl, ...
                         for feats in variants:
                             skey = tuple(feats[f] if f in feats else base.get(f, _SIG_DEFAULTS[f]) for f in sig_fields)
                             sid = sig_ids.setdefault(skey, len(sig_ids))
-                            sig = None
-                            for alg, aid in pad_algs:
+                            sig: KernelSignature | None = None
+                            held_sig: Any = None
+                            for alg, aid, held_alg in pad_algs:
                                 k = (sid, aid)
                                 ok = memo.get(k)
                                 if ok is False:
                                     continue
                                 if sig is None:
-                                    sig = new_signature(family, dtype, mode, hdim, hdim_v, arch_tag, **feats)
+                                    sig = held_sig = new_signature(family, dtype, mode, hdim, hdim_v, arch_tag, **feats)
+                                    if pieces is not None:
+                                        held_sig = pieces.signature(sig)
+                                        if held_sig is None:  # the receipt drops it
+                                            break
                                 if ok is None:
                                     c = new_config(sig, alg)
                                     ok = memo[k] = all(fn(c) for fn in fns)
                                     if not ok:
                                         continue
-                                append((sig, alg))
+                                append((held_sig, held_alg))
     return out

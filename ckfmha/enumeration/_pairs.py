@@ -3,8 +3,8 @@
 A :class:`~ckfmha.kernel.KernelConfig` is exactly such a pair.  The enumerators emit bare pairs
 (``enumerate_pairs(ctx)``) because the commonest question, CK's instance names (:func:`ckfmha.naming.render_ck_names`),
 needs nothing more, and a tuple costs a quarter of a config to build; ``enumerate_api(ctx)`` of each enumerator gives
-the configs (:func:`configs`).  (``fwd`` and ``bwd`` name their kernels without even the pairs: their
-``enumerate_names``.)
+the configs (:func:`configs`).  (``fwd``, ``bwd``, ``batch_prefill`` and
+``splitkv`` name their kernels without even the pairs: their ``enumerate_names``.)
 
 A receipt's filter reads config fields (``c.dtype``, ``c.pad_d``): :func:`kept` tests a pair on its signature alone
 when the filter reads signature fields only (the same answer for every algorithm), else on its config.

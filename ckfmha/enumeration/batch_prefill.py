@@ -52,7 +52,8 @@ Configs carry ``family=batch_prefill``, ``arch_tag=none`` (batch_prefill names h
 ``paged_kv=True``. The unfiltered product of a section depends only on the section and the mask mode, so it
 is computed once per (section object, mask mode): gfx90a/gfx942/gfx950 share one section and one product
 (sections are treated as immutable; re-reading the arch files, ``load_arch_spec.cache_clear()``, gives new
-section objects and so a fresh computation).
+section objects and so a fresh computation). ``enumerate_names`` runs the same loops but names the kernels as
+they come (head, middle and tail of :func:`ckfmha.naming.ck_name_parts`), keeping nothing.
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ import dataclasses
 import gc
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ckfmha.archs import ArchSpecError
-from ckfmha.enumeration._pairs import Pair, configs, kept
+from ckfmha.enumeration._pairs import Pair, configs, kept, reads_signature_only
 from ckfmha.filters import FilterError, compile_filter
 from ckfmha.kernel import (
     CONFIG_FIELDS,
@@ -91,6 +92,7 @@ from ckfmha.kernel import (
     VLayout,
     new_signature,
 )
+from ckfmha.naming import ck_name_middle, ck_name_parts, render_ck_names
 
 _TOP_KEYS = {"pipeline", "vlayout", "pads", "modes", "page_sizes", "global_load_when", "exclude", "dtypes"}
 _REQUIRED_TOP = ("modes", "page_sizes", "dtypes")
@@ -123,10 +125,14 @@ for _cls in (KernelSignature, KernelAlgorithm):
             _FIELD_DEFAULTS[_f.name] = _f.default
 
 
+_NEW = object()  # not yet in a cache
+
 # Signatures are built positionally: every field but the last (page_size, set per page) comes from a prefix
 # tuple computed once per feature combination and hdim_v.
 assert SIGNATURE_FIELDS[-1] == "page_size", SIGNATURE_FIELDS
 _SIG_PREFIX_FIELDS = SIGNATURE_FIELDS[:-1]
+_PREFIX_DEFAULTS = {f: _FIELD_DEFAULTS.get(f) for f in _SIG_PREFIX_FIELDS}
+_PREFIX_OF = itemgetter(*_SIG_PREFIX_FIELDS)  # the prefix tuple of a merged mapping of fields
 
 
 class BatchPrefillSpecError(ArchSpecError):
@@ -143,24 +149,47 @@ class _Probe:
         def __setattr__(self, name: str, value: Any) -> None: ...
 
 
-@dataclass(frozen=True)
+# Plain classes with slots, not dataclasses: creating a dataclass costs ~1.5 ms, paid at this module's lazy
+# import inside a timed enumeration.
 class _Expr:
+    __slots__ = ("source", "fn", "level", "where")
+
     source: str
     fn: Callable[[Any], Any]
     level: int
     where: str
 
+    def __init__(self, source: str, fn: Callable[[Any], Any], level: int, where: str) -> None:
+        self.source = source
+        self.fn = fn
+        self.level = level
+        self.where = where
 
-@dataclass(frozen=True)
+
 class _Tile:
+    __slots__ = ("algorithm_bload", "algorithm_gload", "hdim_v", "values")
+
     algorithm_bload: KernelAlgorithm
     algorithm_gload: KernelAlgorithm
     hdim_v: int
     values: tuple[tuple[str, Any], ...]  # probe fields set at the tile level
 
+    def __init__(
+        self,
+        algorithm_bload: KernelAlgorithm,
+        algorithm_gload: KernelAlgorithm,
+        hdim_v: int,
+        values: tuple[tuple[str, Any], ...],
+    ) -> None:
+        self.algorithm_bload = algorithm_bload
+        self.algorithm_gload = algorithm_gload
+        self.hdim_v = hdim_v
+        self.values = values
 
-@dataclass(frozen=True)
+
 class _DTypeEntry:
+    __slots__ = ("dtype", "pipeline", "vlayout", "pads", "feature_names", "feature_values", "tiles")
+
     dtype: DType
     pipeline: Pipeline
     vlayout: VLayout
@@ -169,17 +198,55 @@ class _DTypeEntry:
     feature_values: tuple[tuple[Any, ...], ...]  # "mode" stands for the mask mode's masks
     tiles: tuple[tuple[int, tuple[_Tile, ...]], ...]
 
+    def __init__(
+        self,
+        dtype: DType,
+        pipeline: Pipeline,
+        vlayout: VLayout,
+        pads: tuple[int, int, int, int],
+        feature_names: tuple[str, ...],
+        feature_values: tuple[tuple[Any, ...], ...],
+        tiles: tuple[tuple[int, tuple[_Tile, ...]], ...],
+    ) -> None:
+        self.dtype = dtype
+        self.pipeline = pipeline
+        self.vlayout = vlayout
+        self.pads = pads
+        self.feature_names = feature_names
+        self.feature_values = feature_values
+        self.tiles = tiles
 
-@dataclass
+
 class _Section:
+    __slots__ = ("section", "unsupported", "modes", "page_sizes", "exclude", "global_load", "dtypes", "products")
+
     section: Any  # the raw section object (kept so its id stays unique while cached)
     unsupported: bool
-    modes: tuple[Mode, ...] = ()
-    page_sizes: tuple[int, ...] = ()
-    exclude: tuple[_Expr, ...] = ()
-    global_load: _Expr | None = None
-    dtypes: tuple[_DTypeEntry, ...] = ()
-    products: dict[MaskMode, tuple[Pair, ...]] = dataclasses.field(default_factory=dict)
+    modes: tuple[Mode, ...]
+    page_sizes: tuple[int, ...]
+    exclude: tuple[_Expr, ...]
+    global_load: _Expr | None
+    dtypes: tuple[_DTypeEntry, ...]
+    products: dict[MaskMode, tuple[Pair, ...]]  # the unfiltered kernels per mask mode, made on demand
+
+    def __init__(
+        self,
+        section: Any,
+        unsupported: bool,
+        modes: tuple[Mode, ...] = (),
+        page_sizes: tuple[int, ...] = (),
+        exclude: tuple[_Expr, ...] = (),
+        global_load: _Expr | None = None,
+        dtypes: tuple[_DTypeEntry, ...] = (),
+    ) -> None:
+        self.section = section
+        self.unsupported = unsupported
+        self.modes = modes
+        self.page_sizes = page_sizes
+        self.exclude = exclude
+        self.global_load = global_load
+        self.dtypes = dtypes
+        self.products = {}
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -420,13 +487,14 @@ def _any_fn(exprs: tuple[_Expr, ...]) -> Callable[[Any], bool] | None:
     return lambda c: any(f(c) for f in fns)
 
 
-def _product(sec: _Section, masks: tuple) -> tuple[Pair, ...]:
+def _product(sec: _Section, masks: tuple, named: _Named | None = None) -> list[tuple[Any, Any]]:
+    """The section's kernels (:func:`_product_loops`), naming the expression that cannot be evaluated."""
     probe = _Probe()
     # Only new, acyclic objects are made here: pausing the cyclic GC saves its repeated scans of them.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _product_loops(sec, masks, probe)
+        return _product_loops(sec, masks, probe, named)
     except (TypeError, AttributeError, IndexError, KeyError):
         # an expression read a field it cannot use (e.g. indexed a scalar): name it
         _fails(sec.exclude + ((sec.global_load,) if sec.global_load else ()), probe)
@@ -436,9 +504,33 @@ def _product(sec: _Section, masks: tuple) -> tuple[Pair, ...]:
             gc.enable()
 
 
-def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[Pair, ...]:
-    """The section's configs in generator order: dtype, hdim, mode, tile, feature combination, page size, kv load;
-    each exclude level is tested on ``probe`` as soon as the fields it reads are set.
+class _Named:
+    """The names mode of :func:`_product_loops`: a signature stands for the (head, tail) of its names
+    (:func:`ckfmha.naming.ck_name_parts`; the tail reads only the pads of the algorithm, which every tile of a
+    dtype entry shares) or for None when the receipt's signature filter ``keep`` drops it, and an algorithm for
+    its name's middle."""
+
+    __slots__ = ("keep",)
+
+    def __init__(self, keep: Callable[[Any], Any]) -> None:
+        self.keep = keep
+
+    def signature(self, sig: KernelSignature, alg: KernelAlgorithm) -> tuple[str, str] | None:
+        if not self.keep(sig):
+            return None
+        head, _, tail = ck_name_parts(sig, alg)
+        return head, tail
+
+    @staticmethod
+    def algorithms(t: _Tile) -> tuple[str, str]:
+        family = Family.BATCH_PREFILL
+        return ck_name_middle(t.algorithm_bload, family), ck_name_middle(t.algorithm_gload, family)
+
+
+def _product_loops(sec: _Section, masks: tuple, probe: _Probe, named: _Named | None) -> list[tuple[Any, Any]]:
+    """The section's kernels in generator order: dtype, hdim, mode, tile, feature combination, page size, kv
+    load; each exclude level is tested on ``probe`` as soon as the fields it reads are set.  The kernels are
+    (signature, algorithm) pairs, or with ``named`` ((head, tail), middle) of their names (:class:`_Named`).
 
     Long because it is the enumeration's hot loop nest: every level sets fields on the one shared ``probe`` that
     the deeper levels' exclude rules read, and the signature and prefix caches of a (dtype, hdim, mode) are shared
@@ -452,8 +544,9 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[Pair, ..
     probe.family = Family.BATCH_PREFILL
     probe.arch_tag = ArchTag.NONE
     probe.paged_kv = True
-    out: list[Pair] = []
+    out: list[tuple[Any, Any]] = []
     append = out.append
+    named_sig = named.signature if named is not None else None
     block, global_lds = KVLoad.BLOCK, KVLoad.GLOBAL_LDS
     for d in sec.dtypes:
         for name in _FEATURES:  # a feature a dtype leaves out keeps its default
@@ -485,12 +578,13 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[Pair, ..
                         setattr(probe, n, v)
                     if ex_feat is None or not ex_feat(probe):
                         kept.append((idx, combo))
-                signatures: dict[tuple[int, int, int], KernelSignature] = {}
+                signatures: dict[tuple[int, int, int], Any] = {}  # None: dropped by the receipt
                 prefixes: dict[tuple[int, int], tuple] = {}
                 for t in tiles:
                     for n, v in t.values:
                         setattr(probe, n, v)
-                    alg_b, alg_g, hdim_v = t.algorithm_bload, t.algorithm_gload, t.hdim_v
+                    alg_b, alg_g = (t.algorithm_bload, t.algorithm_gload) if named is None else named.algorithms(t)
+                    hdim_v = t.hdim_v
                     for idx, combo in kept:
                         for n, v in combo:
                             setattr(probe, n, v)
@@ -501,16 +595,19 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[Pair, ..
                             if ex_page is not None and ex_page(probe):
                                 continue
                             key = (idx, hdim_v, ps)
-                            sig = signatures.get(key)
-                            if sig is None:
+                            sig = signatures.get(key, _NEW)
+                            if sig is _NEW:
                                 pre = prefixes.get((idx, hdim_v))
                                 if pre is None:
-                                    kw = dict(base, hdim_v=hdim_v, **dict(combo))
-                                    pre = prefixes[(idx, hdim_v)] = tuple(
-                                        kw.get(f, _FIELD_DEFAULTS.get(f)) for f in _SIG_PREFIX_FIELDS
-                                    )
+                                    kw = {**_PREFIX_DEFAULTS, **base, "hdim_v": hdim_v, **dict(combo)}
+                                    pre = prefixes[(idx, hdim_v)] = _PREFIX_OF(kw)
                                 # positional: ~30% faster (one tuple: mypy miscounts ``f(*pre, ps)`` as too many)
-                                sig = signatures[key] = new_signature(*(*pre, ps))
+                                sig = new_signature(*(*pre, ps))
+                                if named_sig is not None:
+                                    sig = named_sig(sig, t.algorithm_bload)
+                                signatures[key] = sig
+                            if sig is None:
+                                continue
                             if ex_load is None:
                                 append((sig, alg_b))
                                 if gl is not None and gl(probe):
@@ -523,7 +620,7 @@ def _product_loops(sec: _Section, masks: tuple, probe: _Probe) -> tuple[Pair, ..
                                 probe.kv_load = global_lds
                                 if not ex_load(probe):
                                     append((sig, alg_g))
-    return tuple(out)
+    return out
 
 
 def enumerate_api(ctx) -> list[KernelConfig]:
@@ -538,5 +635,18 @@ def enumerate_pairs(ctx) -> list[Pair]:
         return []
     full = sec.products.get(ctx.mask_mode)
     if full is None:
-        full = sec.products[ctx.mask_mode] = _product(sec, ctx.masks)
+        full = sec.products[ctx.mask_mode] = tuple(_product(sec, ctx.masks))
     return kept(full, ctx.keep)
+
+
+def enumerate_names(ctx) -> list[str]:
+    """The CK instance names of :func:`enumerate_pairs`' kernels, in the same order, without making the pairs:
+    each name is head + middle + tail (:func:`ckfmha.naming.ck_name_parts`), the head and tail made once per
+    signature, the middle once per algorithm.  A receipt filter that reads more than signature fields names the
+    pairs instead."""
+    if not reads_signature_only(ctx.keep):
+        return render_ck_names(enumerate_pairs(ctx))
+    sec = _compiled(ctx)
+    if sec.unsupported:
+        return []
+    return [head + middle + tail for (head, tail), middle in _product(sec, ctx.masks, _Named(ctx.keep))]

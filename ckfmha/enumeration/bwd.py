@@ -315,7 +315,8 @@ class _Plan:
         dropout: Dropout,
         det: bool,
     ) -> KernelSignature:
-        key = (dtype, mode, hq, hv, mask, bias, dbias, dropout, det)
+        # keyed by the members' ids: an enum member is a singleton, and Enum.__hash__ is a Python-level call
+        key = (id(dtype), id(mode), hq, hv, id(mask), id(bias), dbias, id(dropout), det)
         s = self.sigs.get(key)
         if s is None:
             s = self.sigs[key] = new_signature(
@@ -467,6 +468,7 @@ def enumerate_names(ctx: Any) -> list[str]:
     tails: dict[tuple, str] = {}  # by (features, deterministic, trload): the plan's other tail fields are fixed
     pres: list[str] = []  # head + middle, per algorithm of the level's tile
     pres_of = None
+    noted: tuple = ()
     for level in _levels(p, ctx.masks):
         sigs = [s for s in level[-1] if keep(s)]
         if not sigs:
@@ -479,7 +481,10 @@ def enumerate_names(ctx: Any) -> list[str]:
         trload, feats = first.trload, level[8]  # a tile's algorithms differ in their pads only
         tl = [tails.get((feats, s.deterministic, trload)) or _tail(tails, feats, s, first) for s in sigs]
         dq.extend([pre + t for pre in pres for t in tl])
-        _note_one_d(dot_keys, conv_keys, level, sigs)
+        one_d = (*level[:5], level[6], level[7], *[s.deterministic for s in sigs])  # what _note_one_d reads
+        if one_d != noted:  # a level like the last one (of the tile and mode) notes nothing new
+            _note_one_d(dot_keys, conv_keys, level, sigs)
+            noted = one_d
     dots, convs = _one_d(p, dot_keys, conv_keys)
     return [*render_ck_names(dots), *dq, *render_ck_names(convs)]
 

@@ -73,7 +73,6 @@ import ast
 import itertools
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckfmha.archs import ArchSpecError
@@ -188,14 +187,29 @@ class _Err:
 
 
 # ------------------------------------------------------------------------------------------ parsed section
-@dataclass(frozen=True)
+# Plain classes with slots, not dataclasses: creating a dataclass costs ~1.5 ms, paid at this module's lazy
+# import inside a timed enumeration.
 class _Cond:
     """One ``when`` mapping: static part (hdim, hdim_q, receipts) and feature part (axis -> allowed set)."""
+
+    __slots__ = ("hdims", "hdim_q", "receipts", "features")
 
     hdims: Callable[[tuple[int, int]], bool] | None
     hdim_q: Callable[[int], bool] | None
     receipts: Callable[[int], bool] | None
     features: tuple[tuple[int, Callable[[Any], bool]], ...]  # (axis index in _AXES, matcher)
+
+    def __init__(
+        self,
+        hdims: Callable[[tuple[int, int]], bool] | None,
+        hdim_q: Callable[[int], bool] | None,
+        receipts: Callable[[int], bool] | None,
+        features: tuple[tuple[int, Callable[[Any], bool]], ...],
+    ) -> None:
+        self.hdims = hdims
+        self.hdim_q = hdim_q
+        self.receipts = receipts
+        self.features = features
 
     def static_ok(self, hdim: tuple[int, int], receipt: int) -> bool:
         return (
@@ -214,52 +228,119 @@ class _Cond:
 _TRUE_COND = _Cond(None, None, None, ())
 
 
-@dataclass(frozen=True)
 class _Variant:
+    __slots__ = ("pipeline", "pads", "vlayout", "trload", "when")
+
     pipeline: Pipeline
     pads: tuple[int, int, int, int]
     vlayout: VLayout
     trload: bool
     when: _Cond
 
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        pads: tuple[int, int, int, int],
+        vlayout: VLayout,
+        trload: bool,
+        when: _Cond,
+    ) -> None:
+        self.pipeline = pipeline
+        self.pads = pads
+        self.vlayout = vlayout
+        self.trload = trload
+        self.when = when
 
-@dataclass(frozen=True)
+
 class _Group:
+    __slots__ = ("axes", "when", "variants")
+
     axes: tuple[tuple[str, Any], ...]  # (axis, tuple of values or _MASKS_WORD), in product order
     when: _Cond
     variants: tuple[_Variant, ...]
 
+    def __init__(self, axes: tuple[tuple[str, Any], ...], when: _Cond, variants: tuple[_Variant, ...]) -> None:
+        self.axes = axes
+        self.when = when
+        self.variants = variants
 
-@dataclass(frozen=True)
+
 class _Tile:
+    __slots__ = ("tile", "warps", "warp_tiles", "occupancy", "runtime_constraint")
+
     tile: tuple[int, ...]
     warps: tuple[tuple[int, int, int], tuple[int, int, int]]
     warp_tiles: tuple[tuple[int, int, int], tuple[int, int, int]]
     occupancy: int
     runtime_constraint: str | None
 
+    def __init__(
+        self,
+        tile: tuple[int, ...],
+        warps: tuple[tuple[int, int, int], tuple[int, int, int]],
+        warp_tiles: tuple[tuple[int, int, int], tuple[int, int, int]],
+        occupancy: int,
+        runtime_constraint: str | None,
+    ) -> None:
+        self.tile = tile
+        self.warps = warps
+        self.warp_tiles = warp_tiles
+        self.occupancy = occupancy
+        self.runtime_constraint = runtime_constraint
 
-@dataclass(frozen=True)
+
 class _DTypeSpec:
+    __slots__ = ("dtype", "hdims", "groups")
+
     dtype: DType
     hdims: tuple[tuple[tuple[int, int], tuple[_Tile, ...]], ...]
     groups: tuple[_Group, ...]
 
+    def __init__(
+        self,
+        dtype: DType,
+        hdims: tuple[tuple[tuple[int, int], tuple[_Tile, ...]], ...],
+        groups: tuple[_Group, ...],
+    ) -> None:
+        self.dtype = dtype
+        self.hdims = hdims
+        self.groups = groups
 
-@dataclass(frozen=True)
+
 class _Rule:
+    __slots__ = ("name", "fn", "stage", "read")
+
     name: str
     fn: Callable[[Any], Any]  # reads c.<field> only: takes a KernelConfig or a _Probe
     stage: str  # "head" | "feature" | "signature" | "algorithm" | "config"
     read: frozenset[str]  # the fields it reads
 
+    def __init__(self, name: str, fn: Callable[[Any], Any], stage: str, read: frozenset[str]) -> None:
+        self.name = name
+        self.fn = fn
+        self.stage = stage
+        self.read = read
 
-@dataclass(frozen=True)
+
 class _Section:
+    __slots__ = ("arch_tag", "modes", "rules", "dtypes")
+
     arch_tag: ArchTag
     modes: tuple[Mode, ...]
     rules: tuple[_Rule, ...]
     dtypes: tuple[_DTypeSpec, ...]
+
+    def __init__(
+        self,
+        arch_tag: ArchTag,
+        modes: tuple[Mode, ...],
+        rules: tuple[_Rule, ...],
+        dtypes: tuple[_DTypeSpec, ...],
+    ) -> None:
+        self.arch_tag = arch_tag
+        self.modes = modes
+        self.rules = rules
+        self.dtypes = dtypes
 
 
 def _parse_enum(cls, value: Any, path: str, err: _Err):

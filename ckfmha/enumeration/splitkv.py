@@ -46,7 +46,7 @@ fp8 combine kernels.
 
 from __future__ import annotations
 
-from ckfmha.enumeration._fwdlike import enumerate_api_blocks
+from ckfmha.enumeration._fwdlike import enumerate_api_blocks, enumerate_api_names
 from ckfmha.enumeration._pairs import Pair, configs
 from ckfmha.kernel import Family, KernelConfig
 
@@ -59,3 +59,7 @@ def enumerate_pairs(ctx) -> list[Pair]:
 
 def enumerate_api(ctx) -> list[KernelConfig]:
     return configs(enumerate_pairs(ctx))
+
+
+def enumerate_names(ctx) -> list[str]:
+    return enumerate_api_names(ctx, FAMILIES)
