@@ -30,21 +30,11 @@ from ckfmha.backends import get_backend
 _backend = get_backend("triton")
 
 from ckfmha import rng  # noqa: E402
-from ckfmha.dispatcher import Dispatcher  # noqa: E402
 from ckfmha.inputs import make_inputs  # noqa: E402
 from ckfmha.problem import Problem  # noqa: E402
 from ckfmha.reference import reference  # noqa: E402
-from ckfmha.registry import Registry  # noqa: E402
 from ckfmha.validator import validate  # noqa: E402
-
-_REG: dict = {}
-
-
-def dispatcher() -> Dispatcher:
-    if "d" not in _REG:
-        reg = Registry.from_enumeration("sm90", mask_mode="generic", backend="triton")
-        _REG["d"] = Dispatcher(reg, _backend, num_cus=132)
-    return _REG["d"]
+from tests.test_triton_gpu import dispatcher  # noqa: E402  (the sm90 dispatcher the GPU tests share)
 
 
 def _run(p: Problem, inputs: dict, tile: str | None) -> dict:
