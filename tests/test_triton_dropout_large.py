@@ -1,11 +1,13 @@
 """Triton forward dropout past the random-value store limit (issues 27/25).
 
 The forward kernel stores its random values (``STORE_RANDVAL``) only while the ``randval`` output of the stage
-has at most ``RANDVAL_MAX_ELEMENTS`` (2**26) elements (execute.py); a larger problem runs the kernel compiled
-with ``STORE_RANDVAL=False``.  That is the one thing every failing H100 dropout item of issues 27/25 has and every
-passing one lacks (batch_prefill 1024/4000 x 16 heads: 92 M random values; FA's 2048 x 2048 x 4 x 9: 151 M; the
-passing 1024 x 1024 x 4 x 16 items: exactly 2**26, stored), and the two variants compile differently on sm90
-(without the store the Philox stream is computed in the wgmma accumulator layout, with it in a blocked layout).
+has at most ``RANDVAL_MAX_ELEMENTS`` (2**26) elements (execute.py); a larger problem ran the kernel compiled
+without the store (``STORE_RANDVAL=False``) until session 9 -- now every dropout launch compiles the store and a
+launch without a buffer masks it off (docs/hopper_forward.md).  That is the one thing every failing H100 dropout
+item of issues 27/25 had and every passing one lacked (batch_prefill 1024/4000 x 16 heads: 92 M random values;
+FA's 2048 x 2048 x 4 x 9: 151 M; the passing 1024 x 1024 x 4 x 16 items: exactly 2**26, stored), and the two
+variants compiled differently on sm90 (without the store the Philox stream is computed in the wgmma accumulator
+layout, with it in a blocked layout).
 These tests lower the limit so that a small problem takes the no-store variant, and check it against the
 reference and against the store variant, on a GPU or in Triton's interpreter (``TRITON_INTERPRET=1``; the
 conftest's GPU_FILES / TRITON_INTERPRETER_FILES skip it with the reason elsewhere).
@@ -15,7 +17,8 @@ bf16, first mismatched at the same element -- head 0, query 12 of sequence 0 (10
 of 13 keys) -- so the error is not tied to long sequences: ``batch_prefill_h100_kernel*`` run that kernel
 (b128x64, 4 warps, 2 stages, vLLM table, vectorized pool, page 16) on that sequence with the same seed, offset and
 p_drop, small enough for the interpreter.  In the interpreter every case passes (ckfmha's kernel arithmetic is
-right); on a GPU a failure of the no-store half alone points at the compiled ``STORE_RANDVAL=False`` variant.
+right); on a GPU a failure of the no-store half alone points at the compiled no-store variant -- as it did on
+the H100 before the masked-off store (session 9: fwd and both batch-prefill cases failed, fwd_causal passed).
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def test_dropout_past_the_randval_limit_matches_the_stored_variant_and_reference
     assert _randval_mismatches(p, np.asarray(stored["randval"])) == 0
 
     monkeypatch.setattr(execute, "RANDVAL_MAX_ELEMENTS", int(np.prod(stored["randval"].shape)) - 1)
-    unstored = _run(p, inputs, tile)  # one element past the limit: STORE_RANDVAL=False, as the large items run
+    unstored = _run(p, inputs, tile)  # one element past the limit: no buffer, as the large items run
     assert "randval" not in unstored
 
     for out in (stored, unstored):

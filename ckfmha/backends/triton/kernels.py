@@ -272,7 +272,10 @@ def _attn_block(
                     + offs_m.to(tl.int64)[:, None] * stride_rm
                     + offs_n.to(tl.int64)[None, :] * stride_rn
                 )
-                tl.store(rv_ptrs, rv.to(tl.uint8), mask=(offs_m[:, None] < sq) & (offs_n[None, :] < sk))
+                # stride_rn == 0: the launch wants no random values (a one-byte sink; launch.py says why the
+                # store is compiled anyway) and no column passes; a stored buffer's stride is a compile-time 1
+                keep = (offs_m[:, None] < sq) & (offs_n[None, :] * stride_rn < sk * stride_rn)
+                tl.store(rv_ptrs, rv.to(tl.uint8), mask=keep)
             p = tl.where(rv <= p_undrop, p * rp_keep, 0.0)
         if QSCALE == 2:
             vd = tl.load(VDESC + vdesc_base + offs_n // 128, mask=offs_n < sk, other=0.0)

@@ -181,6 +181,12 @@ def attention_launcher(
     srb = srh = srm = srn = 0
     if randval is not None:
         srb, srh, srm, srn = randval.stride()
+    elif p.p_drop > 0:
+        # every dropout launch compiles the store (STORE_RANDVAL below): without a randval buffer it writes to a
+        # one-byte sink, masked off by its zero strides (kernels.py: no column passes).  The variant compiled
+        # without the store computed a different keep mask on sm90 (Triton 3.6; tests/test_triton_dropout_large.py
+        # failed there, passes in the interpreter): docs/hopper_forward.md
+        randval = torch.empty(1, dtype=torch.uint8, device=dev)
     bt = t.get("block_table") if kv_pool is None else kv_pool.table
     sbtb = bt.stride(0) if bt is not None else 0
     seqlens_k = t.get("cache_seqlens") if not group else t.get("seqlen_k")
@@ -311,7 +317,7 @@ def attention_launcher(
         BIAS_KIND={Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}[s.bias],
         HAS_LSE=split or t.get("lse") is not None,
         HAS_DROPOUT=p.p_drop > 0,
-        STORE_RANDVAL=randval is not None and p.p_drop > 0,
+        STORE_RANDVAL=p.p_drop > 0,  # compiled with every dropout launch; masked off without a buffer (above)
         HAS_SOFTCAP=s.logits_soft_cap,
         HAS_SINK=s.sink,
         IS_GROUP=group,
