@@ -8,7 +8,8 @@ Registered through ``pytest_xdist_make_scheduler`` when a ckfmha run uses ``-n``
 | kernel groups | :func:`kernel_groups` (the rule of :meth:`pytest_ckfmha.ids.NodeId.group_kernel` that the ``xdist_group`` marker follows too): a kernel item's group is its kernel (``kernel:<kernel id>``); a plan item joins the first kernel item of its shape in the collection (its best-ranked kernel, which its plan normally uses); other items are groups of one |
 | builds once | a group's first item (its cheapest, so the build is done soonest) runs first, alone; its siblings are *held* until it completes -- only the worker running it may take them meanwhile (they run after it there) -- then *released*: any worker takes them, from the build cache (``ckfmha/backends/cache.py``; its file lock keeps a build that still races safe) |
 | cost | :mod:`pytest_ckfmha.costs`: the problem's FLOPs, or the seconds measured in ``--ckfmha-durations PREV.json`` |
-| order | the next item of a worker is the costlier of (the released item of highest cost, the first item of the unbuilt group of highest total cost): ties go to the build; ties of cost keep collection order. A worker is given items while it has fewer than two pending (xdist runs an item only once it knows the next one); with neither, it takes a held sibling of a build it runs, else it waits (never shut down while held items remain) |
+| shape affinity | a worker is given first a *released* item of the shape (:attr:`pytest_ckfmha.ids.NodeId.scope`) of the last item sent to it, costliest first, when the memory rule admits one: the worker's kernel process still holds that shape's inputs and reference (the memo of :mod:`pytest_ckfmha.execute` and :mod:`pytest_ckfmha.refcache`), so the items of a shape run one after the other on one worker instead of side by side on several. Never an unbuilt group's first item nor a held sibling (builds once); an item queued by ``mark_test_pending`` still goes first; items of no ckfmha node id, and refused CK smoke lines, have no shape |
+| order | otherwise, the next item of a worker is the costlier of (the released item of highest cost, the first item of the unbuilt group of highest total cost): ties go to the build; ties of cost keep collection order. A worker is given items while it has fewer than two pending (xdist runs an item only once it knows the next one); with neither, it takes a held sibling of a build it runs, else it waits (never shut down while held items remain) |
 | memory | ``--ckfmha-memory-budget`` (default 0.6 of MemTotal): a worker's footprint is the largest estimated peak (:func:`ckfmha.work.host_bytes`) of the items it holds (they run one after the other); an item is sent to a worker only while the summed footprints stay within the budget; an item that fits nowhere waits (the next that fits goes first), and when no worker could start anything the next item goes anyway (one item always runs, however large) |
 | a worker dies | the item it was running is reported failed (``crashed``, the worker's exit status -- see :func:`crash_description`) and is **not** re-run; the rest of its work is queued again (a group whose build was on it is unbuilt again); xdist replaces the worker (``--max-worker-restart``) and the run goes on |
 | ``mark_test_pending`` | the item is queued again ahead of everything (for rerun plugins) |
@@ -71,10 +72,13 @@ class WorkPool:
         self.held: dict[str, list[str]] = {}  # group -> the siblings waiting for its build
         self.builder: dict[str, str] = {}  # group -> its build item (sent, not completed)
         self._groups: list[tuple[float, int, str]] = []  # heap over unbuilt (stale entries skipped)
-        self._ready: list[tuple[float, int, str]] = []  # heap of released items
+        self._ready: list[tuple[float, int, str]] = []  # heap of released items (stale entries skipped)
+        self._released: dict[str, tuple[float, int, str]] = {}  # released item not taken -> its entry in _ready
+        self.scopes = {n: shape_of(n) for n in collection}  # node id -> its shape (None: none)
+        self._by_scope: dict[str, set[str]] = {}  # shape -> its released items (taken ones dropped lazily)
 
     def __len__(self) -> int:
-        return len(self._ready) + sum(map(len, self.unbuilt.values())) + sum(map(len, self.held.values()))
+        return len(self._released) + sum(map(len, self.unbuilt.values())) + sum(map(len, self.held.values()))
 
     def add_group(self, group: str, ids: Sequence[str]) -> None:
         """Queue a group's items: a kernel group of several is unbuilt, anything else released."""
@@ -88,24 +92,53 @@ class WorkPool:
 
     def release(self, nid: str, first: bool = False) -> None:
         """Any worker may take ``nid`` now (``first``: ahead of everything)."""
-        heapq.heappush(self._ready, (-math.inf if first else -self.cost.get(nid, 1.0), self.index[nid], nid))
+        entry = (-math.inf if first else -self.cost.get(nid, 1.0), self.index[nid], nid)
+        self._released[nid] = entry  # an older entry of nid in _ready is stale now
+        heapq.heappush(self._ready, entry)
+        scope = self.scopes.get(nid)
+        if scope is not None:
+            self._by_scope.setdefault(scope, set()).add(nid)
+
+    def _top_ready(self) -> tuple[float, int, str] | None:
+        while self._ready and self._released.get(self._ready[0][2]) != self._ready[0]:
+            heapq.heappop(self._ready)  # taken through shape affinity, or released again since
+        return self._ready[0] if self._ready else None
+
+    def _take_of_scope(self, scope: str, fits: Callable[[str], bool]) -> str | None:
+        """The released item of shape ``scope`` that goes first (costliest) among those ``fits`` admits."""
+        ids = self._by_scope.get(scope, set())
+        ids.intersection_update(self._released)
+        for _, _, nid in sorted(self._released[n] for n in ids):
+            if fits(nid):
+                ids.discard(nid)
+                del self._released[nid]  # its entry in _ready is stale now
+                return nid
+        return None
 
     def _top_group(self) -> tuple[float, str] | None:
         while self._groups and self._groups[0][2] not in self.unbuilt:
             heapq.heappop(self._groups)
         return (-self._groups[0][0], self._groups[0][2]) if self._groups else None
 
-    def take(self, fits: Callable[[str], bool] = lambda nid: True) -> str | None:
-        """The next item by the module doc's order among those that ``fits`` admits (None: none admitted, only
-        held items, or nothing, are left); the items passed over keep their places."""
+    def take(self, fits: Callable[[str], bool] = lambda nid: True, prefer_scope: str | None = None) -> str | None:
+        """The next item by the module doc's order (shape affinity to ``prefer_scope`` first) among those that
+        ``fits`` admits (None: none admitted, only held items, or nothing, are left); the items passed over keep
+        their places."""
+        top = self._top_ready()
+        if prefer_scope is not None and (top is None or top[0] != -math.inf):  # mark_test_pending's go first
+            nid = self._take_of_scope(prefer_scope, fits)
+            if nid is not None:
+                return nid
         passed_ready: list[tuple[float, int, str]] = []
         passed_groups: list[tuple[float, int, str]] = []
         try:
             while True:
                 group = self._top_group()
-                if self._ready and (group is None or -self._ready[0][0] > group[0]):
+                ready = self._top_ready()
+                if ready is not None and (group is None or -ready[0] > group[0]):
                     entry = heapq.heappop(self._ready)
                     if fits(entry[2]):
+                        del self._released[entry[2]]
                         return entry[2]
                     passed_ready.append(entry)
                     continue
@@ -165,6 +198,13 @@ class WorkPool:
                 self.release(nid)
         for g, ids in again.items():
             self.add_group(g, ids)
+
+
+def shape_of(nid: str) -> str | None:
+    """The shape whose inputs and reference the item ``nid`` uses (shape affinity, module doc): its
+    :attr:`NodeId.scope`; None for an item of no ckfmha node id or a refused CK smoke line (it runs nothing)."""
+    node = NodeId.parse(nid)
+    return None if node is None or node.kind == "refused" else node.scope
 
 
 CostFunction = Callable[[Sequence[str]], dict[str, float]]
@@ -316,7 +356,8 @@ class BuildOnceScheduling:
             return
         while len(self._pending(node)) < 2:
             admit = fits or self._fits(node)
-            nid = self.pool.take(admit)
+            sent = self.assigned[node]
+            nid = self.pool.take(admit, self.pool.scopes.get(sent[-1]) if sent else None)  # shape affinity
             if nid is None:
                 nid = self.pool.take_held(self._pending(node), admit)
             if nid is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_ckfmha.costs import costs, durations_of, row_seconds
-from pytest_ckfmha.scheduling import BuildOnceScheduling, kernel_groups, memory_budget_bytes
+from pytest_ckfmha.scheduling import BuildOnceScheduling, WorkPool, kernel_groups, memory_budget_bytes
 from pytest_ckfmha.sharding import MAX_SHARDS, assign_shards, parse_shard, shard_from_env
 
 
@@ -301,3 +301,86 @@ def test_memory_budget_setting_to_bytes():
     assert memory_budget_bytes(("share", 0.5), total=64e9) == 32e9
     assert memory_budget_bytes(("bytes", 48e9), total=64e9) == 48e9
     assert memory_budget_bytes(None, total=64e9) is None
+
+
+def _shape(nid):
+    return nid.split("::")[1]
+
+
+def test_shape_affinity_keeps_a_shape_s_items_on_one_worker():
+    # two shapes of three kernel items each (each kernel a group of one: all released at once); longest first alone
+    # would interleave them (gw0: s1 k1, s2 k3, s2 k5; gw1: s2 k2, s1 k4, s1 k6): each worker would generate both
+    # shapes' inputs and references
+    coll = [f"ckfmha::s1::fwd.k{i}" for i in (1, 4, 6)] + [f"ckfmha::s2::fwd.k{i}" for i in (2, 3, 5)]
+    cost = {f"ckfmha::s{s}::fwd.k{i}": 10.0 - i for s, i in ((1, 1), (2, 2), (2, 3), (1, 4), (2, 5), (1, 6))}
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _start([a, b], coll, cost)
+    assert [coll[i] for i in a.sent] == ["ckfmha::s1::fwd.k1", "ckfmha::s1::fwd.k4"]  # then its shape's next
+    assert [coll[i] for i in b.sent] == ["ckfmha::s2::fwd.k2", "ckfmha::s2::fwd.k3"]
+    done = _simulate(s, [a, b], coll)
+    assert sorted(n for _, n in done) == sorted(coll)
+    assert {w: {_shape(n) for v, n in done if v == w} for w in ("gw0", "gw1")} == {"gw0": {"s1"}, "gw1": {"s2"}}
+    assert [n for w, n in done if w == "gw0"] == ["ckfmha::s1::fwd.k1", "ckfmha::s1::fwd.k4", "ckfmha::s1::fwd.k6"]
+
+
+def test_shape_affinity_takes_only_released_items_that_fit():
+    coll = [
+        "ckfmha::s0::fwd.k3",  # k3's build (the cheapest of its group): s1's k3 item is held until it completes
+        "ckfmha::s1::fwd.k1",
+        "ckfmha::s1::fwd.k2",
+        "ckfmha::s1::fwd.k3",
+        "ckfmha::s1::fwd.k4",  # k4's build, not started: k4 is unbuilt
+        "ckfmha::s2::fwd.k4",
+        "tests/t.py::test_x",
+    ]
+    cost = dict(zip(coll, [1.0, 2.0, 3.0, 50.0, 4.0, 60.0, 100.0], strict=True))
+    pool = WorkPool(coll, kernel_groups(coll), cost)
+    units: dict[str, list[str]] = {}
+    for nid in coll:
+        units.setdefault(pool.groups[nid], []).append(nid)
+    for g, ids in units.items():
+        pool.add_group(g, ids)
+    assert pool.take(lambda n: n == coll[0]) == coll[0]  # k3 builds: s1's k3 item is held
+    big = {"ckfmha::s1::fwd.k1", "ckfmha::s1::fwd.k2"}  # over the memory budget
+    # s1's released items do not fit, its k3 item is held, its k4 item is an unbuilt group's: the longest first
+    assert pool.take(lambda n: n not in big, prefer_scope="s1") == "tests/t.py::test_x"
+    assert len(pool) == 5
+    # once they fit they go ahead of k4's build (total cost 64), costliest first
+    assert pool.take(prefer_scope="s1") == "ckfmha::s1::fwd.k2"
+    assert pool.take(prefer_scope="s1") == "ckfmha::s1::fwd.k1"
+    assert pool.take(prefer_scope="s1") == "ckfmha::s1::fwd.k4"  # the order's next: k4 builds
+    assert pool.take(prefer_scope="s1") is None and len(pool) == 2  # only held siblings are left
+    assert pool.take_held([coll[0]], lambda n: True) == "ckfmha::s1::fwd.k3"  # the build's worker takes it, as before
+
+
+def test_shape_affinity_sends_every_item_once_and_the_queue_length_stays_right():
+    # 4 shapes x (3 kernels shared by the shapes + plan), three workers: builds, held siblings, released items and
+    # affinity all at once; costs interleave the shapes
+    coll = [f"ckfmha::s{s}::{k}" for s in range(4) for k in ("fwd.k0", "fwd.k1", "fwd.k2", "plan")]
+    cost = {n: float((7 * i) % 11 + 1) for i, n in enumerate(coll)}
+    nodes = [_Node(f"gw{i}") for i in range(3)]
+    s = _start(nodes, coll, cost)
+
+    def check(running):
+        sent = [coll[i] for n in nodes for i in n.sent]
+        assert len(sent) == len(set(sent))  # none sent twice
+        assert len(s.pool) == len(coll) - len(sent)  # none lost nor counted twice (stale heap entries skipped)
+
+    done = _simulate(s, nodes, coll, running=check)
+    assert sorted(n for _, n in done) == sorted(coll)
+    assert sorted(i for n in nodes for i in n.sent) == list(range(len(coll)))  # every item sent exactly once
+    assert len(s.pool) == 0 and s.tests_finished and all(n.shutting_down for n in nodes)
+    pairs = sum(_shape(coll[x]) == _shape(coll[y]) for n in nodes for x, y in zip(n.sent, n.sent[1:]))
+    assert pairs >= 6  # affinity took items, each leaving a stale heap entry (7 pairs; longest first alone: 3)
+    # an item taken through affinity leaves a stale heap entry: released again (a dead worker's pending item,
+    # mark_test_pending) it is taken once, at its new place
+    ids = [f"ckfmha::s{i}::fwd.k{i}" for i in (1, 2)] + [f"tests/t.py::test_{i}" for i in range(2)]
+    pool = WorkPool(ids, kernel_groups(ids), dict(zip(ids, [1.0, 2.0, 3.0, 4.0], strict=True)))
+    for nid in ids:
+        pool.add_group(nid, [nid])
+    assert pool.take() == ids[3]
+    assert pool.take(prefer_scope="s1") == ids[0] and pool.take(prefer_scope="s2") == ids[1] and len(pool) == 1
+    pool.give_back(ids[3], [ids[0]])  # the worker died running test_1, with s1's item pending
+    pool.release(ids[1], first=True)  # a rerun plugin wants s2's item again
+    assert len(pool) == 3
+    assert [pool.take() for _ in range(4)] == [ids[1], ids[2], ids[0], None] and len(pool) == 0
