@@ -187,3 +187,29 @@ def test_dq_acc_shape_lives_in_the_workspace_module() -> None:
     from ckfmha.backends.cpu import stages  # the emulation allocates the same array
 
     assert all(stages.dq_acc_shape(q, bn0) == dq_acc_shape(q, bn0) for q in (p, g) for bn0 in (16, 64, 128))
+
+
+def test_a_shape_s_inputs_are_made_once_per_process_read_only_and_one_shape_is_kept(monkeypatch) -> None:
+    import ckfmha.inputs
+    from pytest_ckfmha import execute as ex
+
+    made: list[str] = []
+
+    def counting(problem, seed=0, fp8_format="ocp"):
+        made.append(repr(problem))
+        return make_inputs(problem, seed, fp8_format=fp8_format)
+
+    monkeypatch.setattr(ckfmha.inputs, "make_inputs", counting)
+    ex.forget_shape_inputs()
+    other = Problem(batch=1, nhead_q=2, seqlen_q=16, hdim_q=64)
+    first = ex.shape_inputs(P64, 0, "ocp")
+    assert ex.shape_inputs(P64, 0, "ocp") is first and len(made) == 1  # the next kernel of the shape: no draw
+    assert all(not a.flags.writeable for a in first.values())
+    with pytest.raises(ValueError, match="read-only"):
+        first["q"][...] = 0  # a stage writing into an input would change the next item's
+    np.testing.assert_array_equal(first["q"], make_inputs(P64, 0)["q"])
+    assert ex.shape_inputs(P64, 1, "ocp") is not first and len(made) == 2  # another seed: other inputs
+    ex.shape_inputs(other, 0, "ocp")
+    ex.shape_inputs(P64, 0, "ocp")
+    assert len(made) == 4  # one shape is kept: the earlier ones are forgotten first
+    ex.forget_shape_inputs()

@@ -21,6 +21,7 @@ here only, when the twin is asked for (the core never imports it).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import numpy as np
@@ -114,9 +115,12 @@ class TorchAttend:
     def tensor(self, x, dtype=None) -> Any:
         """A NumPy array (or scalar) on the device, as ``dtype`` (NumPy) when given."""
         a = np.ascontiguousarray(x if dtype is None else np.asarray(x).astype(dtype, copy=False))
-        if not a.flags.writeable:  # torch.from_numpy warns on read-only memory; it only reads it here
-            a = a.copy()
-        return self.torch.from_numpy(a).to(self.device)
+        if not a.flags.writeable and self.device.type == "cpu":
+            a = a.copy()  # a CPU tensor would share the read-only memory (the plugin's shape inputs)
+        with warnings.catch_warnings():  # read-only memory copied to the device: torch warns, though it only reads
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+            t = self.torch.from_numpy(a)
+        return t.to(self.device)
 
     def chunk_rows(self, hq: int, nk: int, accum) -> int:
         budget = core.CHUNK_BYTES if self.device.type == "cpu" else DEVICE_CHUNK_BYTES
