@@ -305,6 +305,7 @@ class _Recorder:
         self.meta: dict = {}
         self.problems: list[str] = []
         self.signal: str | None = None
+        self.finishing = False  # pytest_sessionfinish has begun (a SIGTERM then stops nothing: see install_sigterm)
         self.running: set[str] = set()  # node ids of the items started and not finished
         # SIGTERM's handler before install_sigterm (as signal.getsignal gives it), restored at unconfigure
         self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
@@ -324,6 +325,10 @@ class _Recorder:
         def on_sigterm(signum, frame):
             self.signal = "SIGTERM"
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+            if self.finishing:
+                # the items are over; raised now, KeyboardInterrupt would leave the sessionfinish hook running (xdist's
+                # wait for its workers, on an H100 box) and skip the final report: recorded, and the finish goes on
+                return
             raise KeyboardInterrupt("SIGTERM")
 
         signal.signal(signal.SIGTERM, on_sigterm)
@@ -378,6 +383,12 @@ class _Recorder:
             **run,
         }
         return meta_for(self.state.settings, rows, self.state.collect_seconds, self._command(), run)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
+    def pytest_sessionfinish_begins(self, session, exitstatus):
+        """Before every pytest_sessionfinish implementation: from here a SIGTERM is recorded, not raised."""
+        self.finishing = True
+        return (yield)
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         from pytest_ckfmha.session_checks import end_of_session_problems

@@ -228,3 +228,32 @@ def test_a_group_sigterm_stops_an_xdist_run_that_inherited_sigterm_ignored(pytes
         pytester.path / "out.txt"
     ).read_text()
     assert doc["collected"] == len(doc["rows"]) == 8 and doc["completed"] < 8
+
+
+def test_a_sigterm_while_the_session_finishes_still_leaves_the_final_report(pytester, monkeypatch, tmp_path):
+    # on an H100 box a nightly shard's SIGTERM reached the controller only inside xdist's pytest_sessionfinish
+    # (waiting for its workers): raised there, KeyboardInterrupt skipped the final report (left at a `running`
+    # checkpoint).  Here a sessionfinish hook that runs first and waits stands in for xdist's.
+    base = make_project(pytester, monkeypatch, tmp_path)
+    marker = pytester.path / "finishing"
+    pytester.makepyfile(
+        slow_finish=f"""
+        import time, pytest
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_sessionfinish(session):
+            open({str(marker)!r}, "w").close()
+            time.sleep(3)
+        """
+    )
+    proc = _start(pytester, [*base, "-p", "slow_finish", "--ckfmha-category", "smoke", "--ckfmha-report", "r.json"])
+    try:
+        assert _wait_for(marker.exists), (pytester.path / "out.txt").read_text()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+    finally:
+        proc.kill()
+    out = (pytester.path / "out.txt").read_text()
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert doc["state"] != "running" and doc["signal"] == "SIGTERM", out
+    assert doc["collected"] == len(doc["rows"]) == doc["completed"] == 5, out  # every item has its verdict
+    assert rc == doc["exit_status"] and "KeyboardInterrupt" not in out
