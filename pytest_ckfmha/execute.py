@@ -30,6 +30,7 @@ runs in the kernel child process (isolation.py), whose death or timeout fails th
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -307,26 +308,31 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
         rt.release_memory()
 
 
-_INPUTS_MEMO: dict[tuple, dict] = {}
+#: the shapes whose inputs a process keeps (the scheduler's shape affinity counts on it: pytest_ckfmha.scheduling)
+SHAPES_KEPT = 2
+_INPUTS_MEMO: "OrderedDict[tuple, dict]" = OrderedDict()
 
 
 def shape_inputs(problem, seed: int, fmt: str) -> dict:
-    """:func:`ckfmha.inputs.make_inputs` of the item's shape, kept for the next item of the same shape in this
-    process (the scheduler's shape affinity sends a shape's released items to one worker in a row: a nightly
-    shape's Q/K/V take up to tens of seconds to draw on one core).  One shape is kept: a different one is
-    forgotten before its inputs are made, so no item holds two shapes' inputs (the memory budget's estimate).  The
-    arrays are read-only: a stage that wrote into an input would change the next item's (every backend returns
-    its outputs as new arrays, :mod:`ckfmha.runner`)."""
+    """:func:`ckfmha.inputs.make_inputs` of the item's shape, kept for the next items of the same shape in this
+    process (the scheduler's shape affinity sends a shape's released items to the worker that holds it: a nightly
+    shape's Q/K/V take tens of seconds to draw on one core).  The :data:`SHAPES_KEPT` shapes used last are kept;
+    the oldest is forgotten before a new shape's inputs are made.  The arrays are read-only: a stage that wrote
+    into an input would change the next item's (every backend returns its outputs as new arrays,
+    :mod:`ckfmha.runner`)."""
     from ckfmha.inputs import make_inputs
 
     key = (repr(problem), seed, fmt)
     inputs = _INPUTS_MEMO.get(key)
-    if inputs is None:
-        _INPUTS_MEMO.clear()
-        inputs = make_inputs(problem, seed, fp8_format=fmt)
-        for a in inputs.values():
-            a.flags.writeable = False
-        _INPUTS_MEMO[key] = inputs
+    if inputs is not None:
+        _INPUTS_MEMO.move_to_end(key)
+        return inputs
+    while len(_INPUTS_MEMO) >= SHAPES_KEPT:
+        _INPUTS_MEMO.popitem(last=False)
+    inputs = make_inputs(problem, seed, fp8_format=fmt)
+    for a in inputs.values():
+        a.flags.writeable = False
+    _INPUTS_MEMO[key] = inputs
     return inputs
 
 

@@ -8,7 +8,7 @@ Registered through ``pytest_xdist_make_scheduler`` when a ckfmha run uses ``-n``
 | kernel groups | :func:`kernel_groups` (the rule of :meth:`pytest_ckfmha.ids.NodeId.group_kernel` that the ``xdist_group`` marker follows too): a kernel item's group is its kernel (``kernel:<kernel id>``); a plan item joins the first kernel item of its shape in the collection (its best-ranked kernel, which its plan normally uses); other items are groups of one |
 | builds once | a group's first item (its cheapest, so the build is done soonest) runs first, alone; its siblings are *held* until it completes -- only the worker running it may take them meanwhile (they run after it there) -- then *released*: any worker takes them, from the build cache (``ckfmha/backends/cache.py``; its file lock keeps a build that still races safe) |
 | cost | :mod:`pytest_ckfmha.costs`: the problem's FLOPs, or the seconds measured in ``--ckfmha-durations PREV.json`` |
-| shape affinity | a worker is given first a *released* item of the shape (:attr:`pytest_ckfmha.ids.NodeId.scope`) of the last item sent to it, costliest first, when the memory rule admits one: the worker's kernel process still holds that shape's inputs and reference (the memo of :mod:`pytest_ckfmha.execute` and :mod:`pytest_ckfmha.refcache`), so the items of a shape run one after the other on one worker instead of side by side on several. Never an unbuilt group's first item nor a held sibling (builds once); an item queued by ``mark_test_pending`` still goes first; items of no ckfmha node id, and refused CK smoke lines, have no shape |
+| shape affinity | a worker is given first a *released* item of a shape it holds -- those (:attr:`pytest_ckfmha.ids.NodeId.scope`) of the last :data:`SHAPES_KEPT` items sent to it, the latest first; costliest first within a shape -- when the memory rule admits one: its kernel process keeps those shapes' inputs and references (the memos of :mod:`pytest_ckfmha.execute` and :mod:`pytest_ckfmha.refcache`; on an H100 a nightly shape's first item spent up to 74 s making them, the next one 2.5 s). Other workers pass over the released items of shapes a worker holds while anything else is admitted, so a shape's items wait for the worker that has its data instead of being made again side by side. Never an unbuilt group's first item nor a held sibling (builds once); an item queued by ``mark_test_pending`` still goes first; items of no ckfmha node id, and refused CK smoke lines, have no shape |
 | order | otherwise, the next item of a worker is the costlier of (the released item of highest cost, the first item of the unbuilt group of highest total cost): ties go to the build; ties of cost keep collection order. A worker is given items while it has fewer than two pending (xdist runs an item only once it knows the next one); with neither, it takes a held sibling of a build it runs, else it waits (never shut down while held items remain) |
 | memory | ``--ckfmha-memory-budget`` (default 0.6 of MemTotal): a worker's footprint is the largest estimated peak (:func:`ckfmha.work.host_bytes`) of the items it holds (they run one after the other); an item is sent to a worker only while the summed footprints stay within the budget; an item that fits nowhere waits (the next that fits goes first), and when no worker could start anything the next item goes anyway (one item always runs, however large) |
 | a worker dies | the item it was running is reported failed (``crashed``, the worker's exit status -- see :func:`crash_description`) and is **not** re-run; the rest of its work is queued again (a group whose build was on it is unbuilt again); xdist replaces the worker (``--max-worker-restart``) and the run goes on |
@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from pytest_ckfmha.execute import SHAPES_KEPT  # the shapes a worker's kernel process keeps
 from pytest_ckfmha.ids import NodeId
 
 
@@ -120,15 +121,30 @@ class WorkPool:
             heapq.heappop(self._groups)
         return (-self._groups[0][0], self._groups[0][2]) if self._groups else None
 
-    def take(self, fits: Callable[[str], bool] = lambda nid: True, prefer_scope: str | None = None) -> str | None:
-        """The next item by the module doc's order (shape affinity to ``prefer_scope`` first) among those that
-        ``fits`` admits (None: none admitted, only held items, or nothing, are left); the items passed over keep
-        their places."""
+    def take(
+        self,
+        fits: Callable[[str], bool] = lambda nid: True,
+        prefer: Sequence[str] = (),
+        avoid: Collection[str] = (),
+    ) -> str | None:
+        """The next item by the module doc's order among those that ``fits`` admits (None: none admitted, only
+        held items, or nothing, are left); the items passed over keep their places.  Shape affinity: a released
+        item of the shapes ``prefer`` (in that order) first; released items of the shapes ``avoid`` (another
+        worker's) only when nothing else is admitted."""
         top = self._top_ready()
-        if prefer_scope is not None and (top is None or top[0] != -math.inf):  # mark_test_pending's go first
-            nid = self._take_of_scope(prefer_scope, fits)
+        if top is None or top[0] != -math.inf:  # mark_test_pending's go first
+            for scope in prefer:
+                nid = self._take_of_scope(scope, fits)
+                if nid is not None:
+                    return nid
+        if avoid:
+            nid = self._take_in_order(lambda n: fits(n) and self.scopes.get(n) not in avoid)
             if nid is not None:
                 return nid
+        return self._take_in_order(fits)
+
+    def _take_in_order(self, fits: Callable[[str], bool]) -> str | None:
+        """The module doc's order: the costlier of the top released item and the top unbuilt group's build."""
         passed_ready: list[tuple[float, int, str]] = []
         passed_groups: list[tuple[float, int, str]] = []
         try:
@@ -334,6 +350,13 @@ class BuildOnceScheduling:
         self.assigned[node].append(nid)
         node.send_runtest_some([self.pool.index[nid]])  # every node's collection is self.collection
 
+    def _shapes_held(self, node) -> list[str]:
+        """The shapes whose inputs and reference ``node``'s kernel process keeps or is about to make: those of the
+        last :data:`SHAPES_KEPT` items sent to it (pending, or run last), the latest first."""
+        sent = self.assigned.get(node, [])
+        shapes = [self.pool.scopes.get(n) for n in reversed(sent[-SHAPES_KEPT:])]
+        return list(dict.fromkeys(sc for sc in shapes if sc is not None))
+
     def _footprint(self, node) -> float:
         """The memory ``node`` holds: its pending items run one after the other, so the largest of them."""
         return max((self.memory.get(n, 0.0) for n in self._pending(node)), default=0.0)
@@ -356,8 +379,9 @@ class BuildOnceScheduling:
             return
         while len(self._pending(node)) < 2:
             admit = fits or self._fits(node)
-            sent = self.assigned[node]
-            nid = self.pool.take(admit, self.pool.scopes.get(sent[-1]) if sent else None)  # shape affinity
+            held = self._shapes_held(node)
+            others = {sc for other in self.assigned if other is not node for sc in self._shapes_held(other)}
+            nid = self.pool.take(admit, held, others.difference(held))  # shape affinity
             if nid is None:
                 nid = self.pool.take_held(self._pending(node), admit)
             if nid is None:

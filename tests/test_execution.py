@@ -189,7 +189,7 @@ def test_dq_acc_shape_lives_in_the_workspace_module() -> None:
     assert all(stages.dq_acc_shape(q, bn0) == dq_acc_shape(q, bn0) for q in (p, g) for bn0 in (16, 64, 128))
 
 
-def test_a_shape_s_inputs_are_made_once_per_process_read_only_and_one_shape_is_kept(monkeypatch) -> None:
+def test_a_shape_s_inputs_are_made_once_per_process_read_only_and_the_last_shapes_are_kept(monkeypatch) -> None:
     import ckfmha.inputs
     from pytest_ckfmha import execute as ex
 
@@ -201,15 +201,20 @@ def test_a_shape_s_inputs_are_made_once_per_process_read_only_and_one_shape_is_k
 
     monkeypatch.setattr(ckfmha.inputs, "make_inputs", counting)
     ex.forget_shape_inputs()
+    assert ex.SHAPES_KEPT == 2
     other = Problem(batch=1, nhead_q=2, seqlen_q=16, hdim_q=64)
+    third = Problem(batch=1, nhead_q=2, seqlen_q=24, hdim_q=64)
     first = ex.shape_inputs(P64, 0, "ocp")
     assert ex.shape_inputs(P64, 0, "ocp") is first and len(made) == 1  # the next kernel of the shape: no draw
     assert all(not a.flags.writeable for a in first.values())
     with pytest.raises(ValueError, match="read-only"):
         first["q"][...] = 0  # a stage writing into an input would change the next item's
     np.testing.assert_array_equal(first["q"], make_inputs(P64, 0)["q"])
-    assert ex.shape_inputs(P64, 1, "ocp") is not first and len(made) == 2  # another seed: other inputs
     ex.shape_inputs(other, 0, "ocp")
-    ex.shape_inputs(P64, 0, "ocp")
-    assert len(made) == 4  # one shape is kept: the earlier ones are forgotten first
+    assert ex.shape_inputs(P64, 0, "ocp") is first and len(made) == 2  # two shapes kept: one between is no loss
+    ex.shape_inputs(third, 0, "ocp")  # P64 used last but one: other (the oldest) goes
+    assert ex.shape_inputs(P64, 0, "ocp") is first and len(made) == 3
+    ex.shape_inputs(other, 0, "ocp")
+    assert len(made) == 4
+    assert ex.shape_inputs(P64, 1, "ocp") is not first and len(made) == 5  # another seed: other inputs
     ex.forget_shape_inputs()

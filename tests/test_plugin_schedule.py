@@ -343,13 +343,13 @@ def test_shape_affinity_takes_only_released_items_that_fit():
     assert pool.take(lambda n: n == coll[0]) == coll[0]  # k3 builds: s1's k3 item is held
     big = {"ckfmha::s1::fwd.k1", "ckfmha::s1::fwd.k2"}  # over the memory budget
     # s1's released items do not fit, its k3 item is held, its k4 item is an unbuilt group's: the longest first
-    assert pool.take(lambda n: n not in big, prefer_scope="s1") == "tests/t.py::test_x"
+    assert pool.take(lambda n: n not in big, prefer=("s1",)) == "tests/t.py::test_x"
     assert len(pool) == 5
     # once they fit they go ahead of k4's build (total cost 64), costliest first
-    assert pool.take(prefer_scope="s1") == "ckfmha::s1::fwd.k2"
-    assert pool.take(prefer_scope="s1") == "ckfmha::s1::fwd.k1"
-    assert pool.take(prefer_scope="s1") == "ckfmha::s1::fwd.k4"  # the order's next: k4 builds
-    assert pool.take(prefer_scope="s1") is None and len(pool) == 2  # only held siblings are left
+    assert pool.take(prefer=("s1",)) == "ckfmha::s1::fwd.k2"
+    assert pool.take(prefer=("s1",)) == "ckfmha::s1::fwd.k1"
+    assert pool.take(prefer=("s1",)) == "ckfmha::s1::fwd.k4"  # the order's next: k4 builds
+    assert pool.take(prefer=("s1",)) is None and len(pool) == 2  # only held siblings are left
     assert pool.take_held([coll[0]], lambda n: True) == "ckfmha::s1::fwd.k3"  # the build's worker takes it, as before
 
 
@@ -379,8 +379,34 @@ def test_shape_affinity_sends_every_item_once_and_the_queue_length_stays_right()
     for nid in ids:
         pool.add_group(nid, [nid])
     assert pool.take() == ids[3]
-    assert pool.take(prefer_scope="s1") == ids[0] and pool.take(prefer_scope="s2") == ids[1] and len(pool) == 1
+    assert pool.take(prefer=("s1",)) == ids[0] and pool.take(prefer=("s2",)) == ids[1] and len(pool) == 1
     pool.give_back(ids[3], [ids[0]])  # the worker died running test_1, with s1's item pending
     pool.release(ids[1], first=True)  # a rerun plugin wants s2's item again
     assert len(pool) == 3
     assert [pool.take() for _ in range(4)] == [ids[1], ids[2], ids[0], None] and len(pool) == 0
+
+
+def test_a_shape_another_worker_holds_is_passed_over_while_anything_else_is_admitted():
+    coll = ["ckfmha::s1::fwd.k1", "ckfmha::s2::fwd.k2", "ckfmha::s3::fwd.k3"]
+    pool = WorkPool(coll, kernel_groups(coll), dict(zip(coll, [30.0, 20.0, 10.0], strict=True)))
+    for nid in coll:
+        pool.add_group(nid, [nid])
+    assert pool.take(avoid={"s1"}) == "ckfmha::s2::fwd.k2"  # s1's costlier item waits for the worker holding s1
+    assert pool.take(lambda n: n != "ckfmha::s3::fwd.k3", avoid={"s1"}) == "ckfmha::s1::fwd.k1"  # nothing else fits
+    assert pool.take(avoid={"s3"}) == "ckfmha::s3::fwd.k3" and len(pool) == 0  # nothing else is left
+
+
+def test_a_shape_s_item_released_later_waits_for_the_worker_that_holds_the_shape():
+    # s1's k2 item is held until k2's build (on s0, cheaper) completes; by then gw0 runs s1's k1 item and holds s1:
+    # gw1, asking first, takes other work and leaves s1's k2 item to gw0
+    coll = ["ckfmha::s0::fwd.k2", "ckfmha::s1::fwd.k1", "ckfmha::s1::fwd.k2"]
+    coll += [f"ckfmha::x{i}::fwd.k{10 + i}" for i in range(4)]
+    cost = {coll[0]: 1.0, coll[1]: 100.0, coll[2]: 90.0, **{n: 2.0 for n in coll[3:]}}
+    a, b = _Node("gw0"), _Node("gw1")
+    s = _start([a, b], coll, cost)
+    sent = lambda node: [coll[i] for i in node.sent]  # noqa: E731
+    assert sent(a)[0] == "ckfmha::s1::fwd.k1" and sent(b)[0] == "ckfmha::s0::fwd.k2"
+    s.mark_test_complete(b, b.sent[0])  # k2 built: s1's k2 item is released while gw0 holds s1
+    assert "ckfmha::s1::fwd.k2" not in sent(b) and len(sent(b)) == 3
+    s.mark_test_complete(a, a.sent[0])
+    assert sent(a)[2] == "ckfmha::s1::fwd.k2"  # gw0 asks again: its shape's item first
