@@ -308,27 +308,26 @@ def run_item(rt: Runtime, shape, kernel, props: dict) -> Outcome:
         rt.release_memory()
 
 
-#: the shapes whose inputs a process keeps (the scheduler's shape affinity counts on it: pytest_ckfmha.scheduling)
-SHAPES_KEPT = 2
 _INPUTS_MEMO: "OrderedDict[tuple, dict]" = OrderedDict()
 
 
 def shape_inputs(problem, seed: int, fmt: str) -> dict:
     """:func:`ckfmha.inputs.make_inputs` of the item's shape, kept for the next items of the same shape in this
     process (the scheduler's shape affinity sends a shape's released items to the worker that holds it: a nightly
-    shape's Q/K/V take tens of seconds to draw on one core).  The :data:`SHAPES_KEPT` shapes used last are kept;
-    the oldest is forgotten before a new shape's inputs are made.  The arrays are read-only: a stage that wrote
+    shape's Q/K/V take tens of seconds to draw on one core).  The shapes used last are kept, within the limits of
+    :func:`pytest_ckfmha.refcache.keep_within` (applied before a new shape's inputs are made, so they never add to
+    a larger older one).  The arrays are read-only: a stage that wrote
     into an input would change the next item's (every backend returns its outputs as new arrays,
     :mod:`ckfmha.runner`)."""
     from ckfmha.inputs import make_inputs
+    from pytest_ckfmha.refcache import keep_within
 
     key = (repr(problem), seed, fmt)
     inputs = _INPUTS_MEMO.get(key)
     if inputs is not None:
         _INPUTS_MEMO.move_to_end(key)
         return inputs
-    while len(_INPUTS_MEMO) >= SHAPES_KEPT:
-        _INPUTS_MEMO.popitem(last=False)
+    keep_within(_INPUTS_MEMO, newcomer=True)
     inputs = make_inputs(problem, seed, fp8_format=fmt)
     for a in inputs.values():
         a.flags.writeable = False

@@ -11,7 +11,7 @@ would not name what computed the values the item was judged on.  The writer hold
 with an atomic ``os.replace``.  Arrays of ml_dtypes types (bf16, fp8) are stored as float32 (lossless) with their
 dtype names in ``__meta__``, next to a sha256 of every array; a file that cannot be read or whose arrays do not
 match the checksums is removed with one :class:`~ckfmha.backends.cache.CacheWarning` naming it and recomputed.  A
-small in-process memo avoids re-reading the file for the next kernel of the same shape.
+small in-process memo (:func:`keep_within`) avoids re-reading the file for the next kernel of the same shape.
 
 A reference the torch twin computes on a GPU (``torch:cuda``, :data:`MEMORY_ONLY`) is kept in the memo only, never
 written: on an H100 the twin computes the nightly's biggest reference (2.1 GB) in seconds, about what reading it
@@ -28,12 +28,35 @@ import tempfile
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 REF_FORMAT = "2"
 _MEMO: "OrderedDict[str, dict]" = OrderedDict()
-_MEMO_SIZE = 4
+#: a process keeps the data (inputs: pytest_ckfmha.execute; references: here) of the shapes it used last, for their
+#: next items (the scheduler's shape affinity, pytest_ckfmha.scheduling) ...
+SHAPES_KEPT = 2
+#: ... and keeps an older shape's only while the older shapes' arrays stay within this many bytes (the memory
+#: budget counts one item's arrays, not a memo: the nightly's biggest shape holds 3.2 GB of inputs)
+OLDER_SHAPES_BYTES = 2 << 30
+
+
+def keep_within(memo: "OrderedDict[Any, dict]", newcomer: bool = False) -> None:
+    """Forget the oldest entries of a per-shape memo (dict of arrays per entry, newest last) until at most
+    :data:`SHAPES_KEPT` remain and the older ones -- all but the newest, or all of them when ``newcomer`` (a new
+    shape's entry comes next) -- hold at most :data:`OLDER_SHAPES_BYTES`."""
+
+    def nbytes(entry: dict) -> int:
+        return sum(int(getattr(a, "nbytes", 0)) for a in entry.values())
+
+    while memo:
+        older = list(memo.values()) if newcomer else list(memo.values())[:-1]
+        if len(memo) + newcomer <= SHAPES_KEPT and sum(map(nbytes, older)) <= OLDER_SHAPES_BYTES:
+            return
+        memo.popitem(last=False)
+
+
 REFERENCE_SOURCES = ("reference", "rng.py", "inputs.py", "masking.py", "problem.py")
 
 
@@ -176,6 +199,5 @@ def get_reference(
                     ref, cached = compute(problem, inputs, reference), False
                     _save(path, ref)
     _MEMO[key] = ref
-    while len(_MEMO) > _MEMO_SIZE:
-        _MEMO.popitem(last=False)
+    keep_within(_MEMO)
     return ref, cached

@@ -25,8 +25,8 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from pytest_ckfmha.execute import SHAPES_KEPT  # the shapes a worker's kernel process keeps
 from pytest_ckfmha.ids import NodeId
+from pytest_ckfmha.refcache import SHAPES_KEPT  # the shapes a worker's kernel process keeps
 
 
 def kernel_groups(nodeids: Sequence[str]) -> dict[str, str]:

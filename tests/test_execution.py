@@ -201,7 +201,6 @@ def test_a_shape_s_inputs_are_made_once_per_process_read_only_and_the_last_shape
 
     monkeypatch.setattr(ckfmha.inputs, "make_inputs", counting)
     ex.forget_shape_inputs()
-    assert ex.SHAPES_KEPT == 2
     other = Problem(batch=1, nhead_q=2, seqlen_q=16, hdim_q=64)
     third = Problem(batch=1, nhead_q=2, seqlen_q=24, hdim_q=64)
     first = ex.shape_inputs(P64, 0, "ocp")
@@ -218,3 +217,28 @@ def test_a_shape_s_inputs_are_made_once_per_process_read_only_and_the_last_shape
     assert len(made) == 4
     assert ex.shape_inputs(P64, 1, "ocp") is not first and len(made) == 5  # another seed: other inputs
     ex.forget_shape_inputs()
+
+
+def test_a_per_shape_memo_keeps_two_shapes_and_an_older_one_only_while_it_is_small() -> None:
+    from collections import OrderedDict
+
+    from pytest_ckfmha.refcache import OLDER_SHAPES_BYTES, SHAPES_KEPT, keep_within
+
+    def entry(nbytes: int) -> dict:
+        return {"q": np.empty(nbytes, dtype=np.uint8)}
+
+    assert SHAPES_KEPT == 2
+    memo = OrderedDict(a=entry(10), b=entry(10), c=entry(10))
+    keep_within(memo)
+    assert list(memo) == ["b", "c"]  # the oldest goes
+    keep_within(memo, newcomer=True)
+    assert list(memo) == ["c"]  # room for the next shape's entry
+    memo["d"] = entry(OLDER_SHAPES_BYTES + 1)
+    keep_within(memo)
+    assert list(memo) == ["c", "d"]  # the newest may be large
+    memo.move_to_end("c")
+    keep_within(memo)
+    assert list(memo) == ["c"]  # a large older shape goes
+    memo["big"] = entry(OLDER_SHAPES_BYTES + 1)
+    keep_within(memo, newcomer=True)
+    assert list(memo) == []  # nothing larger is kept beside a new shape's data
