@@ -3,11 +3,13 @@
 | step | when | what |
 |---|---|---|
 | register | ``pytest_configure`` (before any test module is imported) | :func:`ckfmha.compat.flash_attn.install` with ``--ckfmha-backend`` (for CUDA tensors; CPU tensors run on cpu) and ``--ckfmha-arch`` (the kernel space the dispatcher plans over) |
+| expected differences | ``pytest_collection_modifyitems`` | each test an entry of :func:`ckfmha.compat.expected.load_expected` names is marked ``xfail`` (strict unless the entry says not) with the entry's name, whose semantics and reason; the terminal summary counts the tests each entry marked |
 | kernel log | ``pytest_sessionfinish`` of every process, with ``--ckfmha-report PATH`` | the process's compat call log (:mod:`ckfmha.compat.calllog`) written to :func:`log_path`: ``PATH``'s name with ``.flash_attn_calls.json`` (``.flash_attn_calls.<worker>.json`` in an xdist worker) beside it; ``ckfmha coverage`` reads them |
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,25 @@ def log_path(report: Path, worker: str | None) -> Path:
 class FlashAttnCompat:
     """The plugin object registered with the option: writes the kernel logs at the session's end."""
 
-    def __init__(self, reports: list[Path], meta: dict[str, Any], worker: str | None) -> None:
+    def __init__(
+        self, reports: list[Path], meta: dict[str, Any], worker: str | None, expected: Sequence[Any] = ()
+    ) -> None:
         self.reports = reports
         self.meta = meta
         self.worker = worker
         self.written: list[Path] = []
+        self.expected = tuple(expected)  # ckfmha.compat.expected.ExpectedDifference entries
+        self.marked: dict[str, int] = {e.name: 0 for e in self.expected}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items) -> None:
+        from ckfmha.compat.expected import expected_for
+
+        for item in items:
+            e = expected_for(item.nodeid, self.expected)
+            if e is not None:
+                item.add_marker(pytest.mark.xfail(reason=e.marker_reason(), strict=e.strict))
+                self.marked[e.name] += 1
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session) -> None:
@@ -42,6 +58,9 @@ class FlashAttnCompat:
             )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.expected:
+            counts = ", ".join(f"{name} {n}" for name, n in self.marked.items())
+            terminalreporter.write_line(f"ckfmha: expected differences (tests marked xfail): {counts}")
         for p in self.written:
             terminalreporter.write_line(f"ckfmha: flash-attn compat kernel log written to {p}")
 
@@ -52,6 +71,7 @@ def register(config: pytest.Config) -> None:
     backend is pointed at ``--ckfmha-ck-root`` as for ckfmha's own items) and register :class:`FlashAttnCompat` for
     ``--ckfmha-report``'s paths."""
     from ckfmha.compat import flash_attn
+    from ckfmha.compat.expected import load_expected
     from ckfmha.receipts import resolve_receipt
     from pytest_ckfmha.options import parse
 
@@ -66,4 +86,5 @@ def register(config: pytest.Config) -> None:
     flash_attn.install(backend=settings.backend, arch=settings.arch)
     worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
     meta = {"arch": settings.arch, "backend_option": settings.backend}
-    config.pluginmanager.register(FlashAttnCompat(list(settings.reports), meta, worker), "ckfmha-flash-attn-compat")
+    plugin = FlashAttnCompat(list(settings.reports), meta, worker, load_expected())
+    config.pluginmanager.register(plugin, "ckfmha-flash-attn-compat")
