@@ -138,13 +138,16 @@ class WorkPool:
                 if nid is not None:
                     return nid
         if avoid:
-            nid = self._take_in_order(lambda n: fits(n) and self.scopes.get(n) not in avoid)
+            nid = self._take_in_order(fits, lambda n: self.scopes.get(n) in avoid)
             if nid is not None:
                 return nid
         return self._take_in_order(fits)
 
-    def _take_in_order(self, fits: Callable[[str], bool]) -> str | None:
-        """The module doc's order: the costlier of the top released item and the top unbuilt group's build."""
+    def _take_in_order(
+        self, fits: Callable[[str], bool], pass_over: Callable[[str], bool] = lambda nid: False
+    ) -> str | None:
+        """The module doc's order: the costlier of the top released item and the top unbuilt group's build;
+        released items ``pass_over`` names are passed over (builds never are)."""
         passed_ready: list[tuple[float, int, str]] = []
         passed_groups: list[tuple[float, int, str]] = []
         try:
@@ -153,7 +156,7 @@ class WorkPool:
                 ready = self._top_ready()
                 if ready is not None and (group is None or -ready[0] > group[0]):
                     entry = heapq.heappop(self._ready)
-                    if fits(entry[2]):
+                    if fits(entry[2]) and not pass_over(entry[2]):
                         del self._released[entry[2]]
                         return entry[2]
                     passed_ready.append(entry)

@@ -410,3 +410,12 @@ def test_a_shape_s_item_released_later_waits_for_the_worker_that_holds_the_shape
     assert "ckfmha::s1::fwd.k2" not in sent(b) and len(sent(b)) == 3
     s.mark_test_complete(a, a.sent[0])
     assert sent(a)[2] == "ckfmha::s1::fwd.k2"  # gw0 asks again: its shape's item first
+
+
+def test_a_build_of_a_held_shape_is_never_passed_over():
+    # builds happen early whatever shape they are of: only released items wait for the worker holding their shape
+    coll = ["ckfmha::s1::fwd.k1", "ckfmha::s2::fwd.k1", "ckfmha::s3::fwd.k3"]
+    pool = WorkPool(coll, kernel_groups(coll), dict(zip(coll, [30.0, 40.0, 10.0], strict=True)))
+    pool.add_group("kernel:fwd.k1", coll[:2])  # k1 unbuilt: its cheapest item (s1's) builds it
+    pool.add_group(coll[2], coll[2:])
+    assert pool.take(avoid={"s1"}) == "ckfmha::s1::fwd.k1"
