@@ -57,7 +57,7 @@ making the dq_dk_dv kernels (see its doc).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -319,20 +319,37 @@ class _Plan:
         key = (id(dtype), id(mode), hq, hv, id(mask), id(bias), dbias, id(dropout), det)
         s = self.sigs.get(key)
         if s is None:
-            s = self.sigs[key] = new_signature(
-                Family.BWD_DQ_DK_DV,
-                dtype,
-                mode,
-                hq,
-                hv,
-                self.arch_tag,
-                mask=mask,
-                bias=bias,
-                dbias=dbias,
-                dropout=dropout,
-                deterministic=det,
-            )
+            s = self.sigs[key] = self.new_sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, det)
         return s
+
+    def new_sig(
+        self,
+        dtype: DType,
+        mode: Mode,
+        hq: int,
+        hv: int,
+        mask: MaskImpl,
+        bias: Bias,
+        dbias: bool,
+        dropout: Dropout,
+        det: bool,
+    ) -> KernelSignature:
+        """:meth:`sig` without the plan's cache: a signature that only lives as long as its caller keeps it (the
+        names path drops its signatures once named, before the cyclic collector is back on, so it never scans
+        them; within one enumeration few signatures repeat)."""
+        return new_signature(
+            Family.BWD_DQ_DK_DV,
+            dtype,
+            mode,
+            hq,
+            hv,
+            self.arch_tag,
+            mask=mask,
+            bias=bias,
+            dbias=dbias,
+            dropout=dropout,
+            deterministic=det,
+        )
 
     def dot_do_o(self, dtype: DType, hdim: int, mode: Mode, spad: int, dvpad: int) -> KernelConfig:
         key = (Family.BWD_DOT_DO_O, dtype, hdim, mode, spad, dvpad)
@@ -373,13 +390,17 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
     return configs(enumerate_pairs(ctx))
 
 
-def _levels(p: _Plan, masks: tuple[MaskImpl, ...]) -> Iterator[tuple[Any, ...]]:
+def _levels(
+    p: _Plan, masks: tuple[MaskImpl, ...], sig: Callable[..., KernelSignature] | None = None
+) -> Iterator[tuple[Any, ...]]:
     """The dq_dk_dv product in CK's generation order, one level per (dtype, trload, tile, mode, mask, bias, dbias,
     dropout) the constraints allow: ``(dtype, hq, mode, spads, convert, algs, dv_flags, d_flags, features, sigs)``
     -- the seqlen pad variants of its 1-D kernels, whether it has convert_dq kernels, the tile's (pad_d, pad_dv,
     algorithm) triples and pad flags (see :meth:`_Plan._tiles`), (mask, bias, dbias, dropout), and one signature
-    per deterministic value."""
+    per deterministic value, made by ``sig`` (the plan's cached :meth:`_Plan.sig` by default)."""
     dets = p.deterministic
+    if sig is None:
+        sig = p.sig
     for dtype in p.dtypes:
         for trload in (True, False):  # CK tries trload tiles first
             for hq, hv, maxq, algs, dv_flags, d_flags in p.tiles.get((dtype, trload), ()):
@@ -400,7 +421,7 @@ def _levels(p: _Plan, masks: tuple[MaskImpl, ...]) -> Iterator[tuple[Any, ...]]:
                                 if dbias and bias not in p.dbias_biases:
                                     continue
                                 for dropout in p.dropouts:
-                                    sigs = [p.sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, d) for d in dets]
+                                    sigs = [sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, d) for d in dets]
                                     features = (mask, bias, dbias, dropout)
                                     yield dtype, hq, mode, spads, convert, algs, dv_flags, d_flags, features, sigs
 
@@ -469,7 +490,7 @@ def enumerate_names(ctx: Any) -> list[str]:
     pres: list[str] = []  # head + middle, per algorithm of the level's tile
     pres_of = None
     noted: tuple = ()
-    for level in _levels(p, ctx.masks):
+    for level in _levels(p, ctx.masks, p.new_sig):  # signatures dropped once named: see _Plan.new_sig
         sigs = [s for s in level[-1] if keep(s)]
         if not sigs:
             continue
