@@ -52,6 +52,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     # ckfmha adequacy: a baseline and one fault run, each an inner pytest run: 15-35 s
     "test_faults_cli.py::test_a_gqa_shape_catches_the_head_map_fault": ("slow",),
     "test_faults_cli.py::test_without_gqa_the_fault_escapes": ("slow",),
+    # the packaged smoke category once clean and once per catalogued fault (cpu backend, -n 2): ~5-7 minutes
+    "test_faults_cli.py::test_smoke_catches_every_catalogued_fault_on_the_cpu_backend": ("slow",),
     "test_triton_faults.py::test_each_triton_fault_is_caught_in_the_interpreter": ("slow",),
     "test_triton_faults.py::test_each_triton_fault_is_caught_on_the_gpu": ("gpu",),
     "test_triton_faults.py::test_smoke_catches_every_hosted_fault_on_the_gpu": ("gpu", "slow"),

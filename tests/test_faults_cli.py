@@ -190,3 +190,16 @@ def test_adequacy_names_a_bad_worker_count(bad, capsys) -> None:
 
     assert main(["adequacy", "--category", "smoke", "--workers", bad]) == 2
     assert f"--workers: {bad!r} must be a count >= 1 or 'auto'" in capsys.readouterr().err
+
+
+# slow (tests/conftest.py): the packaged smoke category once clean and once per catalogued fault on the cpu
+# backend -- the CI's guard that smoke keeps catching every fault (a removed shape lets one escape: exit 1)
+def test_smoke_catches_every_catalogued_fault_on_the_cpu_backend(tmp_path, capsys) -> None:
+    from ckfmha.faults import catalogue
+
+    code, out, _ = _adequacy(tmp_path, capsys, "--workers", "2")
+    lines = out.splitlines()
+    escaped = [ln for ln in lines if ln.startswith("ESCAPED")]
+    assert not escaped, out
+    assert lines[-1] == f"{len(catalogue())} fault(s): {len(catalogue())} caught, 0 escaped, 0 error(s)", out
+    assert code == 0, out
