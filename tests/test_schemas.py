@@ -18,6 +18,7 @@ PACKAGED = [
     ("parity_set", data_dir() / "parity_default.yaml"),
     ("ck_findings", data_dir() / "ck_findings.yaml"),
     ("faults", data_dir() / "faults.yaml"),
+    ("suite_expected", data_dir() / "flash_attn_expected.yaml"),
 ] + [
     (name, p)
     for name, folder in (("receipt_rules", "receipt_rules"), ("arch", "archs"))
