@@ -316,9 +316,8 @@ def shape_inputs(problem, seed: int, fmt: str) -> dict:
     process (the scheduler's shape affinity sends a shape's released items to the worker that holds it: a nightly
     shape's Q/K/V take tens of seconds to draw on one core).  The shapes used last are kept, within the limits of
     :func:`pytest_ckfmha.refcache.keep_within` (applied before a new shape's inputs are made, so they never add to
-    a larger older one).  The arrays are read-only: a stage that wrote
-    into an input would change the next item's (every backend returns its outputs as new arrays,
-    :mod:`ckfmha.runner`)."""
+    a larger older one).  The arrays are read-only: a stage that wrote into an input would change the next item's
+    (every backend returns its outputs as new arrays, :mod:`ckfmha.runner`)."""
     from ckfmha.inputs import make_inputs
     from pytest_ckfmha.refcache import keep_within
 
@@ -336,7 +335,7 @@ def shape_inputs(problem, seed: int, fmt: str) -> dict:
 
 
 def forget_shape_inputs() -> None:
-    """Drop the kept shape's inputs (:func:`shape_inputs`)."""
+    """Drop the kept shapes' inputs (:func:`shape_inputs`)."""
     _INPUTS_MEMO.clear()
 
 

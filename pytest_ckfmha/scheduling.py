@@ -380,10 +380,10 @@ class BuildOnceScheduling:
         if not len(self.pool):
             node.shutdown()
             return
+        others = {sc for other in self.assigned if other is not node for sc in self._shapes_held(other)}
         while len(self._pending(node)) < 2:
             admit = fits or self._fits(node)
             held = self._shapes_held(node)
-            others = {sc for other in self.assigned if other is not node for sc in self._shapes_held(other)}
             nid = self.pool.take(admit, held, others.difference(held))  # shape affinity
             if nid is None:
                 nid = self.pool.take_held(self._pending(node), admit)

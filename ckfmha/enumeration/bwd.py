@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Any
 
 from ckfmha.archs import ArchSpecError
@@ -314,42 +315,31 @@ class _Plan:
         dbias: bool,
         dropout: Dropout,
         det: bool,
+        cache: bool = True,
     ) -> KernelSignature:
+        """The dq_dk_dv signature, kept in the plan's cache unless ``cache`` is false (the names path: its
+        signatures are dropped once named, before the cyclic collector is back on, so it never scans them; within
+        one enumeration few signatures repeat)."""
         # keyed by the members' ids: an enum member is a singleton, and Enum.__hash__ is a Python-level call
         key = (id(dtype), id(mode), hq, hv, id(mask), id(bias), dbias, id(dropout), det)
         s = self.sigs.get(key)
         if s is None:
-            s = self.sigs[key] = self.new_sig(dtype, mode, hq, hv, mask, bias, dbias, dropout, det)
+            s = new_signature(
+                Family.BWD_DQ_DK_DV,
+                dtype,
+                mode,
+                hq,
+                hv,
+                self.arch_tag,
+                mask=mask,
+                bias=bias,
+                dbias=dbias,
+                dropout=dropout,
+                deterministic=det,
+            )
+            if cache:
+                self.sigs[key] = s
         return s
-
-    def new_sig(
-        self,
-        dtype: DType,
-        mode: Mode,
-        hq: int,
-        hv: int,
-        mask: MaskImpl,
-        bias: Bias,
-        dbias: bool,
-        dropout: Dropout,
-        det: bool,
-    ) -> KernelSignature:
-        """:meth:`sig` without the plan's cache: a signature that only lives as long as its caller keeps it (the
-        names path drops its signatures once named, before the cyclic collector is back on, so it never scans
-        them; within one enumeration few signatures repeat)."""
-        return new_signature(
-            Family.BWD_DQ_DK_DV,
-            dtype,
-            mode,
-            hq,
-            hv,
-            self.arch_tag,
-            mask=mask,
-            bias=bias,
-            dbias=dbias,
-            dropout=dropout,
-            deterministic=det,
-        )
 
     def dot_do_o(self, dtype: DType, hdim: int, mode: Mode, spad: int, dvpad: int) -> KernelConfig:
         key = (Family.BWD_DOT_DO_O, dtype, hdim, mode, spad, dvpad)
@@ -490,7 +480,7 @@ def enumerate_names(ctx: Any) -> list[str]:
     pres: list[str] = []  # head + middle, per algorithm of the level's tile
     pres_of = None
     noted: tuple = ()
-    for level in _levels(p, ctx.masks, p.new_sig):  # signatures dropped once named: see _Plan.new_sig
+    for level in _levels(p, ctx.masks, partial(p.sig, cache=False)):  # see _Plan.sig
         sigs = [s for s in level[-1] if keep(s)]
         if not sigs:
             continue
