@@ -2,7 +2,8 @@
 """How often the dispatcher picks a kernel within 5% of the fastest one, before and after ``ckfmha tune``.
 
     python benchmarks/bench_dispatch.py OUT.json [--arch sm90] [--backend triton] [--category nightly]
-           [--max-shapes 120] [--max-kernels 8] [--repeat 10]
+           [--max-shapes 120] [--max-kernels 8] [--repeat 10] [--shard K/N] [--prebuild J] [--time-budget S]
+    python benchmarks/bench_dispatch.py OUT.json --merge SHARD.json [SHARD.json ...]
 
 For every shape of the category's forward family (up to ``--max-shapes``, spread evenly over the list), every
 candidate kernel of the main stage (the dispatcher's ``ranked_candidates``, up to ``--max-kernels`` in rank order)
@@ -11,7 +12,15 @@ each).  Measured: the share of shapes where the dispatcher's choice runs within 
 -- with the packaged tie-break table, then with the table ``ckfmha.heuristics.tune`` derives from these timings
 (the rows are written in the run report's format, so ``ckfmha tune OUT.json`` gives the same table).  Target after
 tuning: >= 90%.  Tuning and measuring on the same shapes flatters the table, so the share is also given held out:
-a table tuned on every other shape (even positions), measured on the shapes it never saw (odd positions).  Writes a report JSON (schema ``ckfmha.report``) with one row per timed kernel and the figures.
+a table tuned on the shapes at even positions of the selected list, measured on those at odd positions.  Writes a
+report JSON (schema ``ckfmha.report``) with one row per timed kernel and the figures.
+
+| option | what it does |
+|---|---|
+| ``--shard K/N`` | time only the selected shapes at positions ``i`` with ``i % N == K - 1`` (one process per GPU: each shard on its own GPU, ``CUDA_VISIBLE_DEVICES``) |
+| ``--prebuild J`` | before timing, run every candidate plan of the shard once in ``J`` processes, so that Triton's compiles (at the first launch of each specialization, into its on-disk cache) run in parallel; the timing pass then finds them on disk.  The timings are unchanged: each kernel's warm-up run precedes its timed runs either way |
+| ``--merge SHARD.json ...`` | time nothing: the figures over the shards' timings together (the shards must share ``--arch``, ``--category`` and ``--max-shapes``; the held-out split is by position in the selected list, as in one run) |
+
 Run it on a GPU (``--backend cpu`` only checks the script).
 """
 
@@ -41,11 +50,26 @@ def _shapes(category: str, limit: int):
     return [shapes[int(i * step)] for i in range(limit)]
 
 
-def _time_plan(backend, plan, problem, repeat: int) -> float:
-    from ckfmha.inputs import make_inputs
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected K/N with integers 1 <= K <= N") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: K must be between 1 and N")
+    return k, n
+
+
+def _candidates(base, backend, problem, max_kernels: int) -> list:
+    from ckfmha.plan import main_role
+
+    cands = [c for c in base.ranked_candidates(problem, main_role(problem)) if backend.supports(c) is None]
+    return cands[:max_kernels]
+
+
+def _time_plan(backend, plan, problem, inputs, repeat: int) -> float:
     from ckfmha.runner import execute, prepare_tensors
 
-    inputs = make_inputs(problem, 0)
     built: dict = {}
     execute(backend, plan, prepare_tensors(problem, plan, inputs)[0], timing=True, built=built)
     times = []
@@ -61,6 +85,121 @@ def _share_within(choice: dict[str, str], times: dict[str, dict[str, float]]) ->
     return ok / len(times) if times else float("nan")
 
 
+# ---------------------------------------------------------------------------------------- prebuild (child side)
+_CHILD: dict = {}
+
+
+def _child_init(args: dict) -> None:
+    from ckfmha.backends import get_backend
+    from ckfmha.dispatcher import Dispatcher
+    from ckfmha.registry import Registry
+
+    backend = get_backend(args["backend"])
+    registry = Registry.from_enumeration(args["arch"])
+    _CHILD.update(args, backend=backend, registry=registry, base=Dispatcher(registry, backend),
+                  shapes=_shapes(args["category"], args["max_shapes"]))  # fmt: skip
+
+
+def _child_run_shape(index: int) -> tuple[int, int, float]:
+    """Run every candidate plan of shape ``index`` once (untimed): the compiles of its specializations."""
+    from ckfmha.dispatcher import Dispatcher, PinnedRegistry
+    from ckfmha.inputs import make_inputs
+    from ckfmha.runner import execute, prepare_tensors
+
+    t0 = time.perf_counter()
+    backend, registry = _CHILD["backend"], _CHILD["registry"]
+    p = _CHILD["shapes"][index].problem
+    cands = _candidates(_CHILD["base"], backend, p, _CHILD["max_kernels"])
+    if len(cands) < 2:
+        return index, 0, time.perf_counter() - t0
+    inputs = make_inputs(p, 0)
+    ran = 0
+    for c in cands:
+        try:
+            plan = Dispatcher(PinnedRegistry(registry, c), backend).select(p)  # type: ignore[arg-type]
+            execute(backend, plan, prepare_tensors(p, plan, inputs)[0], built={})
+            ran += 1
+        except Exception:  # noqa: BLE001 - the timing pass reports a kernel that cannot run
+            pass
+    backend.release_memory()
+    return index, ran, time.perf_counter() - t0
+
+
+def _prebuild(args, indices: list[int]) -> None:
+    import multiprocessing
+
+    t0 = time.perf_counter()
+    settings = {k: getattr(args, k) for k in ("backend", "arch", "category", "max_shapes", "max_kernels")}
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(args.prebuild, initializer=_child_init, initargs=(settings,)) as pool:
+        for n, (i, ran, secs) in enumerate(pool.imap_unordered(_child_run_shape, indices), 1):
+            print(f"  prebuild [{n}/{len(indices)}] shape {i}: {ran} plans run in {secs:.1f} s", flush=True)
+    print(f"prebuild of {len(indices)} shapes in {args.prebuild} processes: {time.perf_counter() - t0:.0f} s")
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def _figures(times, problems, rows, order, registry, backend, arch) -> dict:
+    from ckfmha.dispatcher import Dispatcher
+    from ckfmha.heuristics import heuristics_from_doc, load_heuristics, tune, tuned_document
+
+    base = Dispatcher(registry, backend)
+
+    def choices(table) -> dict[str, str]:
+        d = Dispatcher(registry, backend, heuristics=table) if table is not None else base
+        return {sid: d.select(problems[sid]).stages[0].kernel.kernel_id for sid in times}
+
+    def tuned(row_list):
+        return heuristics_from_doc(tuned_document(None, tune(row_list, arch)), "tuned from this run")
+
+    before, after = choices(None), choices(tuned(rows))
+    sids = sorted(times, key=order.__getitem__)  # by position in the selected list
+    train, held = set(sids[0::2]), sids[1::2]
+    train_rows = [r for r in rows if r["id"].split("::", 1)[0] in train]
+    after_held = choices(tuned(train_rows)) if train_rows else before
+    held_times = {sid: times[sid] for sid in held}
+    fig = {
+        "share_before": _share_within(before, times),
+        "share_after": _share_within(after, times),
+        "held_out": {
+            "shapes": len(held),
+            "share_before": _share_within({s: before[s] for s in held}, held_times),
+            "share_after": _share_within({s: after_held[s] for s in held}, held_times),
+        },
+        "shapes": len(times),
+        "choices": {sid: {"before": before[sid], "after": after[sid], "times_ms": times[sid]} for sid in sids},
+    }
+    print(f"{len(times)} shapes with >= 2 timed kernels ({len(rows)} timings)")
+    print(
+        f"dispatcher's choice within {WITHIN:.0%} of the fastest: before tuning {fig['share_before']:.1%}, after "
+        f"{fig['share_after']:.1%} (target >= 90%); packaged table {load_heuristics().source}"
+    )
+    h = fig["held_out"]
+    print(
+        f"held out ({h['shapes']} shapes, table tuned on the other {len(train)}): before {h['share_before']:.1%}, "
+        f"after {h['share_after']:.1%}"
+    )
+    return fig
+
+
+def _row(sid: str, kernel_id: str, ms: float, p) -> dict:
+    return {
+        "id": f"{sid}::{kernel_id}",
+        "kind": "kernel",
+        "verdict": "passed",
+        "timed": True,
+        "time_ms": ms,
+        "kernel_id": kernel_id,
+        "family": "fwd",
+        "dtype": p.dtype.value,
+        "mode": p.mode.value,
+        "hdim_q": p.hdim_q,
+        "hdim_v": p.hdim_v,
+        "mask": p.mask.to_ck(),
+        "seqlen_q": p.seqlen_q,
+        "seqlen_k": p.seqlen_k,
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="report JSON to write")
@@ -70,6 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-shapes", type=int, default=120)
     ap.add_argument("--max-kernels", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N")
+    ap.add_argument("--prebuild", type=int, default=0, metavar="J", help="compile ahead in J processes (0: no)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="SHARD.json", help="figures over shards' timings")
     ap.add_argument(
         "--time-budget",
         type=float,
@@ -81,109 +223,86 @@ def main(argv=None) -> int:
 
     from ckfmha.backends import get_backend
     from ckfmha.dispatcher import Dispatcher, PinnedRegistry
-    from ckfmha.heuristics import heuristics_from_doc, load_heuristics, tune, tuned_document
-    from ckfmha.plan import main_role
+    from ckfmha.inputs import make_inputs
     from ckfmha.registry import Registry
     from pytest_ckfmha.ids import shape_id
 
     t0 = time.perf_counter()
     backend = get_backend(args.backend)
-    avail = backend.available()
-    if not avail:
-        print(f"backend {args.backend} is not available: {avail.reason}")
-        return 2
+    if args.merge:
+        docs = [json.loads(Path(f).read_text()) for f in args.merge]
+        for key in ("arch", "category", "max_shapes"):
+            seen = {d.get(key) for d in docs}
+            if len(seen) != 1:
+                print(f"--merge: the shards disagree on {key}: {sorted(map(str, seen))}")
+                return 2
+        args.arch, args.category, args.max_shapes = docs[0]["arch"], docs[0]["category"], docs[0]["max_shapes"]
+    else:
+        avail = backend.available()
+        if not avail:
+            print(f"backend {args.backend} is not available: {avail.reason}")
+            return 2
     registry = Registry.from_enumeration(args.arch)
     base = Dispatcher(registry, backend)
-    times: dict[str, dict[str, float]] = {}
-    problems = {}
-    rows = []
     shapes = _shapes(args.category, args.max_shapes)
-    for i, shape in enumerate(shapes):
-        if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
-            print(f"time budget of {args.time_budget:.0f} s spent: {len(shapes) - i} of {len(shapes)} shapes not timed")
-            break
-        p = shape.problem
-        sid = shape_id(p)
-        cands = [c for c in base.ranked_candidates(p, main_role(p)) if backend.supports(c) is None]
-        cands = cands[: args.max_kernels]
-        if len(cands) < 2:
-            continue
-        times[sid], problems[sid] = {}, p
-        for c in cands:
-            try:
-                plan = Dispatcher(PinnedRegistry(registry, c), backend).select(p)  # type: ignore[arg-type]
-                ms = _time_plan(backend, plan, p, args.repeat)
-            except Exception as e:  # a kernel that cannot run is reported and the sweep goes on
-                print(f"  {sid} {c.kernel_id}: not timed ({type(e).__name__}: {e})")
+    order = {shape_id(s.problem): i for i, s in enumerate(shapes)}
+    problems = {shape_id(s.problem): s.problem for s in shapes}
+    times: dict[str, dict[str, float]] = {}
+    rows: list[dict] = []
+    devices: list = []
+    if args.merge:
+        for d in docs:
+            rows += d["rows"]
+            devices += d["environment"]["devices"]
+            for sid, c in d["choices"].items():
+                times[sid] = c["times_ms"]
+    else:
+        k, n = args.shard
+        mine = [i for i in range(len(shapes)) if i % n == k - 1]
+        if args.prebuild > 0:
+            _prebuild(args, mine)
+        for done, i in enumerate(mine):
+            if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
+                print(
+                    f"time budget of {args.time_budget:.0f} s spent: {len(mine) - done} of {len(mine)} shapes not timed"
+                )
+                break
+            p = shapes[i].problem
+            sid = shape_id(p)
+            cands = _candidates(base, backend, p, args.max_kernels)
+            if len(cands) < 2:
                 continue
-            times[sid][c.kernel_id] = ms
-            rows.append(
-                {
-                    "id": f"{sid}::{c.kernel_id}",
-                    "kind": "kernel",
-                    "verdict": "passed",
-                    "timed": True,
-                    "time_ms": ms,
-                    "kernel_id": c.kernel_id,
-                    "family": "fwd",
-                    "dtype": p.dtype.value,
-                    "mode": p.mode.value,
-                    "hdim_q": p.hdim_q,
-                    "hdim_v": p.hdim_v,
-                    "mask": p.mask.to_ck(),
-                    "seqlen_q": p.seqlen_q,
-                    "seqlen_k": p.seqlen_k,
-                }
-            )
-        if times[sid]:
-            fastest = min(times[sid].values())
-            print(
-                f"[{i + 1}/{len(shapes)}] {sid}: {len(times[sid])} kernels timed, fastest {fastest:.3f} ms", flush=True
-            )
-        if len(times[sid]) < 2:
-            del times[sid], problems[sid]
-
-    def choices(table) -> dict[str, str]:
-        d = Dispatcher(registry, backend, heuristics=table) if table is not None else base
-        return {sid: d.select(problems[sid]).stages[0].kernel.kernel_id for sid in times}
-
-    def tuned(row_list):
-        return heuristics_from_doc(tuned_document(None, tune(row_list, args.arch)), "tuned from this run")
-
-    before, after = choices(None), choices(tuned(rows))
-    share_before, share_after = _share_within(before, times), _share_within(after, times)
-    sids = list(times)
-    train, held = set(sids[0::2]), sids[1::2]
-    train_rows = [r for r in rows if r["id"].split("::", 1)[0] in train]
-    after_held = choices(tuned(train_rows)) if train_rows else before
-    held_times = {sid: times[sid] for sid in held}
-    held_before = _share_within({s: before[s] for s in held}, held_times)
-    held_after = _share_within({s: after_held[s] for s in held}, held_times)
-    print(f"{len(times)} shapes with >= 2 timed kernels ({len(rows)} timings, {time.perf_counter() - t0:.0f} s)")
-    print(
-        f"dispatcher's choice within {WITHIN:.0%} of the fastest: before tuning {share_before:.1%}, after "
-        f"{share_after:.1%} (target >= 90%); packaged table {load_heuristics().source}"
-    )
-    print(
-        f"held out ({len(held)} shapes, table tuned on the other {len(train)}): before {held_before:.1%}, "
-        f"after {held_after:.1%}"
-    )
-    device = backend.device()
+            inputs = make_inputs(p, 0)
+            got: dict[str, float] = {}
+            for c in cands:
+                try:
+                    plan = Dispatcher(PinnedRegistry(registry, c), backend).select(p)  # type: ignore[arg-type]
+                    got[c.kernel_id] = _time_plan(backend, plan, p, inputs, args.repeat)
+                except Exception as e:  # a kernel that cannot run is reported and the sweep goes on
+                    print(f"  {sid} {c.kernel_id}: not timed ({type(e).__name__}: {e})")
+            if len(got) >= 2:
+                times[sid] = got
+                rows += [_row(sid, kid, ms, p) for kid, ms in got.items()]
+            fastest = f", fastest {min(got.values()):.3f} ms" if got else ""
+            print(f"[{done + 1}/{len(mine)}] {sid}: {len(got)} kernels timed{fastest}", flush=True)
+            del inputs
+        devices = [backend.device()]
+    fig = _figures(times, problems, rows, order, registry, backend, args.arch)
+    print(f"{time.perf_counter() - t0:.0f} s")
     doc = {
         "schema": "ckfmha.report",
         "version": 2,
         "arch": args.arch,
         "state": "complete",
         "category": args.category,
+        "max_shapes": args.max_shapes,
         "tool": "benchmarks/bench_dispatch.py",
         "within": WITHIN,
-        "share_before": share_before,
-        "share_after": share_after,
-        "held_out": {"shapes": len(held), "share_before": held_before, "share_after": held_after},
-        "shapes": len(times),
+        **{k: v for k, v in fig.items() if k != "choices"},
         "shapes_selected": len(shapes),
-        "environment": {"command": " ".join(sys.argv), "python": platform.python_version(), "devices": [device]},
-        "choices": {sid: {"before": before[sid], "after": after[sid], "times_ms": times[sid]} for sid in times},
+        "shard": "/".join(map(str, args.shard)),
+        "environment": {"command": " ".join(sys.argv), "python": platform.python_version(), "devices": devices},
+        "choices": fig["choices"],
         "rows": rows,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -42,13 +42,39 @@ TARGETS = {("nightly", "cold"): 900.0, ("smoke", "cold"): 60.0, ("smoke", "warm"
 TWO_GPU_RATIO = 0.55
 
 
-class MemorySampler:
-    """Every ``every`` seconds: the machine's MemAvailable and each GPU's memory.used (nvidia-smi), extremes kept."""
+def group_memory_gib(pgid: int) -> tuple[float, str]:
+    """The memory of every process in process group ``pgid``: the sum of their proportional set sizes (``Pss`` of
+    /proc/PID/smaps_rollup: shared pages counted once in all), or of their resident sizes where the kernel gives no
+    smaps_rollup (shared pages then counted in every process: an upper bound); (GiB, "pss" or "rss")."""
+    total_kib, kind = 0, "pss"
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # fields after the command: state, ppid, pgrp
+                continue
+            try:
+                rollup = (d / "smaps_rollup").read_text()
+                total_kib += next(int(ln.split()[1]) for ln in rollup.splitlines() if ln.startswith("Pss:"))
+            except (OSError, StopIteration):
+                kind = "rss"
+                total_kib += int((d / "statm").read_text().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended meanwhile
+    return total_kib / 2**20, kind
 
-    def __init__(self, every: float = 5.0) -> None:
+
+class MemorySampler:
+    """Every ``every`` seconds: the machine's MemAvailable, each GPU's memory.used (nvidia-smi) and, given the run's
+    process group, that group's memory (:func:`group_memory_gib`: the run's own share of a shared machine); extremes
+    kept."""
+
+    def __init__(self, every: float = 5.0, pgid: int | None = None) -> None:
         import threading
 
         self.every, self.low_available, self.gpu_high = every, None, {}
+        self.pgid, self.group_high, self.group_kind = pgid, None, ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -69,6 +95,9 @@ class MemorySampler:
                         self.low_available = gib if self.low_available is None else min(self.low_available, gib)
             except OSError:
                 pass
+            if self.pgid is not None:
+                gib, self.group_kind = group_memory_gib(self.pgid)
+                self.group_high = gib if self.group_high is None else max(self.group_high, gib)
             try:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
                                      capture_output=True, text=True, timeout=10).stdout  # fmt: skip
@@ -82,7 +111,12 @@ class MemorySampler:
     def words(self) -> str:
         gpus = ", ".join(f"GPU {i} {g:.1f} GiB" for i, g in sorted(self.gpu_high.items()))
         low = "?" if self.low_available is None else f"{self.low_available:.1f} GiB"
-        return f"memory: lowest MemAvailable {low}; highest used {gpus or '? (no nvidia-smi)'}"
+        group = (
+            ""
+            if self.group_high is None
+            else f"; the run's processes at most {self.group_high:.1f} GiB ({self.group_kind})"
+        )
+        return f"memory: lowest MemAvailable {low}{group}; highest used {gpus or '? (no nvidia-smi)'}"
 
 
 def run_pass(args: argparse.Namespace, name: str, cache: Path, extra: list[str]) -> tuple[Path, float, int]:
@@ -99,7 +133,7 @@ def run_pass(args: argparse.Namespace, name: str, cache: Path, extra: list[str])
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    with MemorySampler() as memory:
+    with MemorySampler(pgid=proc.pid) as memory:
         try:
             out, _ = proc.communicate(timeout=args.limit)
         except subprocess.TimeoutExpired:

@@ -3,17 +3,23 @@ candidates, tunes from its own timings and reports the dispatcher's share within
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_bench_dispatch_tunes_from_its_own_timings(tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_dispatch", ROOT / "benchmarks" / "bench_dispatch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def _script(monkeypatch):
+    """The script as an importable module (``--prebuild``'s spawned processes import it by name)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.delitem(sys.modules, "bench_dispatch", raising=False)
+    return importlib.import_module("bench_dispatch")
+
+
+def test_bench_dispatch_tunes_from_its_own_timings(tmp_path, monkeypatch) -> None:
+    mod = _script(monkeypatch)
     out = tmp_path / "bd.json"
     args = [str(out), "--arch", "gfx942", "--backend", "cpu", "--category", "smoke", "--max-shapes", "6"]
     assert mod.main([*args, "--max-kernels", "3", "--repeat", "2"]) == 0
@@ -33,3 +39,45 @@ def test_bench_dispatch_tunes_from_its_own_timings(tmp_path) -> None:
         if sid in alone:
             assert c["times_ms"][c["after"]] == min(c["times_ms"].values()), sid
     assert doc["share_after"] >= len(alone & set(doc["choices"])) / len(doc["choices"])
+
+
+def test_bench_dispatch_shards_prebuild_and_merge(tmp_path, monkeypatch) -> None:
+    """Two shards (one compiled ahead in a process pool) time disjoint shapes that together are one run's; the merge
+    gives the figures over both, with the held-out split by position in the selected list."""
+    mod = _script(monkeypatch)
+    common = ["--arch", "gfx942", "--backend", "cpu", "--category", "smoke", "--max-shapes", "6", "--max-kernels", "2"]
+    one, s1, s2, merged = (tmp_path / f"{n}.json" for n in ("one", "s1", "s2", "merged"))
+    assert mod.main([str(one), *common, "--repeat", "1"]) == 0
+    assert mod.main([str(s1), *common, "--repeat", "1", "--shard", "1/2", "--prebuild", "2"]) == 0
+    assert mod.main([str(s2), *common, "--repeat", "1", "--shard", "2/2"]) == 0
+    docs = [json.loads(p.read_text()) for p in (one, s1, s2)]
+    assert docs[1]["choices"] and docs[2]["choices"]
+    assert not set(docs[1]["choices"]) & set(docs[2]["choices"])
+    assert set(docs[1]["choices"]) | set(docs[2]["choices"]) == set(docs[0]["choices"])
+    assert mod.main([str(merged), "--merge", str(s1), str(s2)]) == 0
+    m = json.loads(merged.read_text())
+    assert list(m["choices"]) == list(docs[0]["choices"])  # the selected list's order, not the shards'
+    assert m["shapes"] == docs[0]["shapes"] and m["held_out"]["shapes"] == docs[0]["held_out"]["shapes"]
+    assert len(m["rows"]) == len(docs[1]["rows"]) + len(docs[2]["rows"])
+    # the tuned choice on a shape alone in its class is that shape's fastest kernel, in the merged figures too
+    from ckfmha.heuristics import row_class
+
+    members: dict[tuple, set[str]] = {}
+    for r in m["rows"]:
+        members.setdefault(row_class(r), set()).add(r["id"].split("::", 1)[0])
+    for cls_members in members.values():
+        if len(cls_members) == 1:
+            (sid,) = cls_members
+            c = m["choices"][sid]
+            assert c["times_ms"][c["after"]] == min(c["times_ms"].values()), sid
+
+
+def test_bench_dispatch_merge_refuses_shards_of_different_selections(tmp_path, monkeypatch) -> None:
+    mod = _script(monkeypatch)
+    base = {"schema": "ckfmha.report", "arch": "gfx942", "category": "smoke", "rows": [], "choices": {},
+            "environment": {"devices": []}}  # fmt: skip
+    (tmp_path / "a.json").write_text(json.dumps({**base, "max_shapes": 6}))
+    (tmp_path / "b.json").write_text(json.dumps({**base, "max_shapes": 8}))
+    rc = mod.main([str(tmp_path / "m.json"), "--backend", "cpu", "--merge", str(tmp_path / "a.json"),
+                   str(tmp_path / "b.json")])  # fmt: skip
+    assert rc == 2 and not (tmp_path / "m.json").exists()
