@@ -163,6 +163,16 @@ def pytest_configure_flash_attn_compat(config) -> None:
         register(config)
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_sample(config) -> None:
+    """--ckfmha-sample (sampling.py): register its generation pruning (the parametrizations the sample leaves out
+    are never created) after pytest_configure validated the options; ``-p no:ckfmha-sample`` turns it off."""
+    if config.getoption("ckfmha_sample", None) is not None:
+        from pytest_ckfmha.sampling import register_pruning
+
+        register_pruning(config)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session) -> None:
     """The controller (or the only process) checks the selection before any worker starts or item runs."""
