@@ -42,27 +42,35 @@ TARGETS = {("nightly", "cold"): 900.0, ("smoke", "cold"): 60.0, ("smoke", "warm"
 TWO_GPU_RATIO = 0.55
 
 
-def group_memory_gib(pgid: int) -> tuple[float, str]:
-    """The memory of every process in process group ``pgid``: the sum of their proportional set sizes (``Pss`` of
-    /proc/PID/smaps_rollup: shared pages counted once in all), or of their resident sizes where the kernel gives no
-    smaps_rollup (shared pages then counted in every process: an upper bound); (GiB, "pss" or "rss")."""
-    total_kib, kind = 0, "pss"
+def group_memory_gib(root: int) -> tuple[float, float]:
+    """The memory of a run's processes: every process in process group ``root`` or descended from process
+    ``root`` (xdist's workers, whichever way they were started); (GiB resident summed -- shared pages counted in
+    every process, an upper bound --, GiB proportional ``Pss`` of /proc/PID/smaps_rollup summed -- shared pages
+    split --, 0 where the kernel gives no smaps_rollup)."""
+    procs: dict[int, tuple[int, int]] = {}  # pid -> (ppid, pgrp)
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # fields after the command: state, ppid, pgrp
-                continue
+        if d.name.isdigit():
             try:
-                rollup = (d / "smaps_rollup").read_text()
-                total_kib += next(int(ln.split()[1]) for ln in rollup.splitlines() if ln.startswith("Pss:"))
-            except (OSError, StopIteration):
-                kind = "rss"
-                total_kib += int((d / "statm").read_text().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended meanwhile
-    return total_kib / 2**20, kind
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()  # after the command: state ppid pgrp
+                procs[int(d.name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, ValueError, IndexError):
+                continue  # the process ended meanwhile
+    mine = {pid for pid, (_, pgrp) in procs.items() if pgrp == root or pid == root}
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in mine and pid not in mine}
+        mine |= more
+        grew = bool(more)
+    rss_kib = pss_kib = 0
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    for pid in mine:
+        try:
+            rss_kib += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page_kib
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            pss_kib += next(int(ln.split()[1]) for ln in rollup.splitlines() if ln.startswith("Pss:"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return rss_kib / 2**20, pss_kib / 2**20
 
 
 class MemorySampler:
@@ -74,7 +82,7 @@ class MemorySampler:
         import threading
 
         self.every, self.low_available, self.gpu_high = every, None, {}
-        self.pgid, self.group_high, self.group_kind = pgid, None, ""
+        self.pgid, self.rss_high, self.pss_high = pgid, 0.0, 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -96,8 +104,8 @@ class MemorySampler:
             except OSError:
                 pass
             if self.pgid is not None:
-                gib, self.group_kind = group_memory_gib(self.pgid)
-                self.group_high = gib if self.group_high is None else max(self.group_high, gib)
+                rss, pss = group_memory_gib(self.pgid)
+                self.rss_high, self.pss_high = max(self.rss_high, rss), max(self.pss_high, pss)
             try:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
                                      capture_output=True, text=True, timeout=10).stdout  # fmt: skip
@@ -113,8 +121,8 @@ class MemorySampler:
         low = "?" if self.low_available is None else f"{self.low_available:.1f} GiB"
         group = (
             ""
-            if self.group_high is None
-            else f"; the run's processes at most {self.group_high:.1f} GiB ({self.group_kind})"
+            if self.pgid is None
+            else f"; the run's processes at most {self.rss_high:.1f} GiB resident summed, {self.pss_high:.1f} GiB Pss"
         )
         return f"memory: lowest MemAvailable {low}{group}; highest used {gpus or '? (no nvidia-smi)'}"
 
