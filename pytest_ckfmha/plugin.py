@@ -10,8 +10,8 @@ lines as specs), ids.py (shape ids and :class:`~pytest_ckfmha.ids.NodeId`, the n
 warmup.py (the kernel child forked and warmed up right after collection),
 refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
 scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
-benchcompare.py (--ckfmha-bench's table, --ckfmha-compare / --ckfmha-compare-fail),
-hookspecs.py (hooks for conftests), state.py.
+benchcompare.py (--ckfmha-bench's table, --ckfmha-compare / --ckfmha-compare-fail), sigterm.py (SIGTERM as
+Ctrl-C), hookspecs.py (hooks for conftests), state.py.
 
 The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
 are checked before anything runs); the selection is checked (``pytest_sessionstart``: matrix files, kernel set,
@@ -28,6 +28,7 @@ side ran for no item, ends with an error (``session_checks.py``).
 | ``--ckfmha-resume`` of another run or selection (:func:`check_resumable`) | the carried rows would not be this run's items |
 | ``--ckfmha-resume`` of a report of the old node-id format (:func:`check_resumable`, ids.py's table) | its rows name no item of this run |
 | a ckfmha node id named as an argument that names no item, or without a ckfmha run (items.py) | pytest would read it as a path |
+| ``--ckfmha-report`` in a run that writes neither a report nor kernel logs (no category, parity, CK smoke or ``--ckfmha-flash-attn-compat``) | the report would silently not be written |
 | ``--ckfmha-compare PREV`` of another selection or seed, untimed or timed on an emulation (benchcompare.py) | its timings are not like for like with this run's |
 
 """
@@ -36,11 +37,10 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
 import pytest
+
+from pytest_ckfmha.sigterm import SigtermInterrupt
 
 MARKERS = (
     "ckfmha: an item of the ckfmha testing matrix",
@@ -126,6 +126,12 @@ def pytest_configure(config) -> None:
         _warn_default_arch(config, detected, settings.arch)
     use_named(config, settings.active)
     if not settings.active:
+        if settings.reports and not config.getoption("ckfmha_flash_attn_compat", None):
+            raise pytest.UsageError(
+                f"--ckfmha-report {' '.join(map(str, settings.reports))}: nothing would be written -- a report is "
+                "written by ckfmha's own runs (--ckfmha-category, --ckfmha-parity, --ckfmha-ck-smoke) and kernel logs "
+                "by --ckfmha-flash-attn-compat; this run has none of them"
+            )
         return
     from pytest_ckfmha.state import STATE_KEY, State
 
@@ -288,13 +294,14 @@ def pytest_report_header(config):
     )
 
 
-class _Recorder:
+class _Recorder(SigtermInterrupt):
     """Controller side (or the only process): one row per item, checkpoints, the final report and summary."""
 
     def __init__(self, config) -> None:
         from pytest_ckfmha.reporting import ReportWriter, RowBook
         from pytest_ckfmha.state import get_state
 
+        super().__init__()
         self.config = config
         self.state = get_state(config)
         self.book = RowBook(self.state.describe)
@@ -314,41 +321,11 @@ class _Recorder:
         self.rows: list[dict] = []
         self.meta: dict = {}
         self.problems: list[str] = []
-        self.signal: str | None = None
-        self.finishing = False  # pytest_sessionfinish has begun (a SIGTERM then stops nothing: see install_sigterm)
         self.running: set[str] = set()  # node ids of the items started and not finished
-        # SIGTERM's handler before install_sigterm (as signal.getsignal gives it), restored at unconfigure
-        self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
-
-    # -- SIGTERM behaves like Ctrl-C: pytest stops, sessionfinish runs, the report is written
-    def install_sigterm(self) -> None:
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous not in (signal.SIG_DFL, signal.SIG_IGN, None):
-            return  # somebody else handles SIGTERM
-        # SIG_IGN inherited from the launcher (a job runner's shell, a container's init) would make a CI time limit's
-        # SIGTERM do nothing until the SIGKILL that follows it: the run stops and writes its report instead
-
-        def on_sigterm(signum, frame):
-            self.signal = "SIGTERM"
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-            if self.finishing:
-                # the items are over; raised now, KeyboardInterrupt would leave the sessionfinish hook running (xdist's
-                # wait for its workers, on an H100 box) and skip the final report: recorded, and the finish goes on
-                return
-            raise KeyboardInterrupt("SIGTERM")
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-        self._previous_sigterm = previous
 
     def pytest_unconfigure(self, config) -> None:
         self.writer.stop()
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+        self.restore_sigterm()
 
     # -- rows
     def pytest_collection_finish(self, session) -> None:
@@ -393,12 +370,6 @@ class _Recorder:
             **run,
         }
         return meta_for(self.state.settings, rows, self.state.collect_seconds, self._command(), run)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
-    def pytest_sessionfinish_begins(self, session, exitstatus):
-        """Before every pytest_sessionfinish implementation: from here a SIGTERM is recorded, not raised."""
-        self.finishing = True
-        return (yield)
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         from pytest_ckfmha.session_checks import end_of_session_problems

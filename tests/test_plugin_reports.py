@@ -257,3 +257,14 @@ def test_a_sigterm_while_the_session_finishes_still_leaves_the_final_report(pyte
     assert doc["state"] != "running" and doc["signal"] == "SIGTERM", out
     assert doc["collected"] == len(doc["rows"]) == doc["completed"] == 5, out  # every item has its verdict
     assert rc == doc["exit_status"] and "KeyboardInterrupt" not in out
+
+
+def test_a_report_nothing_would_write_is_a_usage_error(pytester):
+    """--ckfmha-report on a foreign suite without --ckfmha-flash-attn-compat (nor a category, parity or CK smoke run)
+    would write nothing: refused at start, naming the option and what writes reports; the tests never run."""
+    pytester.makepyfile(test_foreign="def test_one():\n    assert True\n")
+    res = pytester.runpytest("--ckfmha-report", "r.json", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--ckfmha-report*r.json*nothing would be written*--ckfmha-category*"])
+    assert not (pytester.path / "r.json").exists()
+    assert "1 passed" not in res.stdout.str()

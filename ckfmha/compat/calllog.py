@@ -1,6 +1,7 @@
 """The per-process log of compat calls: one :class:`CallRecord` per entry-point call, saying which ckfmha kernels
 (ids and CK instance names, per stage) ran it.  The pytest plugin writes it with ``--ckfmha-flash-attn-compat``
-and ``--ckfmha-report`` (:func:`write_log`); ``ckfmha coverage`` reads it (:data:`LOG_SCHEMA`).
+and ``--ckfmha-report`` (:func:`write_log`, after each test that made calls and at the session's end; a record is final
+once recorded); ``ckfmha coverage`` reads it (:data:`LOG_SCHEMA`).
 
 | field of a call | what |
 |---|---|
@@ -29,6 +30,9 @@ LOG_VERSION = 1
 
 _LOCK = threading.Lock()
 _CALLS: list["CallRecord"] = []
+# _CALLS[i] as one line of JSON, made once by write_log (a recorded call is final): the plugin rewrites the whole log
+# after every test that made calls, so each rewrite costs the log's size in bytes, not a re-serialization
+_ENCODED: list[str] = []
 
 
 @dataclass
@@ -64,9 +68,23 @@ def calls() -> list[CallRecord]:
         return list(_CALLS)
 
 
+def count() -> int:
+    """How many calls this process's log holds (cheap: the plugin asks after every test)."""
+    with _LOCK:
+        return len(_CALLS)
+
+
 def clear() -> None:
     with _LOCK:
         _CALLS.clear()
+        _ENCODED.clear()
+
+
+def _encoded() -> list[str]:
+    """Each call of the log as one line of JSON, the calls recorded since the last time serialized now."""
+    with _LOCK:
+        _ENCODED.extend(json.dumps(asdict(c)) for c in _CALLS[len(_ENCODED) :])
+        return list(_ENCODED)
 
 
 def log_doc(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -75,10 +93,20 @@ def log_doc(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def write_log(path: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write the log to ``path`` atomically (a temporary file renamed into place); returns the path."""
+    """Write the log (:func:`log_doc`'s document, one call a line) to ``path`` atomically: a temporary file beside it
+    (``<name>.tmp<pid>``) renamed into place, so a reader or a kill mid-write sees the previous log or this one, never
+    a partial file; returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    head = {"schema": LOG_SCHEMA, "version": LOG_VERSION, **(extra or {})}
+    head.pop("calls", None)
+    lines = ["{", *(f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items())]
+    encoded = _encoded()
+    if encoded:
+        lines += [' "calls": [', ",\n".join(f"  {c}" for c in encoded), " ]", "}"]
+    else:
+        lines += [' "calls": []', "}"]
     tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(log_doc(extra), indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(tmp, p)
     return p
