@@ -5,7 +5,7 @@
            [--max-shapes 120] [--max-kernels 8] [--repeat 10] [--shard K/N] [--prebuild J] [--time-budget S]
     python benchmarks/bench_dispatch.py OUT.json --merge SHARD.json [SHARD.json ...]
 
-For every shape of the category's forward family (up to ``--max-shapes``, spread evenly over the list), every
+For every selected shape of the category's forward family (``--select``, up to ``--max-shapes``), every
 candidate kernel of the main stage (the dispatcher's ``ranked_candidates``, up to ``--max-kernels`` in rank order)
 is timed with its plan (a warm-up, then the median of ``--repeat`` device-timed runs, the L2 cache flushed before
 each).  Measured: the share of shapes where the dispatcher's choice runs within 5% of the fastest measured kernel
@@ -15,11 +15,16 @@ tuning: >= 90%.  Tuning and measuring on the same shapes flatters the table, so 
 a table tuned on the shapes at even positions of the selected list, measured on those at odd positions.  Writes a
 report JSON (schema ``ckfmha.report``) with one row per timed kernel and the figures.
 
+| ``--select`` | the selected list (and so the held-out split) |
+|---|---|
+| ``spread`` (default) | up to ``--max-shapes`` shapes spread evenly over the category's list; half the held-out shapes then belong to a shape class the tuned half never timed, where the tuned table has nothing to say (session 10: 24 of 48) |
+| ``paired`` | for each shape class (``ckfmha.heuristics.shape_class``) with at least two shapes, its first and its middle one, one after the other (classes spread evenly when more than ``--max-shapes`` / 2): the table is tuned on the first of each pair and measured on the other -- a new shape of a class the nightly measured, which is what a table tuned on last night's run meets |
+
 | option | what it does |
 |---|---|
 | ``--shard K/N`` | time only the selected shapes at positions ``i`` with ``i % N == K - 1`` (one process per GPU: each shard on its own GPU, ``CUDA_VISIBLE_DEVICES``) |
 | ``--prebuild J`` | before timing, run every candidate plan of the shard once in ``J`` processes, so that Triton's compiles (at the first launch of each specialization, into its on-disk cache) run in parallel; the timing pass then finds them on disk.  The timings are unchanged: each kernel's warm-up run precedes its timed runs either way |
-| ``--merge SHARD.json ...`` | time nothing: the figures over the shards' timings together (the shards must share ``--arch``, ``--category`` and ``--max-shapes``; the held-out split is by position in the selected list, as in one run) |
+| ``--merge SHARD.json ...`` | time nothing: the figures over the shards' timings together (the shards must share ``--arch``, ``--category``, ``--max-shapes`` and ``--select``; the held-out split is by position in the selected list, as in one run) |
 
 Run it on a GPU (``--backend cpu`` only checks the script).
 """
@@ -40,14 +45,26 @@ import numpy as np  # noqa: E402
 WITHIN = 0.05  # "within 5% of the fastest": time <= fastest * 1.05
 
 
-def _shapes(category: str, limit: int):
+def _spread(items: list, limit: int) -> list:
+    if len(items) <= limit:
+        return items
+    step = len(items) / limit
+    return [items[int(i * step)] for i in range(limit)]
+
+
+def _shapes(category: str, limit: int, how: str = "spread"):
+    """The selected shapes, in the order the held-out split reads them (module doc, ``--select``)."""
+    from ckfmha.heuristics import shape_class
     from ckfmha.matrix import load_matrices, select
 
     shapes = select(load_matrices(), category, ["fwd"])
-    if len(shapes) <= limit:
-        return shapes
-    step = len(shapes) / limit
-    return [shapes[int(i * step)] for i in range(limit)]
+    if how == "spread":
+        return _spread(shapes, limit)
+    classes: dict[tuple, list] = {}
+    for sh in shapes:
+        classes.setdefault(shape_class(sh.problem), []).append(sh)
+    pairs = [(m[0], m[len(m) // 2]) for m in classes.values() if len(m) >= 2]
+    return [sh for pair in _spread(pairs, limit // 2) for sh in pair]
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -97,7 +114,7 @@ def _child_init(args: dict) -> None:
     backend = get_backend(args["backend"])
     registry = Registry.from_enumeration(args["arch"])
     _CHILD.update(args, backend=backend, registry=registry, base=Dispatcher(registry, backend),
-                  shapes=_shapes(args["category"], args["max_shapes"]))  # fmt: skip
+                  shapes=_shapes(args["category"], args["max_shapes"], args["select"]))  # fmt: skip
 
 
 def _child_run_shape(index: int) -> tuple[int, int, float]:
@@ -129,7 +146,7 @@ def _prebuild(args, indices: list[int]) -> None:
     import multiprocessing
 
     t0 = time.perf_counter()
-    settings = {k: getattr(args, k) for k in ("backend", "arch", "category", "max_shapes", "max_kernels")}
+    settings = {k: getattr(args, k) for k in ("backend", "arch", "category", "max_shapes", "max_kernels", "select")}
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(args.prebuild, initializer=_child_init, initargs=(settings,)) as pool:
         for n, (i, ran, secs) in enumerate(pool.imap_unordered(_child_run_shape, indices), 1):
@@ -153,7 +170,9 @@ def _figures(times, problems, rows, order, registry, backend, arch) -> dict:
 
     before, after = choices(None), choices(tuned(rows))
     sids = sorted(times, key=order.__getitem__)  # by position in the selected list
-    train, held = set(sids[0::2]), sids[1::2]
+    # tuned on the even positions of the selected list, measured on the odd ones (a shape that was not timed
+    # leaves its partner where it is: --select paired keeps each class's pair apart)
+    train, held = {s for s in sids if order[s] % 2 == 0}, [s for s in sids if order[s] % 2 == 1]
     train_rows = [r for r in rows if r["id"].split("::", 1)[0] in train]
     after_held = choices(tuned(train_rows)) if train_rows else before
     held_times = {sid: times[sid] for sid in held}
@@ -209,6 +228,13 @@ def main(argv=None) -> int:
     ap.add_argument("--max-shapes", type=int, default=120)
     ap.add_argument("--max-kernels", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument(
+        "--select",
+        choices=("spread", "paired"),
+        default="spread",
+        help="spread: up to --max-shapes spread evenly over the list; paired: two shapes of each shape class that has "
+        "two (the held-out split tunes on one, measures the other)",
+    )
     ap.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N")
     ap.add_argument("--prebuild", type=int, default=0, metavar="J", help="compile ahead in J processes (0: no)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="SHARD.json", help="figures over shards' timings")
@@ -231,12 +257,13 @@ def main(argv=None) -> int:
     backend = get_backend(args.backend)
     if args.merge:
         docs = [json.loads(Path(f).read_text()) for f in args.merge]
-        for key in ("arch", "category", "max_shapes"):
+        for key in ("arch", "category", "max_shapes", "select"):
             seen = {d.get(key) for d in docs}
             if len(seen) != 1:
                 print(f"--merge: the shards disagree on {key}: {sorted(map(str, seen))}")
                 return 2
         args.arch, args.category, args.max_shapes = docs[0]["arch"], docs[0]["category"], docs[0]["max_shapes"]
+        args.select = docs[0]["select"]
     else:
         avail = backend.available()
         if not avail:
@@ -244,7 +271,7 @@ def main(argv=None) -> int:
             return 2
     registry = Registry.from_enumeration(args.arch)
     base = Dispatcher(registry, backend)
-    shapes = _shapes(args.category, args.max_shapes)
+    shapes = _shapes(args.category, args.max_shapes, args.select)
     order = {shape_id(s.problem): i for i, s in enumerate(shapes)}
     problems = {shape_id(s.problem): s.problem for s in shapes}
     times: dict[str, dict[str, float]] = {}
@@ -296,6 +323,7 @@ def main(argv=None) -> int:
         "state": "complete",
         "category": args.category,
         "max_shapes": args.max_shapes,
+        "select": args.select,
         "tool": "benchmarks/bench_dispatch.py",
         "within": WITHIN,
         **{k: v for k, v in fig.items() if k != "choices"},

@@ -81,3 +81,18 @@ def test_bench_dispatch_merge_refuses_shards_of_different_selections(tmp_path, m
     rc = mod.main([str(tmp_path / "m.json"), "--backend", "cpu", "--merge", str(tmp_path / "a.json"),
                    str(tmp_path / "b.json")])  # fmt: skip
     assert rc == 2 and not (tmp_path / "m.json").exists()
+
+
+def test_paired_selection_holds_out_one_shape_of_each_class(monkeypatch) -> None:
+    """--select paired: two shapes of each class that has two, one after the other, so the held-out split (even
+    positions tuned, odd measured) measures a shape of every class it tuned on."""
+    mod = _script(monkeypatch)
+    from ckfmha.heuristics import shape_class
+
+    paired = mod._shapes("full", 40, "paired")
+    assert paired and len(paired) % 2 == 0 and len(paired) <= 40
+    classes = [shape_class(s.problem) for s in paired]
+    assert all(classes[i] == classes[i + 1] and paired[i] is not paired[i + 1] for i in range(0, len(paired), 2))
+    assert len(set(classes)) == len(paired) // 2  # one pair per class
+    spread = mod._shapes("full", 40)
+    assert len(spread) == 40 and [shape_class(s.problem) for s in spread] != classes
