@@ -16,6 +16,7 @@ H100 box of 16 cores emulated on a larger one).  Printed per pass, from the repo
 | item seconds | the sum of ``duration_s`` and its split: ``build_s`` (compiles, counted once), ``time_ms`` (the plan's run), the rest (inputs, reference, validation) |
 | compiles | items that compiled (``build_cached`` false), kernels compiled by more than one item (a second compile of one kernel: another specialization, or two workers at once) |
 | spread | items and busy seconds per worker and per GPU (``worker``, ``gpu``: a GPU by its UUID) |
+| start-up | when each worker's first item began and when the last item ended (the rows' ``started_s``, seconds after the run's start): the start-up before the items and, with the wall time, the drain after them |
 | memory | sampled every 5 s while the pass runs: the lowest MemAvailable of the machine and the highest memory.used of each GPU (nvidia-smi) |
 | targets | issue 25's: nightly <= 900 s on one H100, smoke cold <= 60 s / warm <= 15 s, two GPUs <= 0.55x one (``--baseline-wall``: the one-GPU pass's wall time) |
 
@@ -190,6 +191,16 @@ def figures(report: Path) -> dict:
         "compiling_items": len(compiled),
         "kernels_compiled_twice": sum(1 for n in per_kernel.values() if n > 1),
         "workers": {w: (len(v), sum(v)) for w, v in sorted(workers.items())},
+        # started_s (seconds after the run's start): each worker's first item (its start-up), the last item's end
+        "first_started_s": sorted(
+            min(float(r["started_s"]) for r in rows if r.get("worker") == w and r.get("started_s") is not None)
+            for w in workers
+            if any(r.get("worker") == w and r.get("started_s") is not None for r in rows)
+        ),
+        "last_ended_s": max(
+            (float(r["started_s"]) + float(r.get("duration_s") or 0) for r in rows if r.get("started_s") is not None),
+            default=None,
+        ),
         "gpus": {g: (len(v), sum(v)) for g, v in sorted(gpus.items())},
     }
 
@@ -210,6 +221,12 @@ def show(category: str, name: str, wall: float, rc: int, f: dict) -> None:
     if busy:
         print(
             f"workers: {len(busy)}, busy s min/median/max {min(busy):.0f}/{sorted(busy)[len(busy) // 2]:.0f}/{max(busy):.0f}"
+        )
+    first = f.get("first_started_s") or []
+    if first:
+        print(
+            f"start-up: workers' first items began {first[0]:.1f}/{first[len(first) // 2]:.1f}/{first[-1]:.1f} s "
+            f"(min/median/max) after the run's start; the last item ended at {f['last_ended_s']:.1f} s"
         )
     for g, (n, s) in f["gpus"].items():
         print(f"gpu {g}: {n} items, {s:.0f} item-seconds")

@@ -37,6 +37,7 @@ import math
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -86,6 +87,7 @@ _ROW_TAIL = (
     "worker",
     "gpu",
     "duration_s",
+    "started_s",
     "child_warmup_s",
     "parity",
     "parity_status",
@@ -317,6 +319,7 @@ class RowBook:
         self.rows: dict[str, dict[str, Any]] = {}
         self.collected: list[str] = []
         self._describe = describe
+        self.origin = time.time()  # the run's start, as the rows' started_s count it (the controller's clock)
         self.on_collected: Callable[[], None] | None = None  # called once, when the collection is known
 
     def set_collected(self, nodeids: Sequence[str]) -> None:
@@ -364,6 +367,9 @@ class RowBook:
             row["verdict"] = "crashed"
             row["reason"] = _reason(report)
         row["duration_s"] = round(float(getattr(report, "duration", 0.0) or 0.0), 6)
+        start = getattr(report, "start", None)  # pytest's epoch seconds of the phase's start (xdist carries it)
+        if isinstance(start, (int, float)) and start > 0:
+            row["started_s"] = round(float(start) - self.origin, 3)
         self.rows[nodeid] = row
         return row
 

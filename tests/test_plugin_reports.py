@@ -63,6 +63,12 @@ def test_report_has_run_fields(pytester, monkeypatch, tmp_path):
     )
     assert doc["signal"] is None and doc["environment"]["command"].startswith("pytest ")
     assert not list(pytester.path.glob(".r.json.*"))  # no temporary file left behind
+    # started_s: when each item began, after the run's start, in the order they ran (one process here)
+    starts = [r["started_s"] for r in doc["rows"]]
+    assert all(isinstance(t, float) and 0 <= t < 120 for t in starts), starts
+    ran = sorted(doc["rows"], key=lambda r: r["started_s"])
+    for a, b in zip(ran, ran[1:]):
+        assert b["started_s"] >= a["started_s"] + a["duration_s"] - 0.01, (a, b)  # one after the other
 
 
 @pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "KeyboardInterrupt")])
