@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -177,15 +178,33 @@ def _path_label(path: tuple) -> str:
     return path[0] + "".join(f"[{i}]" for i in path[1:])
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line of source, with its end (\r\n, \r or \n) if any
+
+
 class _Checker:
     """Checks one parsed expression; ``check`` returns the static type of a node (or raises FilterError)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.literal_paths: dict[tuple, None] = {}  # fields compared with literals, in order of appearance
+        # the source's lines as the parser counts them (ends kept), UTF-8 encoded, as ast.get_source_segment cuts
+        # them: it splits the source again, character by character, on every call
+        self.lines = [line.encode() for line in _LINE.findall(source)]
 
     def seg(self, n: ast.AST) -> str:
-        return ast.get_source_segment(self.source, n) or type(n).__name__
+        """The source text of node ``n`` (as :func:`ast.get_source_segment`), or its type's name when it has none."""
+        lineno, col = getattr(n, "lineno", None), getattr(n, "col_offset", None)
+        end_lineno, end = getattr(n, "end_lineno", None), getattr(n, "end_col_offset", None)
+        text = ""
+        if lineno is not None and col is not None and end_lineno is not None and end is not None:
+            first, last = lineno - 1, end_lineno - 1
+            if first == last:
+                text = self.lines[first][col:end].decode()
+            else:
+                text = b"".join(
+                    [self.lines[first][col:], *self.lines[first + 1 : last], self.lines[last][:end]]
+                ).decode()
+        return text or type(n).__name__
 
     def bad(self, n: ast.AST | None, why: str) -> FilterError:
         where = f": {_quote(self.seg(n))}" if n is not None else ""

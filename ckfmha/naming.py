@@ -78,7 +78,6 @@ from ckfmha.kernel import (
     Rope,
     TokenEnum,
     VLayout,
-    new_config,
 )
 
 
@@ -178,16 +177,8 @@ def _alg_tokens(a) -> tuple[str, str]:
     return tile, pad
 
 
-def _fwd_tile(c: KernelConfig) -> str:
-    return _alg_tokens(c.algorithm)[0]
-
-
 def _arch_suffix(c: KernelConfig) -> str:
     return "" if c.signature.arch_tag is ArchTag.NONE else "_" + c.signature.arch_tag.value
-
-
-def _fwd_pad(c: KernelConfig) -> str:
-    return _alg_tokens(c.algorithm)[1]
 
 
 # ------------------------------------------------------------------------------------------- render
@@ -305,6 +296,52 @@ def _feature_pieces(s) -> tuple[str, str, str]:
     )
 
 
+def _other_sig_pieces(s) -> tuple[str, str, str, str]:
+    """P0..P3 of a name of a family outside :data:`_FAST_FAMILIES` (P3 empty; see :func:`_alg_pieces` for A0..A2).
+    Not cached: its callers make them once per signature object."""
+    f = s.family
+    arch = "" if s.arch_tag is ArchTag.NONE else "_" + s.arch_tag
+    if f is Family.FWD_PAGEDKV:
+        feats = (
+            ("_logits_" if s.logits_soft_cap else "_nlogits_")
+            + _BIAS_TOKEN[s.bias]
+            + "_"
+            + _MASK_TOKEN[s.mask]
+            + ("_lse" if s.lse else "_nlse")
+            + ("_skip" if s.skip_min_seqlen_q else "_nskip")
+            + ("_squant" if s.fp8_static_quant else "_nsquant")
+            + ("_pagedkv" if s.paged_kv else "_npagedkv")
+            + ("_sink" if s.sink else "_nsink")
+        )
+        head = "fmha_fwd_pagedkv_d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode + "_"
+        return head, "_" + _VLAYOUT_TOKEN[s.vlayout] + "_", feats + arch + ".cpp", ""
+    if f is Family.FWD_SPLITKV_COMBINE:
+        head = "fmha_fwd_splitkv_combine_d" + str(s.hdim_v) + "_" + s.dtype + "_" + s.mode + "_"
+        feats = ("_lse" if s.lse else "_nlse") + ("_squant" if s.fp8_static_quant else "_nsquant")
+        return head, feats + arch + ".cpp", "", ""
+    if f is Family.FWD_APPENDKV:
+        rope = "" if s.rope is Rope.NONE else "_" + _ROPE_TOKEN[s.rope]
+        paged = "_pagedkv" if s.paged_kv else ""
+        head = "fmha_fwd_appendkv_d" + str(s.hdim_q) + "_" + s.dtype + "_"
+        return head, "_" + _VLAYOUT_TOKEN[s.vlayout], rope + paged + arch + ".cpp", ""
+    if f is Family.BWD_DOT_DO_O:
+        return "fmha_bwd_dot_do_o_d" + str(s.hdim_v) + "_" + s.dtype + "_", "_" + s.mode + "_", arch + ".cpp", ""
+    if f is Family.BWD_CONVERT_DQ:
+        det = "_deterministic" if s.deterministic else "_ndeterministic"
+        return (
+            "fmha_bwd_convert_dq_d" + str(s.hdim_q) + "_" + s.dtype + "_",
+            "_" + s.mode + "_",
+            det + arch + ".cpp",
+            "",
+        )
+    raise CKNameError(f"family {f.value!r} has no CK instance name")  # pragma: no cover - every family is above
+
+
+def _signature_pieces(s) -> tuple[str, ...]:
+    """P0..P3 of a name of any family."""
+    return _sig_parts(s) if s.family in _FAST_FAMILIES else _other_sig_pieces(s)
+
+
 _BWD_ALG: dict[int, tuple[object, str]] = {}
 
 
@@ -325,9 +362,11 @@ def _bwd_alg(a) -> str:
     return txt
 
 
-# The three big families render as P0 + A0 + P1 + A1 + P2 + A2 + P3: four signature pieces (_sig_parts, shared by
-# all configs of a signature) interleaved with three algorithm pieces (_alg_pieces, shared by all configs of an
-# algorithm object), so a name costs two cache lookups and six concatenations.
+# A name renders as P0 + A0 + P1 + A1 + P2 + A2 + P3: four signature pieces (_signature_pieces, shared by all configs
+# of a signature) interleaved with three algorithm pieces (_alg_pieces, shared by all configs of an algorithm
+# object), so a name costs two cache lookups and six concatenations.  The four big families' signature pieces
+# (_sig_parts) are assembled from a head and feature pieces, each cached by the values it spells; the other
+# families' (_other_sig_pieces) are made directly.
 _FAST_FAMILIES = frozenset((Family.FWD, Family.FWD_SPLITKV, Family.BATCH_PREFILL, Family.BWD_DQ_DK_DV))
 # the families whose names split into pieces (ck_name_parts, ck_name_signature_pieces)
 NAME_PIECES_FAMILIES = _FAST_FAMILIES
@@ -342,6 +381,8 @@ def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
     tr = "trload" if a.trload else "ntrload"
     if family is Family.BWD_DQ_DK_DV:
         pieces = (_bwd_alg(a), tr, "")
+    elif family not in _FAST_FAMILIES:
+        pieces = _other_alg_pieces(a, family)
     else:
         tile, pad = _alg_tokens(a)
         if family is Family.FWD:
@@ -362,6 +403,32 @@ def _alg_pieces(a, family: Family) -> tuple[str, str, str]:
         _ALG_PIECES.clear()
     _ALG_PIECES[id(a)] = (a, family, pieces)
     return pieces
+
+
+def _other_alg_pieces(a, family: Family) -> tuple[str, str, str]:
+    """A0..A2 of a name of a family outside :data:`_FAST_FAMILIES` (see :func:`_other_sig_pieces`)."""
+    if family is Family.FWD_PAGEDKV:
+        tile, pad = _alg_tokens(a)
+        return tile + "_" + a.pipeline, pad, ""
+    occ = "_o" + str(a.occupancy) if a.occupancy != -1 else ""
+    if family is Family.FWD_SPLITKV_COMBINE:
+        return "b" + str(a.tile[0]) + occ + "_unused_" + _pad_token((("s", a.pad_s), ("dv", a.pad_dv))), "", ""
+    if family is Family.FWD_APPENDKV:
+        pad = _alg_tokens(a)[1]
+        return "b" + _xs(a.tile) + occ, "" if pad == "npad" else "_" + pad, ""
+    if family is Family.BWD_DOT_DO_O:
+        return "b" + str(a.tile[0]), "o" + str(a.occupancy) + "_" + _pad_token((("s", a.pad_s), ("dv", a.pad_dv))), ""
+    if family is Family.BWD_CONVERT_DQ:
+        if len(a.tile) != 1:
+            raise CKSchemeError(
+                CKNamingScheme.CURRENT,
+                family,
+                "tile",
+                a.tile,
+                "this scheme spells a convert_dq tile as b{bm0} (tile = (bm0,))",
+            )
+        return "b" + str(a.tile[0]), "o" + str(a.occupancy) + "_" + _pad_token((("s", a.pad_s), ("d", a.pad_d))), ""
+    raise CKNameError(f"family {family.value!r} has no CK instance name")  # pragma: no cover - every family is above
 
 
 class CKSchemeError(CKNameError):
@@ -459,8 +526,7 @@ def render_ck_names(pairs: Iterable[tuple[KernelSignature, KernelAlgorithm]]) ->
     path; an enumerator's kernels are (signature, algorithm) pairs, :mod:`ckfmha.enumeration._pairs`).
 
     The pieces of each distinct signature object and of each distinct (algorithm object, family) are made once
-    (:func:`_sig_parts`, :func:`_alg_pieces`), so a name of the seven-piece families costs two dictionary look-ups
-    and one join; kernels of the other families are named one by one."""
+    (:func:`_signature_pieces`, :func:`_alg_pieces`), so a name costs two dictionary look-ups and one join."""
     # keyed by id: the caller holds every pair (so every part) meanwhile, so an id names one object
     sig_pieces: dict[int, tuple[Family, tuple[str, ...]]] = {}
     alg_pieces: dict[int, tuple[Family, tuple[str, str, str]]] = {}
@@ -469,10 +535,7 @@ def render_ck_names(pairs: Iterable[tuple[KernelSignature, KernelAlgorithm]]) ->
     for s, a in pairs:
         sp = sig_pieces.get(id(s))
         if sp is None:
-            if s.family not in _FAST_FAMILIES:
-                append(ck_instance_name(new_config(s, a)))
-                continue
-            sp = sig_pieces[id(s)] = (s.family, _sig_parts(s))
+            sp = sig_pieces[id(s)] = (s.family, _signature_pieces(s))
         family, (p0, p1, p2, p3) = sp
         ap = alg_pieces.get(id(a))
         if ap is None or ap[0] is not family:  # (an algorithm object shared by two families: made again)
@@ -546,53 +609,10 @@ def ck_instance_name(c: KernelConfig, scheme: CKNamingScheme | str = CKNamingSch
             raise CKNameError(str(e)) from None
         if scheme is CKNamingScheme.CK_2025_11:
             return _name_2025_11(c)
-    s, a, f = c.signature, c.algorithm, c.signature.family
-    if f in _FAST_FAMILIES:
-        p0, p1, p2, p3 = _sig_parts(s)
-        a0, a1, a2 = _alg_pieces(a, f)
-        return f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}"
-    head = f"d{s.hdim_q}_{s.dtype.value}"
-    if f is Family.FWD_PAGEDKV:
-        body = (
-            f"fmha_fwd_pagedkv_{head}_{s.mode.value}_{_fwd_tile(c)}_{a.pipeline.value}_{_VLAYOUT_TOKEN[s.vlayout]}"
-            f"_{_fwd_pad(c)}_{_flag(s.logits_soft_cap, 'logits')}_{_BIAS_TOKEN[s.bias]}_{_MASK_TOKEN[s.mask]}"
-            f"_{_flag(s.lse, 'lse')}_{_flag(s.skip_min_seqlen_q, 'skip')}_{_flag(s.fp8_static_quant, 'squant')}"
-            f"_{_flag(s.paged_kv, 'pagedkv')}_{_flag(s.sink, 'sink')}"
-        )
-    elif f is Family.FWD_SPLITKV_COMBINE:
-        occ = f"_o{a.occupancy}" if a.occupancy != -1 else ""
-        pad = _pad_token((("s", a.pad_s), ("dv", a.pad_dv)))
-        body = (
-            f"fmha_fwd_splitkv_combine_d{s.hdim_v}_{s.dtype.value}_{s.mode.value}_b{a.tile[0]}{occ}_unused_{pad}"
-            f"_{_flag(s.lse, 'lse')}_{_flag(s.fp8_static_quant, 'squant')}"
-        )
-    elif f is Family.FWD_APPENDKV:
-        occ = f"_o{a.occupancy}" if a.occupancy != -1 else ""
-        pad = _fwd_pad(c)
-        pad = "" if pad == "npad" else "_" + pad
-        rope = "" if s.rope is Rope.NONE else "_" + _ROPE_TOKEN[s.rope]
-        paged = "_pagedkv" if s.paged_kv else ""
-        body = f"fmha_fwd_appendkv_{head}_b{_xs(a.tile)}{occ}_{_VLAYOUT_TOKEN[s.vlayout]}{pad}{rope}{paged}"
-    elif f is Family.BWD_DOT_DO_O:
-        pad = _pad_token((("s", a.pad_s), ("dv", a.pad_dv)))
-        body = f"fmha_bwd_dot_do_o_d{s.hdim_v}_{s.dtype.value}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"
-    elif f is Family.BWD_CONVERT_DQ:
-        if len(a.tile) != 1:
-            raise CKSchemeError(
-                CKNamingScheme.CURRENT,
-                f,
-                "tile",
-                a.tile,
-                "this scheme spells a convert_dq tile as b{bm0} (tile = (bm0,))",
-            )
-        pad = _pad_token((("s", a.pad_s), ("d", a.pad_d)))
-        body = (
-            f"fmha_bwd_convert_dq_{head}_b{a.tile[0]}_{s.mode.value}_o{a.occupancy}_{pad}"
-            f"_{_flag(s.deterministic, 'deterministic')}"
-        )
-    else:  # pragma: no cover - every family is handled above
-        raise CKNameError(f"family {f.value!r} has no CK instance name")
-    return body + _arch_suffix(c) + ".cpp"
+    s, a = c.signature, c.algorithm
+    p0, p1, p2, p3 = _signature_pieces(s)
+    a0, a1, a2 = _alg_pieces(a, s.family)
+    return f"{p0}{a0}{p1}{a1}{p2}{a2}{p3}"
 
 
 # -------------------------------------------------------------------------------------------- parse

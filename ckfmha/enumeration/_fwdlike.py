@@ -461,6 +461,7 @@ def clear_caches() -> None:
 
 # ------------------------------------------------------------------------------------------------ expand
 _SIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(KernelSignature)}
+_ABSENT = object()  # a field a feature combination does not set
 
 
 def _tile_algorithms(
@@ -515,9 +516,23 @@ def enumerate_blocks(
         memo: dict[tuple[int, int], bool] = {}
         sig_ids: dict[tuple, int] = {}
         alg_ids: dict[tuple, int] = {}
+        # each feature combination with the id of the values it gives the constraints' signature fields (absent
+        # ones come from the mode, tile and dtype): the signature-part key id is then found per (tile, mode) by
+        # that id, made once per distinct one
+        feat_ids: dict[tuple, int] = {}
         for dt in blk.dtypes:
             dtype = dt.dtype
-            expanded = [(e.pipeline, e.variants(masks), e.pads) for e in dt.pipelines]
+            expanded = [
+                (
+                    e.pipeline,
+                    [
+                        (feats, feat_ids.setdefault(tuple(feats.get(f, _ABSENT) for f in sig_fields), len(feat_ids)))
+                        for feats in e.variants(masks)
+                    ],
+                    e.pads,
+                )
+                for e in dt.pipelines
+            ]
             for tile in dt.tiles:
                 hdim, hdim_v = tile.hdim, tile.hdim_v
                 algs = _tile_algorithms(tile, expanded, alg_fields, alg_ids, pieces)
@@ -530,13 +545,31 @@ def enumerate_blocks(
                         "hdim_v": hdim_v,
                         "arch_tag": arch_tag,
                     }
+                    sids: dict[int, int] = {}  # signature-part key id per feature-value id, for this tile and mode
                     for pipe, variants, pads in expanded:
                         pad_algs = [algs[(pipe, p)] for p in pads]
-                        for feats in variants:
-                            skey = tuple(feats[f] if f in feats else base.get(f, _SIG_DEFAULTS[f]) for f in sig_fields)
-                            sid = sig_ids.setdefault(skey, len(sig_ids))
+                        # per signature-part key id: what the kernels hold of the pad variants the constraints
+                        # keep (all answers known), for this tile, mode and pipeline entry
+                        kept_algs: dict[int, list] = {}
+                        for feats, fid in variants:
+                            sid = sids.get(fid)
+                            if sid is None:
+                                skey = tuple(
+                                    feats[f] if f in feats else base.get(f, _SIG_DEFAULTS[f]) for f in sig_fields
+                                )
+                                sid = sids[fid] = sig_ids.setdefault(skey, len(sig_ids))
                             sig: KernelSignature | None = None
                             held_sig: Any = None
+                            known = kept_algs.get(sid)
+                            if known is not None:  # the loop below, with every answer known
+                                if known:
+                                    sig = held_sig = new_signature(family, dtype, mode, hdim, hdim_v, arch_tag, **feats)
+                                    if pieces is not None:
+                                        held_sig = pieces.signature(sig)
+                                    if held_sig is not None:
+                                        out.extend([(held_sig, held_alg) for held_alg in known])
+                                continue
+                            kept: list = []
                             for alg, aid, held_alg in pad_algs:
                                 k = (sid, aid)
                                 ok = memo.get(k)
@@ -554,4 +587,7 @@ def enumerate_blocks(
                                     if not ok:
                                         continue
                                 append((held_sig, held_alg))
+                                kept.append(held_alg)
+                            else:
+                                kept_algs[sid] = kept
     return out

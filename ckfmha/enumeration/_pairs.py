@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import starmap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckfmha.kernel import SIGNATURE_FIELDS, KernelAlgorithm, KernelConfig, KernelSignature, new_config
 
@@ -40,6 +40,22 @@ def reads_signature_only(keep: Any) -> bool:
     if any(hasattr(const, "co_code") for const in code.co_consts):
         return False
     return set(code.co_names) <= _SIGNATURE_FIELD_SET
+
+
+class SignatureProbe:
+    """A mutable stand-in for a signature, to test a filter that reads signature fields only
+    (:func:`reads_signature_only`) on many field values without making a signature for each: it starts with the
+    fields of ``sig``, and the caller sets the fields that vary."""
+
+    __slots__ = SIGNATURE_FIELDS
+
+    def __init__(self, sig: KernelSignature) -> None:
+        for name in SIGNATURE_FIELDS:
+            setattr(self, name, getattr(sig, name))
+
+    if TYPE_CHECKING:  # the slots come from the field list, so mypy cannot see them: any field may be set
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
 
 def kept(pairs: Iterable[Pair], keep: Callable[[Any], Any]) -> list[Pair]:

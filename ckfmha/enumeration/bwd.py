@@ -59,11 +59,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
-from functools import partial
 from typing import Any
 
 from ckfmha.archs import ArchSpecError
-from ckfmha.enumeration._pairs import Pair, configs, reads_signature_only
+from ckfmha.enumeration._pairs import Pair, SignatureProbe, configs, reads_signature_only
 from ckfmha.kernel import (
     PAD_VALUES,
     ArchTag,
@@ -315,6 +314,7 @@ class _Plan:
         dbias: bool,
         dropout: Dropout,
         det: bool,
+        *,
         cache: bool = True,
     ) -> KernelSignature:
         """The dq_dk_dv signature, kept in the plan's cache unless ``cache`` is false (the names path: its
@@ -380,14 +380,13 @@ def enumerate_api(ctx: Any) -> list[KernelConfig]:
     return configs(enumerate_pairs(ctx))
 
 
-def _levels(
-    p: _Plan, masks: tuple[MaskImpl, ...], sig: Callable[..., KernelSignature] | None = None
-) -> Iterator[tuple[Any, ...]]:
+def _levels(p: _Plan, masks: tuple[MaskImpl, ...], sig: Callable[..., Any] | None = None) -> Iterator[tuple[Any, ...]]:
     """The dq_dk_dv product in CK's generation order, one level per (dtype, trload, tile, mode, mask, bias, dbias,
     dropout) the constraints allow: ``(dtype, hq, mode, spads, convert, algs, dv_flags, d_flags, features, sigs)``
     -- the seqlen pad variants of its 1-D kernels, whether it has convert_dq kernels, the tile's (pad_d, pad_dv,
     algorithm) triples and pad flags (see :meth:`_Plan._tiles`), (mask, bias, dbias, dropout), and one signature
-    per deterministic value, made by ``sig`` (the plan's cached :meth:`_Plan.sig` by default)."""
+    per deterministic value, made by ``sig`` (the plan's cached :meth:`_Plan.sig` by default; the names path passes
+    :func:`_signature_fields`, which keeps the arguments instead)."""
     dets = p.deterministic
     if sig is None:
         sig = p.sig
@@ -417,16 +416,17 @@ def _levels(
 
 
 def _note_one_d(
-    dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None], level: tuple[Any, ...], sigs: list
+    dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None], level: tuple[Any, ...], dets: list
 ) -> None:
-    """Record the 1-D kernels that a level's kept signatures (all its pad variants kept) need."""
+    """Record the 1-D kernels that a level's kept signatures (all its pad variants kept; ``dets``: their
+    deterministic values) need."""
     dtype, hq, mode, spads, convert, _, dv_flags, d_flags, _, _ = level
     for f in dv_flags:
         dot_keys[(dtype, hq, mode, spads, f)] = None
     if convert:
         for f in d_flags:
-            for sig in sigs:
-                conv_keys[(dtype, hq, mode, spads, f, sig.deterministic)] = None
+            for det in dets:
+                conv_keys[(dtype, hq, mode, spads, f, det)] = None
 
 
 def enumerate_pairs(ctx: Any) -> list[Pair]:
@@ -450,7 +450,7 @@ def enumerate_pairs(ctx: Any) -> list[Pair]:
                 for _, _, alg in algs:
                     for sig in sigs:
                         append((sig, alg))
-                _note_one_d(dot_keys, conv_keys, level, sigs)
+                _note_one_d(dot_keys, conv_keys, level, [s.deterministic for s in sigs])
             continue
         for pd, pdv, alg in algs:
             for sig in sigs:
@@ -467,8 +467,10 @@ def enumerate_names(ctx: Any) -> list[str]:
     pairs: a dq_dk_dv name is head + middle + tail (:func:`ckfmha.naming.ck_name_parts`), the head made once per
     (tile, mode), the middle once per algorithm, the tail once per (mask, bias, dbias, dropout, deterministic,
     trload): of what a tail reads (``NAME_TAIL_SIGNATURE_FIELDS``, ``NAME_TAIL_ALGORITHM_FIELDS``), the rest is
-    fixed by the plan's arch tag or is the signature default.  With a receipt filter that reads more than
-    signature fields the pairs are named instead."""
+    fixed by the plan's arch tag or is the signature default.  The receipt's filter is tested on a probe
+    (:class:`~ckfmha.enumeration._pairs.SignatureProbe`) with each signature's fields: a signature is made only for
+    a new head or tail.  With a receipt filter that reads more than signature fields the pairs are named
+    instead."""
     p = _plan(ctx)
     keep = ctx.keep
     if not reads_signature_only(keep):
@@ -480,24 +482,49 @@ def enumerate_names(ctx: Any) -> list[str]:
     pres: list[str] = []  # head + middle, per algorithm of the level's tile
     pres_of = None
     noted: tuple = ()
-    for level in _levels(p, ctx.masks, partial(p.sig, cache=False)):  # see _Plan.sig
-        sigs = [s for s in level[-1] if keep(s)]
-        if not sigs:
+    probe = None
+    for level in _levels(p, ctx.masks, _signature_fields):
+        if probe is None:
+            probe = SignatureProbe(p.sig(*level[-1][0], cache=False))
+        kept = []  # the fields of the signatures the receipt keeps, tested on the probe
+        for fields in level[-1]:
+            (
+                probe.dtype,
+                probe.mode,
+                probe.hdim_q,
+                probe.hdim_v,
+                probe.mask,
+                probe.bias,
+                probe.dbias,
+                probe.dropout,
+                probe.deterministic,
+            ) = fields
+            if keep(probe):
+                kept.append(fields)
+        if not kept:
             continue
         algs = level[5]
         first = algs[0][2]
         key = (id(algs), *level[:3])  # (tile, dtype, hdim, mode): the levels of one come together
         if key != pres_of:
-            pres, pres_of = _prefixes(sigs[0], algs), key
+            pres, pres_of = _prefixes(p.sig(*kept[0], cache=False), algs), key
         trload, feats = first.trload, level[8]  # a tile's algorithms differ in their pads only
-        tl = [tails.get((feats, s.deterministic, trload)) or _tail(tails, feats, s, first) for s in sigs]
+        tl = [tails.get((feats, f[-1], trload)) or _tail(tails, feats, p.sig(*f, cache=False), first) for f in kept]
         dq.extend([pre + t for pre in pres for t in tl])
-        one_d = (*level[:5], level[6], level[7], *[s.deterministic for s in sigs])  # what _note_one_d reads
+        dets = [f[-1] for f in kept]
+        one_d = (*level[:5], level[6], level[7], *dets)  # what _note_one_d reads
         if one_d != noted:  # a level like the last one (of the tile and mode) notes nothing new
-            _note_one_d(dot_keys, conv_keys, level, sigs)
+            _note_one_d(dot_keys, conv_keys, level, dets)
             noted = one_d
     dots, convs = _one_d(p, dot_keys, conv_keys)
     return [*render_ck_names(dots), *dq, *render_ck_names(convs)]
+
+
+def _signature_fields(*fields: Any) -> tuple[Any, ...]:
+    """What :func:`_levels` makes of a signature on the names path: its arguments to :meth:`_Plan.sig` (dtype,
+    mode, hdim_q, hdim_v, mask, bias, dbias, dropout, deterministic); a signature is made only where a name part
+    needs one."""
+    return fields
 
 
 def _prefixes(sig: KernelSignature, algs: tuple[tuple[int, int, KernelAlgorithm], ...]) -> list[str]:
@@ -525,13 +552,19 @@ def _one_d(
     p: _Plan, dot_keys: dict[tuple[Any, ...], None], conv_keys: dict[tuple[Any, ...], None]
 ) -> tuple[list[Pair], list[Pair]]:
     """The dot_do_o kernels of ``dot_keys`` and the convert_dq kernels of ``conv_keys``, deduplicated, in first-use
-    order, one per seqlen pad variant."""
-    dots: dict[KernelConfig, None] = {}
+    order, one per seqlen pad variant.  (Deduplicated by the arguments that make them: a config is a function of
+    them and spells each, so equal arguments are equal configs and distinct ones distinct -- and a tuple of enum
+    members and ints hashes in C, a config in Python.)"""
+    dots: dict[tuple[Any, ...], KernelConfig] = {}
     for dtype, hq, mode, spads, dv in dot_keys:
         for s in spads:
-            dots[p.dot_do_o(dtype, hq, mode, int(s), int(dv))] = None
-    convs: dict[KernelConfig, None] = {}
+            dot = (dtype, hq, mode, int(s), int(dv))
+            if dot not in dots:
+                dots[dot] = p.dot_do_o(*dot)
+    convs: dict[tuple[Any, ...], KernelConfig] = {}
     for dtype, hq, mode, spads, d, det in conv_keys:
         for s in spads:
-            convs[p.convert_dq(dtype, hq, mode, int(s), int(d), det)] = None
-    return [(c.signature, c.algorithm) for c in dots], [(c.signature, c.algorithm) for c in convs]
+            conv = (dtype, hq, mode, int(s), int(d), det)
+            if conv not in convs:
+                convs[conv] = p.convert_dq(*conv)
+    return [(c.signature, c.algorithm) for c in dots.values()], [(c.signature, c.algorithm) for c in convs.values()]

@@ -73,6 +73,7 @@ import ast
 import itertools
 import re
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ckfmha.archs import ArchSpecError
@@ -621,17 +622,13 @@ _DROPOUT = {False: Dropout.NONE, True: Dropout.ENABLED}
 
 def _combos(group: _Group, masks: tuple[MaskImpl, ...]) -> list[tuple]:
     """The group's feature combinations (full tuples over _AXES), in product order."""
-    names = [a for a, _ in group.axes]
+    names = [a for a, _ in group.axes]  # distinct: the keys of the group's features mapping
     values = [masks if v == _MASKS_WORD else v for _, v in group.axes]
-    idx = [_AXES.index(a) for a in names]
-    out = []
-    base = [_AXIS_DEFAULT[a] for a in _AXES]
-    for prod in itertools.product(*values):
-        full = list(base)
-        for i, v in zip(idx, prod):
-            full[i] = v
-        out.append(tuple(full))
-    return out
+    # a full tuple takes each axis from the product (the group's axes) or, for the others, from the defaults
+    # appended to it
+    pick = itemgetter(*(names.index(a) if a in names else len(names) + i for i, a in enumerate(_AXES)))
+    defaults = tuple(_AXIS_DEFAULT[a] for a in _AXES)
+    return [pick(prod + defaults) for prod in itertools.product(*values)]
 
 
 _EXPANDED: dict[tuple, tuple] = {}
@@ -653,9 +650,11 @@ def _expand_groups(dts: _DTypeSpec, masks: tuple[MaskImpl, ...]) -> tuple[list, 
         vbase = len(variants)
         variants.extend(g.variants)
         per_combo = []
+        # the variants without a feature condition serve every combo (their conditions are not called)
+        every = tuple(range(vbase, len(variants))) if not any(v.when.features for v in g.variants) else None
         for combo in _combos(g, masks):
-            if g.when.features_ok(combo):
-                vis = [vbase + i for i, v in enumerate(g.variants) if v.when.features_ok(combo)]
+            if not g.when.features or g.when.features_ok(combo):
+                vis = every or [vbase + i for i, v in enumerate(g.variants) if v.when.features_ok(combo)]
                 if vis:
                     cid = combo_id.get(combo)
                     if cid is None:
@@ -682,29 +681,36 @@ class _Preds:
     """The section's rules and the receipt filter, by the stage they are tested at (see ``_stage``).  (A plain
     class: a dataclass costs a millisecond to create, at the module's import, inside a timed enumeration.)"""
 
-    __slots__ = ("head", "feature", "signature", "algorithm", "config", "signature_reads_mode")
+    __slots__ = ("head", "feature", "signature", "algorithm", "config", "signature_reads_mode", "signature_axes")
 
-    def __init__(self, stages: dict[str, list], signature_reads_mode: bool) -> None:
+    def __init__(self, stages: dict[str, list], signature_reads: frozenset[str]) -> None:
         self.head: list = stages["head"]
         self.feature: list = stages["feature"]
         self.signature: list = stages["signature"]
         self.algorithm: list = stages["algorithm"]
         self.config: list = stages["config"]
-        self.signature_reads_mode = signature_reads_mode  # whether a signature-stage predicate reads the mode
+        self.signature_reads_mode = "mode" in signature_reads  # whether a signature-stage predicate reads the mode
+        # the feature axes (indices in _AXES) the signature-stage predicates read, when they read no vlayout: of
+        # what a slot sets, their answer then depends on those axes only (see _slots_ok); None when they do
+        self.signature_axes: tuple[int, ...] | None = (
+            None if "vlayout" in signature_reads else tuple(i for i, a in enumerate(_AXES) if a in signature_reads)
+        )
 
 
 def _stage_predicates(sec: _Section, keep: Callable) -> _Preds:
     """The section's rules as predicates per stage, with the receipt filter ``keep`` added to the earliest stage
     whose fields cover what it reads."""
     stages: dict[str, list] = {"head": [], "feature": [], "signature": [], "algorithm": [], "config": []}
-    reads_mode = False
+    signature_reads: set[str] = set()
     for r in sec.rules:
         stages[r.stage].append(r.fn)
-        reads_mode |= r.stage == "signature" and "mode" in r.read
+        if r.stage == "signature":
+            signature_reads |= r.read
     keep_read = _keep_fields(keep)
     stages[_stage(keep_read)].append(keep)
-    reads_mode |= _stage(keep_read) == "signature" and "mode" in (keep_read or ())
-    return _Preds(stages, reads_mode)
+    if keep_read is not None and _stage(keep_read) == "signature":
+        signature_reads |= keep_read
+    return _Preds(stages, frozenset(signature_reads))
 
 
 def _hdim_pattern(
@@ -790,26 +796,45 @@ def _slot_signature(head: tuple, combos: list[tuple], slot: int) -> KernelSignat
     return new_signature(*head, vl, mask, bias, False, lse, _DROPOUT[dropout], logits, skip, qscale, False, sink)
 
 
-def _slots_ok(sig_preds: list, ap: _Probe, combos: list[tuple], slots: list) -> list[bool]:
+def _slots_ok(
+    sig_preds: list, ap: _Probe, combos: list[tuple], slots: list, axes: tuple[int, ...] | None
+) -> list[bool]:
     """Per signature slot: whether :func:`_mode_signatures` would keep its signature, tested on ``ap`` (which holds
-    the block's head; the slot's features are set on it) instead of on a new signature."""
+    the block's head; the slot's features are set on it) instead of on a new signature.  With ``axes`` (the feature
+    axes the predicates read, when they read no vlayout: :attr:`_Preds.signature_axes`) the answer depends only on
+    the slot's values of those axes, so it is tested once per distinct such values."""
     ok = [False] * (2 * len(combos))
     if not sig_preds:
         for slot in slots:
             ok[slot] = True
         return ok
+    axis_key = None if axes is None else itemgetter(*axes) if axes else _no_axes
+    answers: dict[Any, bool] = {}
     for slot in slots:
-        ap.logits_soft_cap, ap.mask, ap.bias, ap.lse, dropout, ap.skip_min_seqlen_q, ap.qscale, ap.sink = combos[
-            slot >> 1
-        ]
+        combo = combos[slot >> 1]
+        if axis_key is not None:
+            k = axis_key(combo)
+            answer = answers.get(k)
+            if answer is not None:
+                ok[slot] = answer
+                continue
+        ap.logits_soft_cap, ap.mask, ap.bias, ap.lse, dropout, ap.skip_min_seqlen_q, ap.qscale, ap.sink = combo
         ap.dropout = _DROPOUT[dropout]
         ap.vlayout = VLayout.COL if slot & 1 else VLayout.ROW
+        answer = True
         for pred in sig_preds:
             if not pred(ap):
+                answer = False
                 break
-        else:
-            ok[slot] = True
+        ok[slot] = answer
+        if axis_key is not None:
+            answers[k] = answer
     return ok
+
+
+def _no_axes(combo: tuple) -> tuple:
+    """The key of :func:`_slots_ok`'s answers when the predicates read no feature axis: one answer for all."""
+    return ()
 
 
 def _feature_slots(feat_preds: list, any_sig: Callable[[int], KernelSignature], slots: list, memo: dict) -> list:
@@ -915,13 +940,17 @@ def _blocks(ctx, sec: _Section, preds: _Preds, ap: _Probe) -> Iterator[_Block]:
         vl_slot = [0 if v.vlayout is VLayout.ROW else 1 for v in variants]
         patterns: dict[tuple, tuple[list, list]] = {}  # per static pattern: (entries, slots), see _hdim_pattern
         feature_ok: dict[int, bool] = {}  # per slot: passes the feature-stage predicates
+        featured: dict[int, list] = {}  # per pattern's slots (alive in ``patterns``): those feature_ok passes
         any_sig = _AnySignatures((fam, dts.dtype, sec.modes[0], 0, 0, arch_tag), combos)
         for hdim, tiles in dts.hdims:
             ap.hdim_q, ap.hdim_v = hdim
             static_ok, entries, slots = _hdim_pattern(patterns, group_combos, variants, vl_slot, hdim, ctx.receipt)
             if not entries:
                 continue
-            slots = _feature_slots(preds.feature, any_sig, slots, feature_ok)
+            kept = featured.get(id(slots))
+            if kept is None:
+                kept = featured[id(slots)] = _feature_slots(preds.feature, any_sig, slots, feature_ok)
+            slots = kept
             algs = _tile_algorithms(tiles, variants, static_ok)
             for mode in sec.modes:
                 ap.mode = mode
@@ -982,15 +1011,22 @@ def enumerate_names(ctx) -> list[str]:
     tails: list[str | None] = []
     tails_of = None
     by_features: dict[tuple, str] = {}  # tail per (combination, vlayout, pads, trload), over the dtypes
+    # per (hdim pattern's entries, slots that pass) of the dtype: its named entries (hdims of one pattern mostly
+    # pass the same slots)
+    named_of: dict[tuple[int, bytes], list[tuple[int, str]]] = {}
     last: tuple = (None, None, [], [])  # (dtype spec, hdim, ok, named) of the last block
     for b in _blocks(ctx, sec, preds, ap):
         if b.dts is not tails_of:  # slots number the dtype's feature combinations: a tail is valid per dtype
             tails, tails_of = [None] * (2 * len(b.combos) * len(b.variants)), b.dts
+            named_of = {}
         if b.dts is last[0] and b.head[3:5] == last[1] and not preds.signature_reads_mode:
             ok, named = last[2], last[3]  # the hdim's other mode: the same signatures pass, with the same tails
         else:
-            ok = _slots_ok(preds.signature, ap, b.combos, b.slots)
-            named = _named_entries(b, ok, tails, by_features)
+            ok = _slots_ok(preds.signature, ap, b.combos, b.slots, preds.signature_axes)
+            key = (id(b.entries), bytes(ok))  # the entries list is one of the dtype's patterns: alive meanwhile
+            named = named_of.get(key)
+            if named is None:
+                named = named_of[key] = _named_entries(b, ok, tails, by_features)
             last = (b.dts, b.head[3:5], ok, named)
         if named:
             first = next(slot for slot, _ in b.entries if ok[slot])
