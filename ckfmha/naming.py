@@ -252,17 +252,7 @@ def _feature_pieces(s) -> tuple[str, str, str]:
         feats = common + ("skip_" if s.skip_min_seqlen_q else "nskip_") + _QSCALE_TOKEN[s.qscale]
         return "_" + vl + "_", "_" + feats + "_", ("_sink" if s.sink else "_nsink") + arch + ".cpp"
     if f is Family.FWD_SPLITKV:
-        feats = (
-            ("logits_" if s.logits_soft_cap else "nlogits_")
-            + _BIAS_TOKEN[s.bias]
-            + "_"
-            + _MASK_TOKEN[s.mask]
-            + ("_lse" if s.lse else "_nlse")
-            + ("_squant" if s.fp8_static_quant else "_nsquant")
-            + ("_pagedkv" if s.paged_kv else "_npagedkv")
-            + ("_sink" if s.sink else "_nsink")
-        )
-        return "_" + vl + "_", "_" + feats + arch + ".cpp", ""
+        return "_" + vl + "_", "_" + _kv_feats(s, skip=False) + arch + ".cpp", ""
     if f is Family.BATCH_PREFILL:
         for name in ("kv_memory_layout", "kv_lookup_table"):
             if getattr(s, name) == "none":
@@ -296,25 +286,30 @@ def _feature_pieces(s) -> tuple[str, str, str]:
     )
 
 
+def _kv_feats(s, skip: bool) -> str:
+    """The feature tokens fwd_splitkv and fwd_pagedkv names share (logits, bias, mask, lse, [skip,] squant, pagedkv,
+    sink); ``skip``: with pagedkv's skip token after lse."""
+    return (
+        ("logits_" if s.logits_soft_cap else "nlogits_")
+        + _BIAS_TOKEN[s.bias]
+        + "_"
+        + _MASK_TOKEN[s.mask]
+        + ("_lse" if s.lse else "_nlse")
+        + (("_skip" if s.skip_min_seqlen_q else "_nskip") if skip else "")
+        + ("_squant" if s.fp8_static_quant else "_nsquant")
+        + ("_pagedkv" if s.paged_kv else "_npagedkv")
+        + ("_sink" if s.sink else "_nsink")
+    )
+
+
 def _other_sig_pieces(s) -> tuple[str, str, str, str]:
     """P0..P3 of a name of a family outside :data:`_FAST_FAMILIES` (P3 empty; see :func:`_alg_pieces` for A0..A2).
     Not cached: its callers make them once per signature object."""
     f = s.family
     arch = "" if s.arch_tag is ArchTag.NONE else "_" + s.arch_tag
     if f is Family.FWD_PAGEDKV:
-        feats = (
-            ("_logits_" if s.logits_soft_cap else "_nlogits_")
-            + _BIAS_TOKEN[s.bias]
-            + "_"
-            + _MASK_TOKEN[s.mask]
-            + ("_lse" if s.lse else "_nlse")
-            + ("_skip" if s.skip_min_seqlen_q else "_nskip")
-            + ("_squant" if s.fp8_static_quant else "_nsquant")
-            + ("_pagedkv" if s.paged_kv else "_npagedkv")
-            + ("_sink" if s.sink else "_nsink")
-        )
         head = "fmha_fwd_pagedkv_d" + str(s.hdim_q) + "_" + s.dtype + "_" + s.mode + "_"
-        return head, "_" + _VLAYOUT_TOKEN[s.vlayout] + "_", feats + arch + ".cpp", ""
+        return head, "_" + _VLAYOUT_TOKEN[s.vlayout] + "_", "_" + _kv_feats(s, skip=True) + arch + ".cpp", ""
     if f is Family.FWD_SPLITKV_COMBINE:
         head = "fmha_fwd_splitkv_combine_d" + str(s.hdim_v) + "_" + s.dtype + "_" + s.mode + "_"
         feats = ("_lse" if s.lse else "_nlse") + ("_squant" if s.fp8_static_quant else "_nsquant")
