@@ -226,9 +226,9 @@ def _to_repeat(given: Given) -> int:
 
 
 def _to_shard(given: Given) -> tuple[int, int]:
-    """K/N, or ``auto`` from the CI's variables (:func:`pytest_ckfmha.sharding.parse_shard`; ``auto`` reads
+    """K/N, or ``auto`` from the CI's variables (:func:`pytest_ckfmha.shard_spec.parse_shard`; ``auto`` reads
     ``--ckfmha-shard-total`` too)."""
-    from pytest_ckfmha.sharding import parse_shard
+    from pytest_ckfmha.shard_spec import parse_shard
 
     raw, source = raw_value(given.config, "shard-total")
     total = None if raw is None else _to_shard_total(Given("shard-total", raw, source, given.config))
@@ -236,14 +236,14 @@ def _to_shard(given: Given) -> tuple[int, int]:
 
 
 def _to_shard_total(given: Given) -> int:
-    from pytest_ckfmha.sharding import check_count
+    from pytest_ckfmha.shard_spec import check_count
 
     return check_count(given.option, given.value, _int(given.option, given.value, 1))
 
 
 def _to_durations(given: Given) -> str:
     from ckfmha.runreport import ReportError
-    from pytest_ckfmha.costs import load_durations
+    from pytest_ckfmha.durations import load_durations
 
     path = str(given.path(str(given.value)))
     try:

@@ -11,7 +11,7 @@ warmup.py (the kernel child forked and warmed up right after collection),
 refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
 scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
 benchcompare.py (--ckfmha-bench's table, --ckfmha-compare / --ckfmha-compare-fail), sigterm.py (SIGTERM as
-Ctrl-C), hookspecs.py (hooks for conftests), state.py.
+Ctrl-C), shard_spec.py (--ckfmha-shard's K/N), durations.py (measured seconds of a report), hookspecs.py (hooks for conftests), state.py.
 
 The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
 are checked before anything runs); the selection is checked (``pytest_sessionstart``: matrix files, kernel set,

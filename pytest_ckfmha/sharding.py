@@ -4,7 +4,7 @@
 | option | items kept | report |
 |---|---|---|
 | ``--ckfmha-shard K/N`` | the kernel groups (scheduling.kernel_groups: each kernel's items together, so each kernel is built on one machine) assigned to shard K; groups are assigned largest cost first, each to the least-loaded shard (ties: the lower shard; greedy longest-processing-time), a group's cost = its items' costs (:mod:`pytest_ckfmha.costs`: FLOPs, or the seconds measured in ``--ckfmha-durations PREV.json``), so every machine computes the same split | ``shard: {index: K, count: N}``; ``ckfmha merge`` joins the N reports |
-| ``--ckfmha-shard auto`` | K/N from the CI's variables (:func:`shard_from_env`): GitLab's ``CI_NODE_INDEX`` (1-based) / ``CI_NODE_TOTAL``, else a Kubernetes Indexed Job's ``JOB_COMPLETION_INDEX`` (0-based) with N from ``--ckfmha-shard-total``; none set: a usage error naming them | as K/N |
+| ``--ckfmha-shard auto`` | K/N from the CI's variables (:func:`pytest_ckfmha.shard_spec.shard_from_env`): GitLab's ``CI_NODE_INDEX`` (1-based) / ``CI_NODE_TOTAL``, else a Kubernetes Indexed Job's ``JOB_COMPLETION_INDEX`` (0-based) with N from ``--ckfmha-shard-total``; none set: a usage error naming them | as K/N |
 | ``--ckfmha-resume PREV.json`` | the items PREV did not complete (its verdict ``not_run``, or absent) | PREV's rows of the completed items are carried into this report, which then covers the whole run (``resumed_from``) |
 
 Both apply after ``-k`` / ``-m`` deselection and to every collected item (a non-ckfmha test is a group of its own,
@@ -20,75 +20,17 @@ from typing import Any
 
 import pytest
 
-#: the most shards a run is split into
-MAX_SHARDS = 10_000
-#: the CI variables ``--ckfmha-shard auto`` reads (GitLab's, then a Kubernetes Indexed Job's)
-GITLAB_VARS = ("CI_NODE_INDEX", "CI_NODE_TOTAL")
-K8S_INDEX_VAR = "JOB_COMPLETION_INDEX"
+from pytest_ckfmha.shard_spec import (  # noqa: F401 - the shard spec's names, re-exported where sharding is used
+    GITLAB_VARS,
+    K8S_INDEX_VAR,
+    MAX_SHARDS,
+    check_count,
+    parse_shard,
+    shard_from_env,
+)
+
 #: run fields a report to resume from must share with this run
 SAME_RUN_KEYS = ("category", "arch", "seed", "receipt", "profile", "max_kernels_per_shape", "backend_option")
-
-
-def _bad(option: str, value, rule: str) -> pytest.UsageError:
-    return pytest.UsageError(f"--ckfmha-{option}: {value!r} {rule}")
-
-
-def check_count(option: str, value, n: int) -> int:
-    """``n`` as a shard count: 1 <= n <= MAX_SHARDS, else a usage error naming ``option`` and ``value``."""
-    if not 1 <= n <= MAX_SHARDS:
-        raise _bad(option, value, f"needs 1 <= N <= {MAX_SHARDS:,} (the most shards a run is split into)")
-    return n
-
-
-def parse_shard(value, total: int | None, environ) -> tuple[int, int]:
-    """``--ckfmha-shard``'s (K, N): ``K/N`` or ``auto`` (:func:`shard_from_env`; ``total``:
-    ``--ckfmha-shard-total``)."""
-    import re
-
-    text = str(value).strip()
-    if text == "auto":
-        return shard_from_env(environ, total)
-    m = re.fullmatch(r"([0-9]+)\s*/\s*([0-9]+)", text)
-    if not m:
-        raise _bad("shard", value, "is not K/N (shard K of N, e.g. 2/4) or auto (from the CI's variables)")
-    n = check_count("shard", value, int(m.group(2)))
-    k = int(m.group(1))
-    if not 1 <= k <= n:
-        raise _bad("shard", value, "needs 1 <= K <= N")
-    return k, n
-
-
-def _env_int(environ, var: str) -> int:
-    text = environ[var].strip()
-    if not text.isascii() or not text.isdigit():
-        raise _bad("shard", "auto", f"reads ${var}, which is {environ[var]!r}: not a non-negative integer")
-    return int(text)
-
-
-def shard_from_env(environ, total: int | None) -> tuple[int, int]:
-    """(K, N) of ``--ckfmha-shard auto`` (module doc)."""
-    if environ.get(GITLAB_VARS[0]) or environ.get(GITLAB_VARS[1]):
-        missing = [v for v in GITLAB_VARS if not environ.get(v)]
-        if missing:
-            raise _bad("shard", "auto", f"needs both {' and '.join(GITLAB_VARS)} (GitLab's); {missing[0]} is unset")
-        k, n = _env_int(environ, GITLAB_VARS[0]), _env_int(environ, GITLAB_VARS[1])
-        check_count("shard", f"auto (CI_NODE_TOTAL={n})", n)
-        if not 1 <= k <= n:
-            raise _bad("shard", "auto", f"needs 1 <= CI_NODE_INDEX <= CI_NODE_TOTAL; they are {k} and {n}")
-        return k, n
-    if environ.get(K8S_INDEX_VAR):
-        i = _env_int(environ, K8S_INDEX_VAR)
-        if total is None:
-            raise _bad("shard", "auto", f"reads ${K8S_INDEX_VAR} (0-based); give the count with --ckfmha-shard-total N")
-        if i >= total:
-            raise _bad("shard", "auto", f"needs {K8S_INDEX_VAR} < --ckfmha-shard-total; they are {i} and {total}")
-        return i + 1, total
-    raise _bad(
-        "shard",
-        "auto",
-        f"finds no CI variables: set {' and '.join(GITLAB_VARS)} (GitLab, 1-based), or {K8S_INDEX_VAR} "
-        "(a Kubernetes Indexed Job, 0-based) with --ckfmha-shard-total N, or give K/N",
-    )
 
 
 def assign_shards(nodeids: Sequence[str], costs: dict[str, float], count: int) -> dict[str, int]:
@@ -132,7 +74,8 @@ def check_same_run(settings, meta: dict[str, Any], path: str) -> None:
 
 def select(config, items: list) -> None:
     """Deselect (pytest_deselected) what this run does not run: other shards, items PREV completed."""
-    from pytest_ckfmha.costs import item_costs, load_durations
+    from pytest_ckfmha.costs import item_costs
+    from pytest_ckfmha.durations import load_durations
     from pytest_ckfmha.state import get_state
 
     st = get_state(config)
