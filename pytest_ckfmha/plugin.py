@@ -126,12 +126,7 @@ def pytest_configure(config) -> None:
         _warn_default_arch(config, detected, settings.arch)
     use_named(config, settings.active)
     if not settings.active:
-        if settings.reports and not config.getoption("ckfmha_flash_attn_compat", None):
-            raise pytest.UsageError(
-                f"--ckfmha-report {' '.join(map(str, settings.reports))}: nothing would be written -- a report is "
-                "written by ckfmha's own runs (--ckfmha-category, --ckfmha-parity, --ckfmha-ck-smoke) and kernel logs "
-                "by --ckfmha-flash-attn-compat; this run has none of them"
-            )
+        _check_reports_written(config, settings)
         return
     from pytest_ckfmha.state import STATE_KEY, State
 
@@ -157,6 +152,17 @@ def pytest_configure(config) -> None:
                 check_dist_mode(getattr(config.option, "dist", "no"))
             own = bool(getattr(config.option, "numprocesses", None)) and not chose
             config.pluginmanager.register(XdistHooks(settings, own), "ckfmha-xdist")
+
+
+def _check_reports_written(config, settings) -> None:
+    """A run that is not ckfmha's own (no category, parity or CK smoke) writes a ``--ckfmha-report`` only as kernel
+    logs under ``--ckfmha-flash-attn-compat``; otherwise the option would be silently ignored: a usage error."""
+    if settings.reports and not config.getoption("ckfmha_flash_attn_compat", None):
+        raise pytest.UsageError(
+            f"--ckfmha-report {' '.join(map(str, settings.reports))}: nothing would be written -- a report is "
+            "written by ckfmha's own runs (--ckfmha-category, --ckfmha-parity, --ckfmha-ck-smoke) and kernel logs "
+            "by --ckfmha-flash-attn-compat; this run has none of them"
+        )
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_configure")
