@@ -84,6 +84,13 @@ def _candidates(base, backend, problem, max_kernels: int) -> list:
     return cands[:max_kernels]
 
 
+def _pinned_plan(registry, backend, c, problem):
+    """The plan around candidate ``c`` for the problem's main stage (the registry pinned to that one kernel)."""
+    from ckfmha.dispatcher import Dispatcher, PinnedRegistry
+
+    return Dispatcher(PinnedRegistry(registry, c), backend).select(problem)  # type: ignore[arg-type]
+
+
 def _time_plan(backend, plan, problem, inputs, repeat: int) -> float:
     from ckfmha.runner import execute, prepare_tensors
 
@@ -119,7 +126,6 @@ def _child_init(args: dict) -> None:
 
 def _child_run_shape(index: int) -> tuple[int, int, float]:
     """Run every candidate plan of shape ``index`` once (untimed): the compiles of its specializations."""
-    from ckfmha.dispatcher import Dispatcher, PinnedRegistry
     from ckfmha.inputs import make_inputs
     from ckfmha.runner import execute, prepare_tensors
 
@@ -133,7 +139,7 @@ def _child_run_shape(index: int) -> tuple[int, int, float]:
     ran = 0
     for c in cands:
         try:
-            plan = Dispatcher(PinnedRegistry(registry, c), backend).select(p)  # type: ignore[arg-type]
+            plan = _pinned_plan(registry, backend, c, p)
             execute(backend, plan, prepare_tensors(p, plan, inputs)[0], built={})
             ran += 1
         except Exception:  # noqa: BLE001 - the timing pass reports a kernel that cannot run
@@ -248,7 +254,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from ckfmha.backends import get_backend
-    from ckfmha.dispatcher import Dispatcher, PinnedRegistry
+    from ckfmha.dispatcher import Dispatcher
     from ckfmha.inputs import make_inputs
     from ckfmha.registry import Registry
     from pytest_ckfmha.ids import shape_id
@@ -303,7 +309,7 @@ def main(argv=None) -> int:
             got: dict[str, float] = {}
             for c in cands:
                 try:
-                    plan = Dispatcher(PinnedRegistry(registry, c), backend).select(p)  # type: ignore[arg-type]
+                    plan = _pinned_plan(registry, backend, c, p)
                     got[c.kernel_id] = _time_plan(backend, plan, p, inputs, args.repeat)
                 except Exception as e:  # a kernel that cannot run is reported and the sweep goes on
                     print(f"  {sid} {c.kernel_id}: not timed ({type(e).__name__}: {e})")
