@@ -185,17 +185,32 @@ def pytest_configure_sample(config) -> None:
         register_pruning(config)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session) -> None:
-    """The controller (or the only process) checks the selection before any worker starts or item runs."""
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session):
+    """The controller (or the only process) checks the selection before any item runs: the only process before
+    the other session-start hooks; an xdist controller right after its workers were started (they start, import
+    and collect while it checks), and a failed check stops them before its error is raised."""
     from pytest_ckfmha.state import has_state
 
-    if not has_state(session.config) or _is_worker(session.config):
-        return
+    config = session.config
+    if not has_state(config) or _is_worker(config):
+        return (yield)
     from pytest_ckfmha.session_checks import check_selection
     from pytest_ckfmha.state import get_state
 
-    check_selection(get_state(session.config))
+    dsession = config.pluginmanager.getplugin("dsession")
+    if dsession is None:
+        check_selection(get_state(config))
+        return (yield)
+    result = yield
+    try:
+        check_selection(get_state(config))
+    except BaseException:
+        from pytest_ckfmha.xdist_support import stop_workers
+
+        stop_workers(dsession)
+        raise
+    return result
 
 
 def pytest_sessionfinish(session) -> None:

@@ -76,6 +76,14 @@ def user_chose_dist(config) -> bool:
     return any(t == "--dist" or t.startswith("--dist=") or t == "-d" for t in toks)
 
 
+def stop_workers(dsession) -> None:
+    """Stop the workers xdist's controller session started (for an error raised at session start: pytest then
+    never calls the session-finish hook, where xdist would stop them itself)."""
+    manager = getattr(dsession, "nodemanager", None)
+    if manager is not None:
+        manager.teardown_nodes()
+
+
 class XdistHooks:
     """Registered only when pytest-xdist is active (its hooks are unknown otherwise)."""
 

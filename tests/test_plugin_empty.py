@@ -113,3 +113,18 @@ def test_a_non_utf8_matrix_file_is_a_usage_error(pytester, monkeypatch, tmp_path
     res = pytester.runpytest(*base, "--ckfmha-category", "smoke")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "small.yaml" in res.stderr.str() and "UTF-8" in res.stderr.str()
+
+
+def test_under_xdist_the_check_runs_after_the_workers_started_and_stops_them(pytester, monkeypatch, tmp_path):
+    """An xdist controller checks the selection while its workers start (plugin.pytest_sessionstart); a failed check
+    is the same usage error, and the workers it started are stopped: the run ends, nothing is collected or run."""
+    pytest.importorskip("xdist")
+    base = make_project(pytester, monkeypatch, tmp_path)
+    args = (*base, "-p", "xdist", "-n", "2", "--ckfmha-category", "smoke")
+    res = pytester.runpytest_subprocess(*args, "--ckfmha-filter", "c.hdim_q == 96", timeout=120)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stdout.fnmatch_lines(["created: 2/2 workers"])  # the workers had been started when the check failed
+    res.stderr.fnmatch_lines(["*ckfmha: the kernel selection matches no kernel (category smoke, arch gfx942*"])
+    assert "collected" not in res.stdout.str() and "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    res = pytester.runpytest_subprocess(*args, timeout=120)  # the same run with a selection: it checks and runs
+    assert res.ret == 0 and res.parseoutcomes().get("passed", 0) > 0
