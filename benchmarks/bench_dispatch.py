@@ -22,7 +22,7 @@ report JSON (schema ``ckfmha.report``) with one row per timed kernel and the fig
 
 | option | what it does |
 |---|---|
-| ``--shard K/N`` | time only the selected shapes at positions ``i`` with ``i % N == K - 1`` (one process per GPU: each shard on its own GPU, ``CUDA_VISIBLE_DEVICES``) |
+| ``--shard K/N`` | time only the selected shapes at positions ``i`` with ``(i // 2) % N == K - 1``: whole pairs (positions 2j and 2j+1, one tuned and one held out), so that each shard's own figures, and a shard cut short by ``--time-budget``, still have both halves (one process per GPU: each shard on its own GPU, ``CUDA_VISIBLE_DEVICES``; or one shard after another) |
 | ``--prebuild J`` | before timing, run every candidate plan of the shard once in ``J`` processes, so that Triton's compiles (at the first launch of each specialization, into its on-disk cache) run in parallel; the timing pass then finds them on disk.  The timings are unchanged: each kernel's warm-up run precedes its timed runs either way |
 | ``--merge SHARD.json ...`` | time nothing: the figures over the shards' timings together (the shards must share ``--arch``, ``--category``, ``--max-shapes`` and ``--select``; the held-out split is by position in the selected list, as in one run) |
 
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
                 times[sid] = c["times_ms"]
     else:
         k, n = args.shard
-        mine = [i for i in range(len(shapes)) if i % n == k - 1]
+        mine = [i for i in range(len(shapes)) if (i // 2) % n == k - 1]  # pairs stay together (module doc)
         if args.prebuild > 0:
             _prebuild(args, mine)
         for done, i in enumerate(mine):

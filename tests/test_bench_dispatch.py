@@ -53,6 +53,8 @@ def test_bench_dispatch_shards_prebuild_and_merge(tmp_path, monkeypatch) -> None
     docs = [json.loads(p.read_text()) for p in (one, s1, s2)]
     assert docs[1]["choices"] and docs[2]["choices"]
     assert not set(docs[1]["choices"]) & set(docs[2]["choices"])
+    # whole pairs per shard (positions 0,1,4,5 and 2,3): each shard alone has tuned and held-out shapes
+    assert all(0 < d["held_out"]["shapes"] < len(d["choices"]) for d in docs[1:])
     assert set(docs[1]["choices"]) | set(docs[2]["choices"]) == set(docs[0]["choices"])
     assert mod.main([str(merged), "--merge", str(s1), str(s2)]) == 0
     m = json.loads(merged.read_text())
