@@ -23,6 +23,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -126,26 +127,72 @@ def prefill_rows(disp: Dispatcher, quick: bool) -> list[dict]:
     return rows
 
 
+#: the decode grid's (batch, nhead_q, nhead_k, seqlen_k); hdim and page 128 (tune_fwd.py times the first three)
+DECODE_CASES = ((32, 32, 8, 8192), (64, 32, 8, 16384), (16, 32, 32, 32768), (128, 16, 2, 4096))
+
+
+def decode_problem(b: int, hq: int, hk: int, sk: int, num_splits: int, d: int = 128, page: int = 128) -> Problem:
+    """A decode problem: one bf16 query row per sequence over a paged K/V cache of ``sk`` keys, split-KV."""
+    return Problem(
+        family="fwd_splitkv",
+        dtype="bf16",
+        batch=b,
+        nhead_q=hq,
+        nhead_k=hk,
+        seqlen_q=1,
+        seqlen_k=sk,
+        hdim_q=d,
+        page_block_size=page,
+        num_splits=num_splits,
+    )
+
+
+def decode_inputs(b: int, hq: int, hk: int, sk: int, d: int = 128, page: int = 128) -> dict[str, torch.Tensor]:
+    """A decode problem's inputs: a random bf16 K/V cache in pages of ``page`` keys (a random block table), every
+    sequence ``sk`` keys long, and its query row."""
+    npages = b * (sk // page)
+    kc = torch.randn(npages, hk, page, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    bt = torch.randperm(npages, device="cuda", dtype=torch.int32).reshape(b, sk // page)
+    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+    return {
+        "q": q,
+        "k_cache": kc,
+        "v_cache": vc,
+        "block_table": bt,
+        "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
+    }
+
+
+def split_decode(
+    split, combine, p: Problem, inputs: dict[str, torch.Tensor], n: int, variant
+) -> tuple[Callable[[], None], dict[str, torch.Tensor]]:
+    """(launch, tensors): the ``split`` kernel over ``n`` splits then the ``combine`` kernel, on ``inputs``
+    (:func:`decode_inputs`) and fresh outputs (o, and the splits' o_acc / lse_acc) -- the tensors'."""
+    b, hq, _, d = inputs["q"].shape
+    t = {
+        **inputs,
+        "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
+        "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
+        "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
+    }
+    l1 = attention_launcher(split, p, t, split=True, num_splits=n, variant=variant)
+    l2 = combine_launcher(combine, p, t, n)
+
+    def both() -> None:
+        l1()
+        l2()
+
+    return both, t
+
+
 def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
     rows = []
-    cases = [(32, 32, 8, 8192), (64, 32, 8, 16384), (16, 32, 32, 32768), (128, 16, 2, 4096)]
-    if quick:
-        cases = cases[:2]
+    cases = DECODE_CASES[:2] if quick else DECODE_CASES
     for b, hq, hk, sk in cases:
         d = 128
         page = 128
-        p = Problem(
-            family="fwd_splitkv",
-            dtype="bf16",
-            batch=b,
-            nhead_q=hq,
-            nhead_k=hk,
-            seqlen_q=1,
-            seqlen_k=sk,
-            hdim_q=d,
-            page_block_size=page,
-            num_splits=2,
-        )
+        p = decode_problem(b, hq, hk, sk, 2, d, page)
         # splits from the dispatcher's decode heuristic (memory-bound: fill the GPU with loads in flight)
         from ckfmha.dispatcher import decode_num_splits
 
@@ -153,28 +200,9 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
         p = p.replace(num_splits=n)
         plan = disp.select(p)
         split, comb = plan.stages
-        npages = b * (sk // page)
-        kc = torch.randn(npages, hk, page, d, device="cuda", dtype=torch.bfloat16)
-        vc = torch.randn_like(kc)
-        bt = torch.randperm(npages, device="cuda", dtype=torch.int32).reshape(b, sk // page)
-        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
-        t = {
-            "q": q,
-            "k_cache": kc,
-            "v_cache": vc,
-            "block_table": bt,
-            "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
-            "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
-            "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
-            "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
-        }
-        l1 = attention_launcher(split.kernel, p, t, split=True, num_splits=n, variant=split.launch.variant)
-        l2 = combine_launcher(comb.kernel, p, t, n)
-
-        def both(l1=l1, l2=l2):
-            l1()
-            l2()
-
+        inputs = decode_inputs(b, hq, hk, sk, d, page)
+        q, kc, vc, bt = inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["block_table"]
+        both, t = split_decode(split.kernel, comb.kernel, p, inputs, n, split.launch.variant)
         both()
         torch.cuda.synchronize()
         # check against SDPA on the gathered cache
@@ -204,7 +232,7 @@ def decode_rows(disp: Dispatcher, copy_gbps: float, quick: bool) -> list[dict]:
             f"({ms:.3f} ms) err {err:.1e}",
             flush=True,
         )
-        del kc, vc
+        del kc, vc, inputs, t, both
     return rows
 
 
@@ -456,7 +484,6 @@ def appendkv_decode_row(disp: Dispatcher, copy_gbps: float, b: int, hq: int, hk:
     ms_graph = bench(graph.replay)
     nbytes = cache_bytes + 4 * b * hk * d * 2 + 2 * b * hq * d * 2
     gbps = nbytes / (ms * 1e-3) / 1e9
-    gbps_graph = nbytes / (ms_graph * 1e-3) / 1e9
     gbps_graph = nbytes / (ms_graph * 1e-3) / 1e9
     row = dict(
         batch=b,

@@ -61,25 +61,14 @@ H100_REPORT = Path(__file__).resolve().parent / "results" / "parity_torch_h100.j
 
 
 def grid(family: str) -> list[Problem]:
+    from parity_torch import sweep_problem
+
     out = []
     for fam, dt, d, (hq, hk), m, (sq, sk) in itertools.product(
         ("bwd", "fwd"), ("bf16", "fp16"), (64, 128), ((4, 4), (4, 1)), ("0", "t"), ((64, 64), (200, 333), (512, 512))
     ):
         if family in ("all", fam):
-            out.append(
-                Problem(
-                    family=fam,
-                    dtype=dt,
-                    batch=1,
-                    nhead_q=hq,
-                    nhead_k=hk,
-                    seqlen_q=sq,
-                    seqlen_k=sk,
-                    hdim_q=d,
-                    mask=m,
-                    lse=fam == "fwd",
-                )
-            )
+            out.append(sweep_problem(fam, dt, 1, hq, hk, sq, sk, d, m))
     return out
 
 

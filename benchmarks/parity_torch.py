@@ -61,6 +61,37 @@ GRADIENTS = ("dq", "dk", "dv")
 GRAD_ELEMENT_FRACTION = 0.01
 
 
+def sweep_problem(
+    family: str, dtype: str, b: int, hq: int, hk: int, sq: int, sk: int, d: int, mask: str, **extra
+) -> Problem:
+    """One problem of the sweeps (these and benchmarks/noise_rule_study.py's): ``(b, hq, hk, sq, sk, d)`` with
+    ``mask``; the forward stores its LSE (the backward takes the forward's)."""
+    return Problem(
+        family=family,
+        dtype=dtype,
+        batch=b,
+        nhead_q=hq,
+        nhead_k=hk,
+        seqlen_q=sq,
+        seqlen_k=sk,
+        hdim_q=d,
+        mask=mask,
+        lse=(family == "fwd"),
+        **extra,
+    )
+
+
+def family_grid(shapes, masks, **extra) -> list[Problem]:
+    """fwd then bwd, fp16 then bf16, each shape ``(b, hq, hk, sq, sk, d)`` with each mask: :func:`sweep_problem`."""
+    return [
+        sweep_problem(fam, dt, *shape, m, **extra)
+        for fam in ("fwd", "bwd")
+        for dt in ("fp16", "bf16")
+        for shape in shapes
+        for m in masks
+    ]
+
+
 def sweep(quick: bool) -> list[Problem]:
     shapes = (
         [(2, 8, 8, 256, 256, 64), (2, 8, 2, 200, 333, 128)]
@@ -73,25 +104,7 @@ def sweep(quick: bool) -> list[Problem]:
             (1, 8, 8, 1, 4096, 128),
         ]
     )
-    out = []
-    for fam in ("fwd", "bwd"):
-        for dt in ("fp16", "bf16"):
-            for b, hq, hk, sq, sk, d in shapes:
-                for m in MASKS:
-                    out.append(
-                        Problem(
-                            family=fam,
-                            dtype=dt,
-                            batch=b,
-                            nhead_q=hq,
-                            nhead_k=hk,
-                            seqlen_q=sq,
-                            seqlen_k=sk,
-                            hdim_q=d,
-                            mask=m,
-                            lse=(fam == "fwd"),
-                        )
-                    )
+    out = family_grid(shapes, MASKS)
     # features only some backends express
     out += [
         Problem(batch=2, nhead_q=8, seqlen_q=256, hdim_q=64, bias="elementwise"),
@@ -126,27 +139,7 @@ def sweep(quick: bool) -> list[Problem]:
 
 def dropout_sweep() -> list[Problem]:
     """Dropout problems for the dropout-threshold injection (small: the cpu backend runs them too)."""
-    out = []
-    for fam in ("fwd", "bwd"):
-        for dt in ("fp16", "bf16"):
-            for b, hq, hk, sq, sk, d in ((2, 4, 4, 128, 128, 64), (1, 4, 2, 96, 160, 128)):
-                for m in ("0", "t"):
-                    out.append(
-                        Problem(
-                            family=fam,
-                            dtype=dt,
-                            batch=b,
-                            nhead_q=hq,
-                            nhead_k=hk,
-                            seqlen_q=sq,
-                            seqlen_k=sk,
-                            hdim_q=d,
-                            mask=m,
-                            p_drop=0.2,
-                            lse=(fam == "fwd"),
-                        )
-                    )
-    return out
+    return family_grid(((2, 4, 4, 128, 128, 64), (1, 4, 2, 96, 160, 128)), ("0", "t"), p_drop=0.2)
 
 
 # ------------------------------------------------------------------------------------------ injections

@@ -17,9 +17,9 @@ import re
 import sys
 
 import torch
-import triton
+from bench_fwd import DECODE_CASES, bench, decode_inputs, decode_problem, flops, split_decode
 
-from ckfmha.backends.triton.launch import LaunchShape, attention_launcher, combine_launcher
+from ckfmha.backends.triton.launch import LaunchShape, attention_launcher
 from ckfmha.heuristics import load_heuristics
 from ckfmha.kernel import KernelConfig
 from ckfmha.problem import Problem
@@ -62,7 +62,7 @@ def cfg_for(d: int, causal: bool, bm: int, bn: int, w: int, st: int) -> KernelCo
 
 
 def med(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=25, rep=150, return_mode="median"))
+    return bench(fn, reps_ms=150)
 
 
 def tune_prefill(rows: list, tma_mode: bool = False) -> None:
@@ -77,8 +77,7 @@ def tune_prefill(rows: list, tma_mode: bool = False) -> None:
                 q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16)
                 k, v = torch.randn_like(q), torch.randn_like(q)
                 o = torch.empty_like(q)
-                area = s * (s + 1) // 2 if causal else s * s
-                fl = 4.0 * b * h * area * d
+                fl = flops(b, h, s, d, causal)
                 for bm, bn, w, st in cands:
                     variants = (
                         ((False, False, True), (False, True, True), (False, True, False))
@@ -141,7 +140,7 @@ def tune_causal(rows: list) -> None:
             k, v = torch.randn_like(q), torch.randn_like(q)
             o = torch.empty_like(q)
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).float()
-            fl = 4.0 * b * h * (s * (s + 1) // 2) * d
+            fl = flops(b, h, s, d, True)
             for bm, bn, w, st in cands:
                 for fuse in (True, False):
                     c = cfg_for(d, True, bm, bn, w, st)
@@ -263,8 +262,7 @@ def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, in
         k, v = torch.randn_like(q), torch.randn_like(q)
         o = torch.empty_like(q)
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal).float()
-        area = s * (s + 1) // 2 if causal else s * s
-        fl = 4.0 * b * h * area * d
+        fl = flops(b, h, s, d, causal)
 
         def sdpa(q=q, k=k, v=v, causal=causal):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -313,27 +311,12 @@ def tune_hopper(rows: list, variants: list[str], cases: list[tuple[int, bool, in
 
 
 def tune_decode(rows: list) -> None:
-    for b, hq, hk, sk in ((32, 32, 8, 8192), (64, 32, 8, 16384), (16, 32, 32, 32768)):
+    for b, hq, hk, sk in DECODE_CASES[:3]:
         d, page = 128, 128
-        npages = b * (sk // page)
-        kc = torch.randn(npages, hk, page, d, device="cuda", dtype=torch.bfloat16)
-        vc = torch.randn_like(kc)
-        bt = torch.randperm(npages, device="cuda", dtype=torch.int32).reshape(b, sk // page)
-        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
-        nbytes = (kc.numel() + vc.numel()) * 2
+        inputs = decode_inputs(b, hq, hk, sk, d, page)
+        nbytes = (inputs["k_cache"].numel() + inputs["v_cache"].numel()) * 2
         for n in (1, 2, 3, 4, 6, 8, 12):
-            p = Problem(
-                family="fwd_splitkv",
-                dtype="bf16",
-                batch=b,
-                nhead_q=hq,
-                nhead_k=hk,
-                seqlen_q=1,
-                seqlen_k=sk,
-                hdim_q=d,
-                page_block_size=page,
-                num_splits=max(n, 2),
-            )
+            p = decode_problem(b, hq, hk, sk, max(n, 2), d, page)
             for bn, st in ((128, 2), (128, 3), (64, 3), (64, 4)):
                 c = KernelConfig.make(
                     family="fwd_splitkv",
@@ -363,23 +346,7 @@ def tune_decode(rows: list) -> None:
                     pipeline="splitkv_combine",
                     tile=(32,),
                 )
-                t = {
-                    "q": q,
-                    "k_cache": kc,
-                    "v_cache": vc,
-                    "block_table": bt,
-                    "cache_seqlens": torch.full((b,), sk, device="cuda", dtype=torch.int32),
-                    "o": torch.empty(b, hq, 1, d, device="cuda", dtype=torch.bfloat16),
-                    "o_acc": torch.empty(n, b, hq, 1, d, device="cuda", dtype=torch.float32),
-                    "lse_acc": torch.empty(n, b, hq, 1, device="cuda", dtype=torch.float32),
-                }
-                l1 = attention_launcher(c, p, t, split=True, num_splits=n, variant=load_heuristics().launch_variant(c))
-                l2 = combine_launcher(comb, p, t, n)
-
-                def both(l1=l1, l2=l2):
-                    l1()
-                    l2()
-
+                both, _ = split_decode(c, comb, p, inputs, n, load_heuristics().launch_variant(c))
                 both()
                 ms = med(both)
                 gbps = nbytes / (ms * 1e-3) / 1e9
@@ -397,7 +364,7 @@ def tune_decode(rows: list) -> None:
                     )
                 )
                 print(f"decode b{b} hk{hk} sk{sk} splits {n:<2} bn{bn} st{st}: {gbps:6.0f} GB/s", flush=True)
-        del kc, vc
+        del inputs
 
 
 def variant_list(text: str) -> list[str]:

@@ -82,21 +82,18 @@ class ArchSpec:
         key = Api.parse(api, "api").value
         if key not in self.sections:
             raise ArchSpecError(f"{self.path}: apis.{key}: this arch has no section for api {key!r}")
-        sec = self.sections[key]
-        seen = [self.name]
-        while isinstance(sec, dict) and set(sec) == {"inherit"}:
-            other = sec["inherit"]
-            if other in seen:
-                raise ArchSpecError(f"{self.path}: apis.{key}.inherit: cycle {' -> '.join(seen + [other])}")
-            seen.append(other)
-            sec = load_arch_spec(other).sections.get(key)
-            if sec is None:
-                raise ArchSpecError(f"{self.path}: apis.{key}.inherit: arch {other!r} has no section {key!r}")
+        owner, sec = self._follow_inherit(key)
+        if sec is None and owner != self.name:
+            raise ArchSpecError(f"{self.path}: apis.{key}.inherit: arch {owner!r} has no section {key!r}")
         return sec
 
     def section_owner(self, api: Api | str) -> str:
         """The arch whose file defines this api's section (follows ``inherit``)."""
-        key = Api.parse(api, "api").value
+        return self._follow_inherit(Api.parse(api, "api").value)[0]
+
+    def _follow_inherit(self, key: str) -> tuple[str, Any]:
+        """(arch, section) at the end of the api section's ``inherit`` chain from this arch's own: the first
+        section that is not ``{inherit: ARCH}``, or None where an arch of the chain has none; a cycle is an error."""
         owner, sec, seen = self.name, self.sections.get(key), [self.name]
         while isinstance(sec, dict) and set(sec) == {"inherit"}:
             owner = sec["inherit"]
@@ -104,7 +101,7 @@ class ArchSpec:
                 raise ArchSpecError(f"{self.path}: apis.{key}.inherit: cycle {' -> '.join(seen + [owner])}")
             seen.append(owner)
             sec = load_arch_spec(owner).sections.get(key)
-        return owner
+        return owner, sec
 
     def has_section(self, api: Api | str) -> bool:
         return Api.parse(api, "api").value in self.sections

@@ -54,7 +54,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -265,9 +266,26 @@ def _check_yaml_depth(text: str, source: str) -> None:
         loader.dispose()
 
 
+@contextmanager
+def _load_errors(source: str, malformed: type[Exception], describe: Callable[[Any], str]) -> Iterator[None]:
+    """The errors of loading one document, YAML or JSON (module doc): ours pass through; the format's own
+    ``malformed`` error is ``describe(e)``; a nesting past the interpreter's stack and an unreadable value become
+    ours."""
+    try:
+        yield
+    except DataFileError:
+        raise
+    except malformed as e:
+        raise DataFileError(f"{source}: {describe(e)}") from None
+    except RecursionError:  # pragma: no cover - prevented by the depth checks
+        raise NestingError(f"{source}: nested too deeply to load") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise DataFileError(f"{source}: unreadable value: {e}") from None
+
+
 def parse_yaml(text: str, source: str = "<yaml>") -> Any:
     """One YAML document from text (see the module doc for the errors)."""
-    try:
+    with _load_errors(source, yaml.YAMLError, lambda e: f"malformed YAML: {e}"):
         _check_yaml_depth(text, source)
         loader = StrictYAMLLoader(text)
         loader.source = source
@@ -275,14 +293,6 @@ def parse_yaml(text: str, source: str = "<yaml>") -> Any:
             return loader.get_single_data()
         finally:
             loader.dispose()
-    except DataFileError:
-        raise
-    except yaml.YAMLError as e:
-        raise DataFileError(f"{source}: malformed YAML: {e}") from None
-    except RecursionError:  # pragma: no cover - prevented by the depth check
-        raise NestingError(f"{source}: nested too deeply to load") from None
-    except ValueError as e:  # e.g. an integer of more than 4300 digits
-        raise DataFileError(f"{source}: unreadable value: {e}") from None
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -353,16 +363,11 @@ def parse_json(text: str, source: str = "<json>") -> Any:
     def reject_constant(name: str) -> Any:
         raise DataFileError(f"{source}: {name} is not JSON (non-standard constant)")
 
-    try:
+    def malformed(e: json.JSONDecodeError) -> str:
+        return f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
+
+    with _load_errors(source, json.JSONDecodeError, malformed):
         doc = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=reject_constant)
-    except DataFileError:
-        raise
-    except json.JSONDecodeError as e:
-        raise DataFileError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except RecursionError:  # pragma: no cover - prevented by the depth check
-        raise NestingError(f"{source}: nested too deeply to load") from None
-    except ValueError as e:  # e.g. an integer of more than 4300 digits
-        raise DataFileError(f"{source}: unreadable value: {e}") from None
     if seen_duplicate:
         found = _find_duplicate(doc)
         if found is not None:

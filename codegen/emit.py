@@ -149,19 +149,11 @@ def generator_filter(api: str, kernel_stem: str, config) -> str:
     return name
 
 
-def _generator_env(generator: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(generator.parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    return env
-
-
 def run_generator(
     ck_root: Path, api: str, arch: str, receipt: int, mask_mode: str, kernel_filter: str, out_dir: Path, python: str
 ) -> list[Path]:
     """Run the checkout's generator in write mode; returns the ``.cpp`` files it wrote."""
-    from ckfmha.cktree import GENERATOR
+    from ckfmha.cktree import GENERATOR, generator_env, generator_tail
 
     gen = ck_root / GENERATOR
     cmd = [python, str(gen), "-d", api, "--targets", arch, "-r", str(receipt), "-m", mask_mode]
@@ -170,7 +162,7 @@ def run_generator(
         proc = subprocess.run(
             cmd,
             cwd=gen.parent,
-            env=_generator_env(gen),
+            env=generator_env(gen),
             capture_output=True,
             text=True,
             timeout=GENERATOR_TIMEOUT_S,
@@ -180,8 +172,9 @@ def run_generator(
     except OSError as e:
         raise CodegenError(f"cannot run the generator ({' '.join(cmd)}): {e}") from None
     if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-4:])
-        raise CodegenError(f"the generator failed (exit {proc.returncode}) for -f {kernel_filter!r}: {tail}")
+        raise CodegenError(
+            f"the generator failed (exit {proc.returncode}) for -f {kernel_filter!r}: {generator_tail(proc)}"
+        )
     return sorted(out_dir.rglob("*.cpp"))
 
 

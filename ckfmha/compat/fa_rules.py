@@ -191,6 +191,15 @@ def check_heads(nheads: int, nheads_k: int) -> None:
         raise _bad("num_heads_k", nheads_k, f"does not divide num_heads={nheads}")
 
 
+def check_sizes(batch: int, head_size: int, nheads: int, nheads_k: int) -> None:
+    """The size checks every attention entry point (fwd, varlen_fwd, bwd, varlen_bwd) makes in this order: a
+    positive batch, then the head size (:func:`check_head_size`) and the head counts (:func:`check_heads`)."""
+    if batch < 1:
+        raise FlashAttnArgError(f"batch_size: {batch} must be positive")
+    check_head_size(head_size)
+    check_heads(nheads, nheads_k)
+
+
 def check_paged(page_block_size: int, *, p_dropout: float = 0.0, cache_batch_idx: bool = False) -> None:
     """FA:mha_varlen_fwd.cpp:388, 454-455; mha_fwd_kvcache.cpp:311, 328."""
     if page_block_size % PAGE_MULTIPLE:

@@ -403,10 +403,7 @@ def fwd(q, k, v, out_, alibi_slopes_, p_dropout, softmax_scale, is_causal, windo
     _check_same_dtype(q, key=k, value=v)
     b, sq0, h0, d = (int(x) for x in q.shape)
     sk, hk = int(k.shape[1]), int(k.shape[2])
-    if b < 1:
-        raise FlashAttnArgError(f"batch_size: {b} must be positive")
-    rules.check_head_size(d)
-    rules.check_heads(h0, hk)
+    rules.check_sizes(b, d, h0, hk)
     mask = rules.fa_mask(is_causal, window_size_left, window_size_right, sq0, sk, has_alibi=alibi_slopes_ is not None)
     swapped = rules.ngroups_swapped(
         sq0, h0, hk, mask.left, mask.right, d, has_alibi=alibi_slopes_ is not None, p_dropout=p_dropout
@@ -476,10 +473,7 @@ def varlen_fwd(q, k, v, out_, cu_seqlens_q, cu_seqlens_k, seqused_k, leftpad_k_,
         if block_table_.dtype != torch.int32:
             raise FlashAttnArgError(f"block_table.dtype: {block_table_.dtype} must be torch.int32")
         rules.check_paged(int(k.shape[1]), p_dropout=p_dropout)
-    if b < 1:
-        raise FlashAttnArgError(f"batch_size: {b} must be positive")
-    rules.check_head_size(d)
-    rules.check_heads(h, hk)
+    rules.check_sizes(b, d, h, hk)
     _check_cu("cu_seqlens_k", cu_seqlens_k, b)
     mask = rules.fa_mask(is_causal, window_size_left, window_size_right, int(max_seqlen_q), int(max_seqlen_k),
                          has_alibi=alibi_slopes_ is not None)  # fmt: skip
@@ -565,10 +559,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq_, dk_, dv_, alibi_slopes_, p_dropout
     _check_same_dtype(q, key=k, value=v, out=out, dout=dout)
     b, sq, h, d = (int(x) for x in q.shape)
     sk, hk = int(k.shape[1]), int(k.shape[2])
-    if b < 1:
-        raise FlashAttnArgError(f"batch_size: {b} must be positive")
-    rules.check_head_size(d)
-    rules.check_heads(h, hk)
+    rules.check_sizes(b, d, h, hk)
     mask = rules.fa_mask(is_causal, window_size_left, window_size_right, sq, sk,
                          has_alibi=alibi_slopes_ is not None, forward=False)  # fmt: skip
     for name, t, shape in (("k", k, (b, sk, hk, d)), ("v", v, (b, sk, hk, d)), ("out", out, (b, sq, h, d)),
@@ -613,10 +604,7 @@ def varlen_bwd(dout, q, k, v, out, softmax_lse, dq_, dk_, dv_, cu_seqlens_q, cu_
     b = int(cu_seqlens_q.numel()) - 1
     total_q, h, d = (int(x) for x in q.shape)
     total_k, hk = int(k.shape[0]), int(k.shape[1])
-    if b < 1:
-        raise FlashAttnArgError(f"batch_size: {b} must be positive")
-    rules.check_head_size(d)
-    rules.check_heads(h, hk)
+    rules.check_sizes(b, d, h, hk)
     mask = rules.fa_mask(is_causal, window_size_left, window_size_right, int(max_seqlen_q), int(max_seqlen_k),
                          has_alibi=alibi_slopes_ is not None, forward=False)  # fmt: skip
     dq, dk, dv = _grads(q, k, v, dq_, dk_, dv_, ((total_q, h, d), (total_k, hk, d), (total_k, hk, d)))

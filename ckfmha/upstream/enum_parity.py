@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -50,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckfmha.archs import CK_ARCHS, default_arch
+from ckfmha.cktree import GENERATOR, generator_env, generator_tail
 from ckfmha.kernel import Api, Family, MaskMode
 
-GENERATOR_REL = Path("example") / "ck_tile" / "01_fmha" / "generate.py"
 ALL_APIS = tuple(a.value for a in Api)
 ALL_ARCHS = "all"
 REQUIRED_OPTIONS = {
@@ -82,37 +81,31 @@ def find_generator(ck_root: str | Path) -> Path:
     root = Path(ck_root)
     if not root.is_dir():
         raise CheckoutError(f"--ck-root {root}: no such directory")
-    gen = root / GENERATOR_REL
+    gen = root / GENERATOR
     if not gen.is_file():
-        raise CheckoutError(f"--ck-root {root}: no {GENERATOR_REL} (not a CK checkout?)")
+        raise CheckoutError(f"--ck-root {root}: no {GENERATOR} (not a CK checkout?)")
     return gen
 
 
-def _env(generator: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(generator.parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    return env
-
-
-def _tail(proc: subprocess.CompletedProcess) -> str:
-    return " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-4:])
+def _run_generator(cmd: list[str], generator: Path, timeout_s: float, what: str) -> subprocess.CompletedProcess:
+    """Run the checkout's generator (``cmd``) to its end; one that does not start or runs past ``timeout_s`` is a
+    :class:`CheckoutError` (``what``: the run's name in the timeout's message)."""
+    try:
+        return subprocess.run(
+            cmd, cwd=generator.parent, env=generator_env(generator), capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckoutError(f"{what} timed out after {timeout_s:g}s: {' '.join(cmd)}") from None
+    except OSError as e:
+        raise CheckoutError(f"cannot run the generator ({' '.join(cmd)}): {e}") from None
 
 
 def generator_options(generator: Path, python: str = sys.executable, timeout_s: float = 120.0) -> tuple[str, ...]:
     """The options the checkout's generator takes, read from ``generate.py --help`` (in the order printed)."""
     cmd = [python, str(generator), "--help"]
-    try:
-        proc = subprocess.run(
-            cmd, cwd=generator.parent, env=_env(generator), capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired:
-        raise CheckoutError(f"generator --help timed out after {timeout_s:g}s: {' '.join(cmd)}") from None
-    except OSError as e:
-        raise CheckoutError(f"cannot run the generator ({' '.join(cmd)}): {e}") from None
+    proc = _run_generator(cmd, generator, timeout_s, "generator --help")
     if proc.returncode != 0:
-        raise CheckoutError(f"generator --help failed (exit {proc.returncode}): {_tail(proc)}")
+        raise CheckoutError(f"generator --help failed (exit {proc.returncode}): {generator_tail(proc)}")
     found = re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", proc.stdout)
     return tuple(dict.fromkeys(found))
 
@@ -180,14 +173,7 @@ def upstream_names(
             "-l",
             str(out),
         ]
-        try:
-            proc = subprocess.run(
-                cmd, cwd=generator.parent, env=_env(generator), capture_output=True, text=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            raise CheckoutError(f"generator timed out after {timeout_s:g}s: {' '.join(cmd)}") from None
-        except OSError as e:
-            raise CheckoutError(f"cannot run the generator ({' '.join(cmd)}): {e}") from None
+        proc = _run_generator(cmd, generator, timeout_s, "generator")
         if proc.returncode != 0:
             # the exception's message, the traceback's last line (its source line, shown above it, matches too)
             unsupported = _UNSUPPORTED_TARGET.findall((proc.stdout or "") + (proc.stderr or ""))
@@ -195,7 +181,9 @@ def upstream_names(
                 raise UnsupportedTarget(
                     f"this CK's generator does not support arch {arch} (api {api}: {unsupported[-1]!r})"
                 )
-            raise CheckoutError(f"generator crashed (exit {proc.returncode}) for api {api}, arch {arch}: {_tail(proc)}")
+            raise CheckoutError(
+                f"generator crashed (exit {proc.returncode}) for api {api}, arch {arch}: {generator_tail(proc)}"
+            )
         if not out.is_file():
             raise CheckoutError(f"generator wrote no list file for api {api}, arch {arch}")
         names = [Path(line.strip()).name for line in out.read_text().splitlines() if line.strip()]

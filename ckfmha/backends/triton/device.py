@@ -42,7 +42,7 @@ import triton.language as tl
 
 from ckfmha.backends.base import PreconditionError, RunContext
 from ckfmha.backends.triton.capability import interpreting, unhonoured_lengths
-from ckfmha.kernel import DType, KernelConfig
+from ckfmha.kernel import Bias, DType, KernelConfig
 from ckfmha.plan import FAMILY_ROLE, OutputSpec, StageRole
 from ckfmha.problem import Layout, Problem
 from ckfmha.rng import p_undrop_u8
@@ -59,6 +59,8 @@ ELEM = {
     DType.FP8BF16: tl.bfloat16,
     DType.FP8FP32: tl.bfloat16,
 }
+#: the kernels' ``BIAS_KIND`` constexpr of each bias (kernels.py and kernels_bwd.py read 1 and 2)
+BIAS_KIND = {Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}
 TORCH_OUT = {
     DType.FP16: torch.float16,
     DType.BF16: torch.bfloat16,
@@ -393,6 +395,12 @@ def dropout_args(p: Problem) -> tuple[int, int, int, float]:
             1.0 / (1.0 - p.p_drop),
         ),
     )
+
+
+def philox_words(seed: int, offset: int) -> tuple[int, int, int, int]:
+    """(seed_lo, seed_hi, offset_lo, offset_hi): the 64-bit Philox seed and offset of :func:`dropout_args` as the
+    32-bit halves the kernels take."""
+    return seed & 0xFFFFFFFF, seed >> 32, offset & 0xFFFFFFFF, offset >> 32
 
 
 def check_preconditions(c: KernelConfig, p: Problem, role: StageRole | None = None) -> None:

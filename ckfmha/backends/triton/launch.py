@@ -32,6 +32,7 @@ import triton
 from ckfmha.backends.triton import kernels
 from ckfmha.backends.triton.capability import SMEM_BYTES, next_pow2
 from ckfmha.backends.triton.device import (  # noqa: F401  (DEVICE, PreconditionError, check_preconditions)
+    BIAS_KIND,
     DEVICE,
     ELEM,
     PreconditionError,
@@ -41,6 +42,7 @@ from ckfmha.backends.triton.device import (  # noqa: F401  (DEVICE, Precondition
     dummy_tensor,
     launch_fitting_stages,
     mask_args,
+    philox_words,
     required,
     seq_strides,
 )
@@ -298,10 +300,7 @@ def attention_launcher(
         mx,
         alibi_mode,
         p.min_seqlen_q,
-        seed & 0xFFFFFFFF,
-        seed >> 32,
-        off & 0xFFFFFFFF,
-        off >> 32,
+        *philox_words(seed, off),
         p_undrop,
         rp_keep,
         *pool_args,
@@ -314,7 +313,7 @@ def attention_launcher(
         BLOCK_DQ=ls.block_dq,
         BLOCK_DV=ls.block_dv,
         HAS_MASK=s.mask is not MaskImpl.NONE,
-        BIAS_KIND={Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}[s.bias],
+        BIAS_KIND=BIAS_KIND[s.bias],
         HAS_LSE=split or t.get("lse") is not None,
         HAS_DROPOUT=p.p_drop > 0,
         STORE_RANDVAL=p.p_drop > 0,  # compiled with every dropout launch; masked off without a buffer (above)

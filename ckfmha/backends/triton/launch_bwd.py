@@ -39,6 +39,7 @@ from ckfmha.backends.base import RunContext
 from ckfmha.backends.triton import kernels_bwd
 from ckfmha.backends.triton.capability import SMEM_BYTES, next_pow2
 from ckfmha.backends.triton.device import (
+    BIAS_KIND,
     ELEM,
     DeviceTensors,
     PreconditionError,
@@ -48,6 +49,7 @@ from ckfmha.backends.triton.device import (
     launch_fitting_stages,
     mask_args,
     out_torch_dtype,
+    philox_words,
     required,
     seq_strides,
 )
@@ -312,10 +314,7 @@ def dq_dk_dv_launcher(
         ml,
         mr,
         alibi_mode,
-        seed & 0xFFFFFFFF,
-        seed >> 32,
-        off & 0xFFFFFFFF,
-        off >> 32,
+        *philox_words(seed, off),
         p_undrop,
         rp_keep,
     )
@@ -327,7 +326,7 @@ def dq_dk_dv_launcher(
         BLOCK_DQ=next_pow2(max(p.hdim_q, 16)),
         BLOCK_DV=next_pow2(max(p.hdim_v, 16)),
         HAS_MASK=s.mask is not MaskImpl.NONE,
-        BIAS_KIND={Bias.NONE: 0, Bias.ELEMENTWISE: 1, Bias.ALIBI: 2}[s.bias],
+        BIAS_KIND=BIAS_KIND[s.bias],
         HAS_DBIAS=bool(c.dbias),
         HAS_DROPOUT=p.p_drop > 0,
         IS_GROUP=group,
