@@ -185,3 +185,14 @@ def ck_tree() -> Path:
         return ensure_ck_tree()
     except CKTreeUnavailable as e:
         pytest.skip(f"no amd-aiter CK tree: {e}")
+
+
+def assert_parity_enum_skipped_gfx1100(stdout: str) -> None:
+    """What ``ckfmha parity-enum --arch all --api fwd_appendkv`` prints for a CK generator that refuses gfx1100 for
+    that api: the skip line naming the generator's words, and a total for each of the other archs."""
+    assert (
+        "skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
+        "'Unsupported device target gfx1100')"
+    ) in stdout
+    totals = [ln.split()[0] for ln in stdout.splitlines() if "(total)" in ln]
+    assert totals == ["gfx90a", "gfx942", "gfx950", "gfx1201"]

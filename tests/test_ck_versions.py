@@ -18,7 +18,12 @@ import pytest
 from ckfmha.cli import main
 from ckfmha.kernel import Api, Family, KVLoad, KVLookupTable, KVMemoryLayout, QScale
 from ckfmha.naming import CKNamingScheme, ck_instance_name, parse_ck_name
-from tests.ck_tree import GENERATOR, ck_tree, generator_names  # noqa: F401 - ck_tree is a fixture
+from tests.ck_tree import (  # noqa: F401 - ck_tree is a fixture
+    GENERATOR,
+    assert_parity_enum_skipped_gfx1100,
+    ck_tree,
+    generator_names,
+)
 
 ARCHS = ("gfx942", "gfx950")
 # What the tree's generator lists at receipt 0 (the kernels, without the per-api dispatch file)
@@ -127,16 +132,7 @@ def test_parity_enum_all_archs_skips_what_the_tree_does_not_support(ck_tree, cap
     rc = main(["parity-enum", "--ck-root", str(ck_tree), "--arch", "all", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err
-    assert (
-        "skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
-        "'Unsupported device target gfx1100')"
-    ) in out.out
-    assert [ln.split()[0] for ln in out.out.splitlines() if "(total)" in ln] == [
-        "gfx90a",
-        "gfx942",
-        "gfx950",
-        "gfx1201",
-    ]
+    assert_parity_enum_skipped_gfx1100(out.out)
     rc = main(["parity-enum", "--ck-root", str(ck_tree), "--arch", "gfx1100", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 2 and "does not support arch gfx1100" in out.err

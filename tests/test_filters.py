@@ -6,21 +6,7 @@ import pytest
 
 from ckfmha.filters import FilterError, combine, compile_filter, load_filter_file
 from ckfmha.kernel import KernelConfig
-
-
-def cfg(**kw) -> KernelConfig:
-    base = dict(
-        family="fwd",
-        dtype="fp16",
-        mode="batch",
-        hdim_q=128,
-        hdim_v=128,
-        arch_tag="gfx9",
-        pipeline="qr_async",
-        tile=(128, 128, 32, 128, 32, 128),
-    )
-    base.update(kw)
-    return KernelConfig.make(**base)
+from tests.sample_kernels import fwd_config as cfg
 
 
 @pytest.mark.parametrize(

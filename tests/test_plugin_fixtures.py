@@ -153,3 +153,20 @@ def make_project(pytester, monkeypatch, tmp_path, mode="ok", die=None, die_on="m
     else:
         monkeypatch.delenv("CKT_MODE", raising=False)
     return ["-p", "no:cacheprovider", "--ckfmha-matrix", "small.yaml"]
+
+
+def fail_report_writes(pytester) -> None:
+    """Add to the project's conftest a session-finish hook (run before the plugin's) that makes every ``fsync`` of
+    the report writer fail with ENOSPC: the report cannot be written at the end."""
+    pytester.makeconftest(
+        pytester.path.joinpath("conftest.py").read_text()
+        + """
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    import pytest_ckfmha.reporting as r
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+    r.os.fsync = no_space
+"""
+    )

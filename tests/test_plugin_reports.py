@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ckfmha import reporting
-from tests.test_plugin_fixtures import make_project
+from tests.test_plugin_fixtures import fail_report_writes, make_project
 
 pytest_plugins = ["pytester"]
 
@@ -157,18 +157,7 @@ def test_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
 
 def test_a_report_that_cannot_be_written_at_the_end_fails_the_run(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path)
-    pytester.makeconftest(
-        pytester.path.joinpath("conftest.py").read_text()
-        + """
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session):
-    import pytest_ckfmha.reporting as r
-    def no_space(*a, **k):
-        raise OSError(28, "No space left on device")
-    r.os.fsync = no_space
-"""
-    )
+    fail_report_writes(pytester)
     res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     assert res.ret == pytest.ExitCode.INTERNAL_ERROR, res.stdout.str()
     res.stdout.fnmatch_lines(["*ckfmha: ERROR: report not written: *No space left on device*"])

@@ -8,25 +8,11 @@ import pytest
 
 from ckfmha.kernel import Family, KernelConfig
 from ckfmha.registry import REGISTRY_SCHEMA, Registry, RegistryError
+from tests.sample_kernels import FWD_FIELDS, FWD_WARPS
 
 
 def configs() -> list[KernelConfig]:
-    base = dict(
-        family="fwd",
-        dtype="fp16",
-        mode="batch",
-        hdim_q=128,
-        hdim_v=128,
-        arch_tag="gfx9",
-        pipeline="qr_async",
-        tile=(128, 128, 32, 128, 32, 128),
-        warps=((4, 1, 1), (4, 1, 1)),
-        warp_tiles=((32, 32, 16), (32, 32, 16)),
-        pad_s=1,
-        pad_sk=1,
-        pad_d=1,
-        pad_dv=1,
-    )
+    base = dict(FWD_FIELDS, **FWD_WARPS, pad_s=1, pad_sk=1, pad_d=1, pad_dv=1)
     out = [
         KernelConfig.make(**base),
         KernelConfig.make(**{**base, "mask": "any", "lse": True}),

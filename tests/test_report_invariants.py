@@ -20,7 +20,7 @@ import tests.test_plugin_fixtures  # noqa: F401  (imports what pytester's in-pro
 from ckfmha.runreport import ReportError, merge_reports, report_from_doc
 from pytest_ckfmha import reporting
 from tests.ck_smoke_fake import make_fake_checkout
-from tests.test_plugin_fixtures import make_project
+from tests.test_plugin_fixtures import fail_report_writes, make_project
 
 pytest_plugins = ["pytester"]
 
@@ -223,18 +223,7 @@ def test_sigterm_labels_the_running_item_as_interrupted_while_running(pytester, 
 
 def test_a_report_that_cannot_be_written_is_exit_3_also_when_tests_failed(pytester, monkeypatch, tmp_path):
     base = make_project(pytester, monkeypatch, tmp_path, mode="wrong")
-    pytester.makeconftest(
-        pytester.path.joinpath("conftest.py").read_text()
-        + """
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session):
-    import pytest_ckfmha.reporting as r
-    def no_space(*a, **k):
-        raise OSError(28, "No space left on device")
-    r.os.fsync = no_space
-"""
-    )
+    fail_report_writes(pytester)
     res = pytester.runpytest_subprocess(*base, "--ckfmha-category", "smoke", "--ckfmha-report", "r.json")
     assert res.ret == pytest.ExitCode.INTERNAL_ERROR, res.stdout.str()
     res.stdout.fnmatch_lines(["*ckfmha: ERROR: report not written: *No space left on device*"])

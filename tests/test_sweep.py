@@ -8,23 +8,11 @@ import pytest
 
 from ckfmha.kernel import Family, KernelConfig, MaskImpl
 from ckfmha.sweep import SweepError, load_sweep, parse_sweep
+from tests.sample_kernels import FWD_WARPS, fwd_config
 
 
 def cfg(**kw) -> KernelConfig:
-    base = dict(
-        family="fwd",
-        dtype="fp16",
-        mode="batch",
-        hdim_q=128,
-        hdim_v=128,
-        arch_tag="gfx9",
-        pipeline="qr_async",
-        tile=(128, 128, 32, 128, 32, 128),
-        warps=((4, 1, 1), (4, 1, 1)),
-        warp_tiles=((32, 32, 16), (32, 32, 16)),
-    )
-    base.update(kw)
-    return KernelConfig.make(**base)
+    return fwd_config(**{**FWD_WARPS, **kw})
 
 
 def test_trait_config_allow_lists() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from ckfmha.cli import main
 from ckfmha.enumeration import ck_instance_names
+from tests.ck_tree import assert_parity_enum_skipped_gfx1100
 
 STUB = """\
 # TEST STUB standing in for CK's example/ck_tile/01_fmha/generate.py (ckfmha tests only).
@@ -119,16 +120,7 @@ def test_arch_all_skips_archs_the_generator_rejects(tmp_path, capsys, monkeypatc
     rc = main(["parity-enum", "--ck-root", str(root), "--arch", "all", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 1  # the stub lists gfx942's names for every arch: other archs differ
-    assert (
-        "skipped gfx1100/fwd_appendkv: this CK's generator does not support arch gfx1100 (api fwd_appendkv: "
-        "'Unsupported device target gfx1100')"
-    ) in out.out
-    assert [ln.split()[0] for ln in out.out.splitlines() if "(total)" in ln] == [
-        "gfx90a",
-        "gfx942",
-        "gfx950",
-        "gfx1201",
-    ]
+    assert_parity_enum_skipped_gfx1100(out.out)
     rc = main(["parity-enum", "--ck-root", str(root), "--arch", "gfx1100", "--api", "fwd_appendkv"])
     out = capsys.readouterr()
     assert rc == 2 and "does not support arch gfx1100" in out.err and "crashed" not in out.err
