@@ -26,6 +26,12 @@ report JSON (schema ``ckfmha.report``) with one row per timed kernel and the fig
 | ``--prebuild J`` | before timing, run every candidate plan of the shard once in ``J`` processes, so that Triton's compiles (at the first launch of each specialization, into its on-disk cache) run in parallel; the timing pass then finds them on disk.  The timings are unchanged: each kernel's warm-up run precedes its timed runs either way |
 | ``--merge SHARD.json ...`` | time nothing: the figures over the shards' timings together (the shards must share ``--arch``, ``--category``, ``--max-shapes`` and ``--select``; the held-out split is by position in the selected list, as in one run) |
 
+The report is written after every timed shape (``state: running``: the timings so far, no figures) and at the end
+(``complete``, with the figures); a SIGTERM (a job's time limit, ``timeout``) writes the timings so far with
+``state: interrupted`` and exits 143.  ``--merge`` reads any of the three, so a run cut short loses at most the
+shape it was timing.  The held-out figures also say where the misses are: the share per size class of the shape
+(its fastest kernel's time) and the geometric mean of chosen / fastest.
+
 Run it on a GPU (``--backend cpu`` only checks the script).
 """
 
@@ -91,7 +97,8 @@ def _pinned_plan(registry, backend, c, problem):
     return Dispatcher(PinnedRegistry(registry, c), backend).select(problem)  # type: ignore[arg-type]
 
 
-def _time_plan(backend, plan, problem, inputs, repeat: int) -> float:
+def _time_plan(backend, plan, problem, inputs, repeat: int) -> tuple[float, float, float]:
+    """(median, min, max) of ``repeat`` device-timed runs of the plan after a warm-up run, in ms."""
     from ckfmha.runner import execute, prepare_tensors
 
     built: dict = {}
@@ -101,7 +108,7 @@ def _time_plan(backend, plan, problem, inputs, repeat: int) -> float:
         tensors = prepare_tensors(problem, plan, inputs)[0]
         backend.flush_cache()
         times.append(execute(backend, plan, tensors, timing=True, built=built).total_ms)
-    return float(np.median(times))
+    return float(np.median(times)), float(min(times)), float(max(times))
 
 
 def _share_within(choice: dict[str, str], times: dict[str, dict[str, float]]) -> float:
@@ -189,10 +196,13 @@ def _figures(times, problems, rows, order, registry, backend, arch) -> dict:
             "shapes": len(held),
             "share_before": _share_within({s: before[s] for s in held}, held_times),
             "share_after": _share_within({s: after_held[s] for s in held}, held_times),
+            **_held_out_profile(before, after_held, held_times),
         },
         "shapes": len(times),
         "choices": {sid: {"before": before[sid], "after": after[sid], "times_ms": times[sid]} for sid in sids},
     }
+    for sid in held:
+        fig["choices"][sid]["held_out_after"] = after_held[sid]
     print(f"{len(times)} shapes with >= 2 timed kernels ({len(rows)} timings)")
     print(
         f"dispatcher's choice within {WITHIN:.0%} of the fastest: before tuning {fig['share_before']:.1%}, after "
@@ -201,18 +211,53 @@ def _figures(times, problems, rows, order, registry, backend, arch) -> dict:
     h = fig["held_out"]
     print(
         f"held out ({h['shapes']} shapes, table tuned on the other {len(train)}): before {h['share_before']:.1%}, "
-        f"after {h['share_after']:.1%}"
+        f"after {h['share_after']:.1%}; chosen / fastest (geometric mean) {h['slowdown_before']:.3f} -> "
+        f"{h['slowdown_after']:.3f}"
     )
+    for label, b in h["by_fastest_ms"].items():
+        if not b["shapes"]:
+            continue
+        print(
+            f"  held out, fastest kernel {label}: {b['shapes']} shapes, within {WITHIN:.0%}: before "
+            f"{b['share_before']:.1%}, after {b['share_after']:.1%}"
+        )
     return fig
 
 
-def _row(sid: str, kernel_id: str, ms: float, p) -> dict:
+#: the held-out profile's size classes: the fastest kernel's median time, ms (lower bound inclusive)
+SIZE_BUCKETS = (("< 0.25 ms", 0.0), ("0.25-1 ms", 0.25), (">= 1 ms", 1.0))
+
+
+def _held_out_profile(before: dict, after: dict, held_times: dict) -> dict:
+    """Where the held-out misses are: the share within 5% per size class of the shape (its fastest kernel's time;
+    :data:`SIZE_BUCKETS`), and the geometric mean of chosen / fastest before and after tuning."""
+
+    def geomean(choice) -> float:
+        ratios = [t[choice[s]] / min(t.values()) for s, t in held_times.items()]
+        return float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
+
+    by: dict[str, dict] = {}
+    bounds = [lo for _, lo in SIZE_BUCKETS[1:]] + [float("inf")]
+    for (label, lo), hi in zip(SIZE_BUCKETS, bounds):
+        mine = {s: t for s, t in held_times.items() if lo <= min(t.values()) < hi}
+        by[label] = {  # the shares are None for a class without shapes
+            "shapes": len(mine),
+            "share_before": _share_within({s: before[s] for s in mine}, mine) if mine else None,
+            "share_after": _share_within({s: after[s] for s in mine}, mine) if mine else None,
+        }
+    return {"slowdown_before": geomean(before), "slowdown_after": geomean(after), "by_fastest_ms": by}
+
+
+def _row(sid: str, kernel_id: str, ms: tuple[float, float, float], p, repeat: int) -> dict:
     return {
         "id": f"{sid}::{kernel_id}",
         "kind": "kernel",
         "verdict": "passed",
         "timed": True,
-        "time_ms": ms,
+        "time_ms": ms[0],
+        "time_min_ms": ms[1],
+        "time_max_ms": ms[2],
+        "repeats": repeat,
         "kernel_id": kernel_id,
         "family": "fwd",
         "dtype": p.dtype.value,
@@ -255,7 +300,6 @@ def main(argv=None) -> int:
 
     from ckfmha.backends import get_backend
     from ckfmha.dispatcher import Dispatcher
-    from ckfmha.inputs import make_inputs
     from ckfmha.registry import Registry
     from pytest_ckfmha.ids import shape_id
 
@@ -290,57 +334,97 @@ def main(argv=None) -> int:
             for sid, c in d["choices"].items():
                 times[sid] = c["times_ms"]
     else:
-        k, n = args.shard
-        mine = [i for i in range(len(shapes)) if (i // 2) % n == k - 1]  # pairs stay together (module doc)
-        if args.prebuild > 0:
-            _prebuild(args, mine)
-        for done, i in enumerate(mine):
-            if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
-                print(
-                    f"time budget of {args.time_budget:.0f} s spent: {len(mine) - done} of {len(mine)} shapes not timed"
-                )
-                break
-            p = shapes[i].problem
-            sid = shape_id(p)
-            cands = _candidates(base, backend, p, args.max_kernels)
-            if len(cands) < 2:
-                continue
-            inputs = make_inputs(p, 0)
-            got: dict[str, float] = {}
-            for c in cands:
-                try:
-                    plan = _pinned_plan(registry, backend, c, p)
-                    got[c.kernel_id] = _time_plan(backend, plan, p, inputs, args.repeat)
-                except Exception as e:  # a kernel that cannot run is reported and the sweep goes on
-                    print(f"  {sid} {c.kernel_id}: not timed ({type(e).__name__}: {e})")
-            if len(got) >= 2:
-                times[sid] = got
-                rows += [_row(sid, kid, ms, p) for kid, ms in got.items()]
-            fastest = f", fastest {min(got.values()):.3f} ms" if got else ""
-            print(f"[{done + 1}/{len(mine)}] {sid}: {len(got)} kernels timed{fastest}", flush=True)
-            del inputs
-        devices = [backend.device()]
+        import signal
+
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            _time_shapes(args, shapes, registry, backend, base, t0, times, rows, devices)
+        except _Terminated:
+            _write(args, _document(args, shapes, devices, times, rows, None, "interrupted"))
+            print(f"SIGTERM: {len(times)} shapes' timings written to {args.out} (state interrupted; --merge reads it)")
+            return 143
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     fig = _figures(times, problems, rows, order, registry, backend, args.arch)
     print(f"{time.perf_counter() - t0:.0f} s")
-    doc = {
+    _write(args, _document(args, shapes, devices, times, rows, fig, "complete"))
+    return 0
+
+
+class _Terminated(BaseException):
+    """A SIGTERM arrived (a CI job's or ``timeout``'s time limit); a BaseException, so that the per-kernel
+    ``except Exception`` lets it through."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated
+
+
+def _time_shapes(args, shapes, registry, backend, base, t0: float, times: dict, rows: list, devices: list) -> None:
+    """Time the shard's shapes into ``times`` / ``rows`` (and the device into ``devices``); after each shape the
+    timings so far are written (state ``running``), so a run stopped by its limit keeps them."""
+    from ckfmha.inputs import make_inputs
+    from pytest_ckfmha.ids import shape_id
+
+    k, n = args.shard
+    mine = [i for i in range(len(shapes)) if (i // 2) % n == k - 1]  # pairs stay together (module doc)
+    if args.prebuild > 0:
+        _prebuild(args, mine)
+    devices.append(backend.device())
+    for done, i in enumerate(mine):
+        if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
+            print(f"time budget of {args.time_budget:.0f} s spent: {len(mine) - done} of {len(mine)} shapes not timed")
+            break
+        p = shapes[i].problem
+        sid = shape_id(p)
+        cands = _candidates(base, backend, p, args.max_kernels)
+        if len(cands) < 2:
+            continue
+        inputs = make_inputs(p, 0)
+        got: dict[str, tuple[float, float, float]] = {}
+        for c in cands:
+            try:
+                got[c.kernel_id] = _time_plan(backend, _pinned_plan(registry, backend, c, p), p, inputs, args.repeat)
+            except Exception as e:  # a kernel that cannot run is reported and the sweep goes on
+                print(f"  {sid} {c.kernel_id}: not timed ({type(e).__name__}: {e})")
+        if len(got) >= 2:
+            times[sid] = {kid: ms[0] for kid, ms in got.items()}
+            rows += [_row(sid, kid, ms, p, args.repeat) for kid, ms in got.items()]
+            _write(args, _document(args, shapes, devices, times, rows, None, "running"))
+        fastest = f", fastest {min(v[0] for v in got.values()):.3f} ms" if got else ""
+        print(f"[{done + 1}/{len(mine)}] {sid}: {len(got)} kernels timed{fastest}", flush=True)
+        del inputs
+
+
+def _document(args, shapes, devices, times, rows, fig, state: str) -> dict:
+    """The report JSON: the figures (none in a checkpoint: ``running``, or ``interrupted`` after a SIGTERM), each
+    timed shape's kernel times (what ``--merge`` reads) and one row per timed kernel."""
+    choices = fig["choices"] if fig is not None else {sid: {"times_ms": t} for sid, t in times.items()}
+    return {
         "schema": "ckfmha.report",
         "version": 2,
         "arch": args.arch,
-        "state": "complete",
+        "state": state,
         "category": args.category,
         "max_shapes": args.max_shapes,
         "select": args.select,
         "tool": "benchmarks/bench_dispatch.py",
         "within": WITHIN,
-        **{k: v for k, v in fig.items() if k != "choices"},
+        **({k: v for k, v in fig.items() if k != "choices"} if fig is not None else {"shapes": len(times)}),
         "shapes_selected": len(shapes),
         "shard": "/".join(map(str, args.shard)),
         "environment": {"command": " ".join(sys.argv), "python": platform.python_version(), "devices": devices},
-        "choices": fig["choices"],
+        "choices": choices,
         "rows": rows,
     }
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+
+
+def _write(args, doc: dict) -> None:
+    """Write the report JSON whole or not at all (a temporary file renamed over it)."""
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

@@ -98,3 +98,43 @@ def test_paired_selection_holds_out_one_shape_of_each_class(monkeypatch) -> None
     assert len(set(classes)) == len(paired) // 2  # one pair per class
     spread = mod._shapes("full", 40)
     assert len(spread) == 40 and [shape_class(s.problem) for s in spread] != classes
+
+
+def test_bench_dispatch_keeps_its_timings_through_a_sigterm(tmp_path, monkeypatch) -> None:
+    """The report is written after every timed shape (state running); a SIGTERM writes the timings so far (state
+    interrupted, exit 143), and --merge makes the figures from that file -- the shard of session 11 that its time
+    limit killed lost every timing."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "bd.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_dispatch.py"), str(out), "--arch", "gfx942",
+           "--backend", "cpu", "--category", "smoke", "--max-shapes", "6", "--max-kernels", "2", "--repeat", "40"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    doc = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if out.exists():
+            doc = json.loads(out.read_text())  # whole or absent: written through a renamed temporary file
+            if doc["state"] == "running" and doc["shapes"] >= 1:
+                break
+    assert doc is not None and doc["state"] == "running", "no checkpoint before the run ended"
+    assert "share_after" not in doc and all(set(c) == {"times_ms"} for c in doc["choices"].values())
+    os.kill(proc.pid, signal.SIGTERM)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, text
+    doc = json.loads(out.read_text())
+    assert doc["state"] == "interrupted" and doc["shapes"] >= 1 and len(doc["rows"]) >= 2 * doc["shapes"]
+    assert all(r["time_min_ms"] <= r["time_ms"] <= r["time_max_ms"] and r["repeats"] == 40 for r in doc["rows"])
+    assert "SIGTERM" in text
+    mod = _script(monkeypatch)
+    merged = tmp_path / "m.json"
+    assert mod.main([str(merged), "--backend", "cpu", "--merge", str(out)]) == 0
+    m = json.loads(merged.read_text())
+    assert m["state"] == "complete" and m["shapes"] == doc["shapes"] and set(m["choices"]) == set(doc["choices"])
+    held = m["held_out"]
+    assert sum(b["shapes"] for b in held["by_fastest_ms"].values()) == held["shapes"]
+    assert held["slowdown_after"] >= 1.0 or held["shapes"] == 0
