@@ -36,35 +36,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    import subprocess
+from ckfmha.ck_generator import FMHA_EXAMPLE, GENERATOR
 
+if TYPE_CHECKING:  # pragma: no cover
     from ckfmha.kernel import KernelConfig
     from ckfmha.naming import CKNamingScheme
     from ckfmha.selection import KernelQuery
 
-FMHA_EXAMPLE = Path("example") / "ck_tile" / "01_fmha"
-GENERATOR = FMHA_EXAMPLE / "generate.py"
 CODEGEN_DIR = FMHA_EXAMPLE / "codegen"
 ENV_VAR = "CK_ROOT"
 SPACE_CACHE = "ck-spaces"
 #: layout of the cached lists (part of the cache path: lists of another layout are never read)
 SPACE_LAYOUT = "1"
-
-
-def generator_env(generator: Path) -> dict[str, str]:
-    """The environment a checkout's ``generate.py`` runs in: this process's, with the generator's folder first on
-    ``PYTHONPATH`` (the generator imports its ``codegen`` package from there)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(generator.parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    return env
-
-
-def generator_tail(proc: subprocess.CompletedProcess) -> str:
-    """The last four lines of a failed generator run's stderr (else its stdout), ``|``-joined for one message."""
-    return " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-4:])
 
 
 class CKTreeError(ValueError):

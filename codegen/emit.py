@@ -153,7 +153,7 @@ def run_generator(
     ck_root: Path, api: str, arch: str, receipt: int, mask_mode: str, kernel_filter: str, out_dir: Path, python: str
 ) -> list[Path]:
     """Run the checkout's generator in write mode; returns the ``.cpp`` files it wrote."""
-    from ckfmha.cktree import GENERATOR, generator_env, generator_tail
+    from ckfmha.ck_generator import GENERATOR, generator_env, generator_tail
 
     gen = ck_root / GENERATOR
     cmd = [python, str(gen), "-d", api, "--targets", arch, "-r", str(receipt), "-m", mask_mode]

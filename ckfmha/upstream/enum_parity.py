@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckfmha.archs import CK_ARCHS, default_arch
-from ckfmha.cktree import GENERATOR, generator_env, generator_tail
+from ckfmha.ck_generator import GENERATOR, generator_env, generator_tail
 from ckfmha.kernel import Api, Family, MaskMode
 
 ALL_APIS = tuple(a.value for a in Api)
