@@ -21,6 +21,13 @@ from tests.test_plugin_fixtures import fail_report_writes, make_project
 pytest_plugins = ["pytester"]
 
 
+def _restore_sigint() -> None:
+    """In the child before exec: SIGINT back to its default. A shell without job control starts background jobs
+    with SIGINT ignored, and a Python started with it ignored never raises KeyboardInterrupt (a CI run launched with
+    ``&`` failed the SIGINT case that way)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(pytester, args) -> subprocess.Popen:
     """pytest in a subprocess of its own (so it can be signalled), output to files."""
     out = open(pytester.path / "out.txt", "w")
@@ -30,6 +37,7 @@ def _start(pytester, args) -> subprocess.Popen:
         stdout=out,
         stderr=subprocess.STDOUT,
         env=os.environ.copy(),
+        preexec_fn=_restore_sigint,
     )
 
 
