@@ -3,10 +3,11 @@
     python benchmarks/bench_nightly.py [--category nightly] [--passes cold,warm] [--limit S] [--workers N]
         [--gpus 0,1] [--cpus 0-15] [--out DIR] [--baseline-wall S] [--json FIGURES.json] [-- extra pytest args]
 
-Each pass is one ``pytest --ckfmha-category C -n N --ckfmha-report DIR/<category>_<pass>.json`` in a fresh
+Each pass is one ``pytest --ckfmha-category C -n N --ckfmha-report DIR/<category>_<pass>.json`` (N: ``--workers``,
+or the pass's own for a pass named ``<name>_n<N>``, e.g. ``warm_n4``) in a fresh
 process group under ``timeout -s TERM LIMIT`` (a CI job's time limit: SIGTERM to every process of the run); the
 ``cold`` pass starts from an empty ckfmha cache (``CKFMHA_CACHE_DIR``: builds, Triton's JIT cache, references),
-later passes reuse it.  ``--gpus`` sets ``CUDA_VISIBLE_DEVICES`` and ``--cpus`` pins the run with ``taskset`` (one
+later passes reuse it (``--cache DIR``: this cache, kept afterwards; the first pass is cold only when it is empty).  ``--gpus`` sets ``CUDA_VISIBLE_DEVICES`` and ``--cpus`` pins the run with ``taskset`` (one
 H100 box of 16 cores emulated on a larger one).  Printed per pass, from the report (docs/report_schema.md):
 
 | figure | from |
@@ -17,6 +18,7 @@ H100 box of 16 cores emulated on a larger one).  Printed per pass, from the repo
 | compiles | items that compiled (``build_cached`` false), kernels compiled by more than one item (a second compile of one kernel: another specialization, or two workers at once) |
 | spread | items and busy seconds per worker and per GPU (``worker``, ``gpu``: a GPU by its UUID) |
 | start-up | when each worker's first item began and when the last item ended (the rows' ``started_s``, seconds after the run's start): the start-up before the items and, with the wall time, the drain after them |
+| timeline | the report's ``processes`` (pytest_ckfmha/timeline.py): min/median/max over the workers of when each was configured, collected, forked its kernel child, heard the child's warm-up end, began its session's end, stopped the child and was down; the children's warm-up steps; the controller's marks |
 | memory | sampled every 5 s while the pass runs: the lowest MemAvailable of the machine and the highest memory.used of each GPU (nvidia-smi) |
 | targets | issue 25's: nightly <= 900 s on one H100, smoke cold <= 60 s / warm <= 15 s, two GPUs <= 0.55x one (``--baseline-wall``: the one-GPU pass's wall time) |
 
@@ -128,9 +130,15 @@ class MemorySampler:
         return f"memory: lowest MemAvailable {low}{group}; highest used {gpus or '? (no nvidia-smi)'}"
 
 
+def pass_workers(name: str, default: str) -> str:
+    """-n of a pass: ``<name>_n<N>`` (e.g. ``warm_n4``) runs with N workers, any other name with ``--workers``."""
+    head, sep, n = name.rpartition("_n")
+    return n if sep and head and n.isdigit() and int(n) > 0 else default
+
+
 def run_pass(args: argparse.Namespace, name: str, cache: Path, extra: list[str]) -> tuple[Path, float, int]:
     report = Path(args.out) / f"{args.category}_{name}.json"
-    cmd = [sys.executable, "-m", "pytest", "--ckfmha-category", args.category, "-n", str(args.workers),
+    cmd = [sys.executable, "-m", "pytest", "--ckfmha-category", args.category, "-n", pass_workers(name, args.workers),
            "-p", "no:cacheprovider", "-q", "--ckfmha-report", str(report), *extra]  # fmt: skip
     if args.cpus:
         cmd = ["taskset", "-c", args.cpus, *cmd]
@@ -202,7 +210,48 @@ def figures(report: Path) -> dict:
             default=None,
         ),
         "gpus": {g: (len(v), sum(v)) for g, v in sorted(gpus.items())},
+        "timeline": timeline_figures(doc.get("processes") or []),
     }
+
+
+#: the workers' timeline marks (pytest_ckfmha/timeline.py) in the order a worker passes them
+WORKER_MARKS = ("configured", "collected", "child_forked", "child_warm", "finish_begins", "child_closed", "down")
+
+
+def _spread(values: list[float]) -> list[float] | None:
+    v = sorted(values)
+    return [v[0], v[len(v) // 2], v[-1]] if v else None
+
+
+def timeline_figures(processes: list[dict]) -> dict:
+    """min/median/max over the workers of each timeline mark (seconds after the run's start), of the kernel
+    children's warm-up steps and of the seconds stopping them took; the controller's own marks."""
+    workers = [p for p in processes if p.get("worker") != "controller"]
+    controller = next((p for p in processes if p.get("worker") == "controller"), None)
+    steps: dict[str, list[float]] = collections.defaultdict(list)
+    for p in workers:
+        for k, v in ((p.get("warm_up") or {}).get("phases") or {}).items():
+            steps[k].append(float(v))
+    return {
+        "marks": {m: _spread([p["marks"][m] for p in workers if m in p.get("marks", {})]) for m in WORKER_MARKS},
+        "warm_up_s": _spread([float(p["warm_up"]["seconds"]) for p in workers if p.get("warm_up")]),
+        "warm_up_steps": {k: _spread(v) for k, v in steps.items()},
+        "close_child_s": _spread([float(p["close_child_s"]) for p in workers if p.get("close_child_s") is not None]),
+        "controller": (controller or {}).get("marks", {}),
+    }
+
+
+def show_timeline(t: dict) -> None:
+    def fmt(s):
+        return "/".join(f"{x:.1f}" for x in s) if s else "-"
+
+    marks = ", ".join(f"{m} {fmt(s)}" for m, s in t["marks"].items() if s)
+    if marks:
+        print(f"timeline (workers, s after the run's start, min/median/max): {marks}")
+        print(f"controller: {', '.join(f'{k} {v:.1f}' for k, v in t['controller'].items())}")
+    if t["warm_up_s"]:
+        steps = ", ".join(f"{k} {'/'.join(f'{x:.2f}' for x in s)}" for k, s in t["warm_up_steps"].items() if s)
+        print(f"child warm-up s {fmt(t['warm_up_s'])}: {steps}; stopping the child s {fmt(t['close_child_s'])}")
 
 
 def show(category: str, name: str, wall: float, rc: int, f: dict) -> None:
@@ -230,6 +279,7 @@ def show(category: str, name: str, wall: float, rc: int, f: dict) -> None:
         )
     for g, (n, s) in f["gpus"].items():
         print(f"gpu {g}: {n} items, {s:.0f} item-seconds")
+    show_timeline(f["timeline"])
     target = TARGETS.get((category, name))
     if target is not None:
         print(f"target: <= {target:.0f} s -> {'met' if wall <= target and f['state'] == 'complete' else 'MISSED'}")
@@ -252,13 +302,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=".", help="where the reports go")
     ap.add_argument("--baseline-wall", type=float, default=None, help="the one-GPU pass's wall seconds (2-GPU ratio)")
     ap.add_argument("--json", default=None, help="write the figures of every pass here")
+    ap.add_argument("--cache", default=None, help="use and keep this ckfmha cache (default: a fresh one, removed)")
     ap.add_argument("--tail", type=int, default=8, help="lines of pytest's output shown per pass")
     args = ap.parse_args(argv)
     passes = [p for p in args.passes.split(",") if p]
     if not passes:
         ap.error("--passes: no pass named")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    cache = Path(tempfile.mkdtemp(prefix="ckfmha-bench-cache-"))
+    cache = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="ckfmha-bench-cache-"))
+    cache.mkdir(parents=True, exist_ok=True)
     try:
         results = {}
         for name in passes:
@@ -277,7 +329,8 @@ def main(argv=None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if not args.cache:
+            shutil.rmtree(cache, ignore_errors=True)
     return 0
 
 

@@ -12,6 +12,10 @@ the collected items, the settings and any backend a ``pytest_ckfmha_backend`` ho
 contained the same way.  The child serves item after item (its caches, compiled kernels and GPU context stay warm)
 until it crashes or is killed; the next item forks a fresh child.
 
+At the session's end the parent closes the pipe (the child exits at once) and waits at most ``END_WAIT_SECONDS``:
+a GPU child's exit -- the driver tearing its CUDA context down -- can take seconds, during which the run has
+nothing left to hear from it, so a thread reaps it and the process ends without waiting for it.
+
 The child runs in its own session (so killing its process group also stops compilers or tools it started),
 dies with its parent (``PR_SET_PDEATHSIG`` on Linux) and writes its stdout/stderr, and faulthandler's traceback
 of a fatal signal, to a log whose tail goes into the failure reason (and, for items that finish, to the item's
@@ -65,6 +69,9 @@ LOG_TAIL_BYTES = 64 * 1024
 REASON_TAIL_LINES = 20
 #: seconds the parent waits for a killed child to be reaped
 REAP_SECONDS = 15.0
+#: at the session's end, seconds the parent waits for its child to exit before leaving it to finish exiting alone
+#: (a GPU child's exit -- the driver tearing its CUDA context down -- takes seconds, and nothing is left to hear)
+END_WAIT_SECONDS = 0.2
 
 
 @dataclass
@@ -92,6 +99,8 @@ class WarmUp:
 
     seconds: float
     warnings: list[tuple[str, str]] = field(default_factory=list)  # as ItemResult.warnings
+    phases: dict[str, float] = field(default_factory=dict)  # the warm-up's steps' seconds (warmup.warm_up)
+    ended_at: float = 0.0  # time.time() when it ended
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -163,20 +172,22 @@ def _redirect_output(log_path: str, truncate: bool) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
-def _child_warm_up(conn, warm_up: Callable[[], None], log_path: str) -> None:
+def _child_warm_up(conn, warm_up: Callable[[], dict[str, float] | None], log_path: str) -> None:
     """A pre-started child's warm-up (module doc): what it raises is forgotten (a line in the log), then the parent
     is told it ended (:class:`WarmUp`); a parent that closed the pipe meanwhile ends the child."""
     import sys
 
     _redirect_output(log_path, truncate=True)
     t0 = time.perf_counter()
+    phases: dict[str, float] | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
-            warm_up()
+            phases = warm_up()
         except BaseException as e:  # noqa: BLE001 - the items meet it in their own work
             print(f"ckfmha: the kernel process's warm-up raised {type(e).__name__}: {e} (ignored)", file=sys.stderr)
-    done = WarmUp(time.perf_counter() - t0, _plain_warnings(caught))
+    steps = {str(k): round(float(v), 3) for k, v in phases.items()} if isinstance(phases, dict) else {}
+    done = WarmUp(time.perf_counter() - t0, _plain_warnings(caught), steps, time.time())
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -190,7 +201,7 @@ def _child_main(
     parent_end,
     resolve: Callable[[str], Callable[[], ItemResult]],
     log_path: str,
-    warm_up: Callable[[], None] | None = None,
+    warm_up: Callable[[], dict[str, float] | None] | None = None,
 ) -> None:
     """The child's loop: ``warm_up`` first (a pre-started child), then receive a node id, run its work, send the
     ItemResult back. Never returns."""
@@ -234,6 +245,18 @@ def _send_result(conn, result: ItemResult) -> None:
         conn.send(ItemResult.error("the item's result could not be sent back", e))
 
 
+def _reap_in_background(proc: BaseProcess) -> None:
+    """Let a child that is exiting (it read the closed pipe) finish alone: a daemon thread reaps it, and the
+    interpreter's exit does not wait for it (multiprocessing joins every child it still lists at exit)."""
+    import multiprocessing.process
+    import threading
+
+    children = getattr(multiprocessing.process, "_children", None)
+    if isinstance(children, set):
+        children.discard(proc)
+    threading.Thread(target=proc.join, name="ckfmha-reap-child", daemon=True).start()
+
+
 def _receive(proc: BaseProcess, conn: Connection, deadline: float | None) -> tuple[str, Any]:
     """The child's next message: ``("message", it)``, ``("dead", None)`` (it died or closed its end) or
     ``("timeout", None)`` (``deadline``, a ``time.monotonic()`` value, passed; None: no limit)."""
@@ -264,15 +287,16 @@ class ChildExecutor:
         self._warming = False  # the current child was pre-started and has not yet said its warm-up ended
         self._warm_up: WarmUp | None = None  # the ended warm-up, until the item it preceded takes it
         self._lost_warm_up = ""  # a note on a pre-started child that died warming up, for the next item's output
+        self.first_warm_up: WarmUp | None = None  # the first pre-started child's ended warm-up (timeline.py)
 
     # -- lifecycle
-    def prestart(self, warm_up: Callable[[], None] | None = None) -> None:
+    def prestart(self, warm_up: Callable[[], dict[str, float] | None] | None = None) -> None:
         """Fork the child now, before any item; ``warm_up`` runs in it first (module doc, pre-start).  Nothing
         when a child runs already."""
         if self._proc is None:
             self._start(warm_up)
 
-    def _start(self, warm_up: Callable[[], None] | None = None) -> tuple[BaseProcess, Connection]:
+    def _start(self, warm_up: Callable[[], dict[str, float] | None] | None = None) -> tuple[BaseProcess, Connection]:
         """Fork a child; returns (the child, the parent's end of the pipe), also kept as the current child."""
         import multiprocessing
 
@@ -323,13 +347,18 @@ class ChildExecutor:
         self._proc = self._conn = None
         self._warming = False
 
-    def close(self) -> None:
-        """Stop the child (if any) and remove the log directory."""
-        self.close_child()
+    def close(self) -> WarmUp | None:
+        """At the session's end: stop the child (if any) without waiting for its exit to finish (a thread reaps
+        it) and remove the log directory; returns the first pre-started child's warm-up (None: nothing was
+        pre-started, or its warm-up never ended)."""
+        self.close_child(wait=END_WAIT_SECONDS)
         shutil.rmtree(self._dir, ignore_errors=True)
+        return self.first_warm_up
 
-    def close_child(self) -> None:
-        """Stop the child (if any; one still warming up is killed at once); the next item forks a new one."""
+    def close_child(self, wait: float | None = None) -> None:
+        """Stop the child (if any; one still warming up is killed at once); the next item forks a new one.
+        ``wait``: seconds to wait for its exit before a thread takes over the waiting (None: wait up to 5 s, then
+        kill it)."""
         proc, conn = self._proc, self._conn
         if proc is not None:
             if self._warming:
@@ -340,9 +369,12 @@ class ChildExecutor:
                     conn.close()
                 except OSError:
                     pass
-            proc.join(5.0)
+            proc.join(5.0 if wait is None else wait)
             if proc.is_alive():
-                self._kill()
+                if wait is None:
+                    self._kill()
+                else:
+                    _reap_in_background(proc)
             self._forget()
 
     def take_warm_up(self) -> WarmUp | None:
@@ -362,6 +394,8 @@ class ChildExecutor:
                 return None
             if isinstance(msg, WarmUp):
                 self._warming, self._warm_up = False, msg
+                if self.first_warm_up is None:
+                    self.first_warm_up = msg
             else:  # it died (or said something else) before its warm-up ended
                 if got == "dead":
                     proc.join(REAP_SECONDS)  # its own exit status, not the kill's
@@ -429,8 +463,8 @@ class InlineExecutor:
     def take_warm_up(self) -> WarmUp | None:
         return None  # nothing is pre-started inline
 
-    def close(self) -> None:
-        pass
+    def close(self) -> WarmUp | None:
+        return None  # nothing is pre-started inline
 
 
 def _warning_class(name: str) -> type[Warning]:

@@ -216,10 +216,17 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session) -> None:
     from pytest_ckfmha.state import has_state
 
-    if has_state(session.config):
+    config = session.config
+    if has_state(config):
         from pytest_ckfmha.state import get_state
 
-        get_state(session.config).close()  # stop this process's kernel child
+        state = get_state(config)
+        state.timeline.mark("finish_begins")
+        state.close()  # stop this process's kernel child
+        if _is_worker(config):  # xdist sends workeroutput to the controller after every sessionfinish hook
+            from pytest_ckfmha.timeline import WORKEROUTPUT_KEY
+
+            config.workeroutput[WORKEROUTPUT_KEY] = state.timeline.record()
 
 
 def pytest_unconfigure(config) -> None:
@@ -256,8 +263,10 @@ def pytest_collection_finish(session) -> None:
     from pytest_ckfmha.state import has_state
 
     if has_state(session.config):
+        from pytest_ckfmha.state import get_state
         from pytest_ckfmha.warmup import prestart_child
 
+        get_state(session.config).timeline.mark("collected")
         prestart_child(session)
 
 
@@ -343,6 +352,7 @@ class _Recorder(SigtermInterrupt):
         self.meta: dict = {}
         self.problems: list[str] = []
         self.running: set[str] = set()  # node ids of the items started and not finished
+        self.worker_timelines: list[dict] = []  # the workers' timeline records (timeline.py), as they finish
 
     def pytest_unconfigure(self, config) -> None:
         self.writer.stop()
@@ -381,6 +391,7 @@ class _Recorder(SigtermInterrupt):
 
     def _meta(self, rows: list[dict], run: dict) -> dict:
         from pytest_ckfmha.reporting import meta_for
+        from pytest_ckfmha.timeline import relative
 
         run = {
             "interrupted": False,
@@ -388,6 +399,7 @@ class _Recorder(SigtermInterrupt):
             "signal": self.signal,
             "collected": self.book.covered(),
             "completed": self.book.completed(),
+            "processes": relative([self.state.timeline.record(), *self.worker_timelines], self.book.origin),
             **run,
         }
         return meta_for(self.state.settings, rows, self.state.collect_seconds, self._command(), run)
@@ -398,6 +410,8 @@ class _Recorder(SigtermInterrupt):
         self.writer.stop()
         if self.config.option.collectonly:
             return
+        self.state.timeline.mark("finish_begins")
+        self.state.close()  # the only process: its kernel child stops before the report (timeline.py)
         with self.writer.lock:
             state, why = session_outcome(self.config, session, int(exitstatus), self.signal)
             self.rows = self.book.complete(why)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_ckfmha.ids import NodeId
+from pytest_ckfmha.timeline import Timeline
 
 STATE_KEY = pytest.StashKey["State"]()
 
@@ -33,6 +34,8 @@ class State:
         self._by_nodeid: dict[NodeId, Callable[[], dict]] | None = None
         self._resumed: Sequence[dict] | None = None
         self.collect_seconds: float | None = None
+        self.timeline = Timeline(_process_name(config))  # timeline.py
+        self.timeline.mark("configured")
 
     def registry(self):
         if self._registry is None:
@@ -86,8 +89,17 @@ class State:
         return self._resumed
 
     def close(self) -> None:
+        """Stop this process's kernel child (if any), recording how long that took and its warm-up (timeline.py)."""
         if self.executor is not None:
-            self.executor.close()
+            import time
+
+            t0 = time.perf_counter()
+            warm = self.executor.close()
+            self.timeline.close_child_s = round(time.perf_counter() - t0, 3)
+            self.timeline.mark("child_closed")
+            if warm is not None:
+                self.timeline.warm_up = {"seconds": round(warm.seconds, 3), "phases": warm.phases}
+                self.timeline.mark("child_warm", warm.ended_at)
             self.executor = None
 
     def smoke_specs(self) -> list:
@@ -162,3 +174,11 @@ def get_state(config) -> State:
 
 def has_state(config) -> bool:
     return STATE_KEY in config.stash
+
+
+def _process_name(config) -> str:
+    """``gw<N>`` in an xdist worker, ``controller`` in an xdist controller, ``main`` in a run without workers."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return str(workerinput.get("workerid", "worker"))
+    return "controller" if getattr(config.option, "numprocesses", None) else "main"

@@ -49,10 +49,11 @@ def prestart_child(session) -> bool:
         return False
     matrix = any(isinstance(i, CkfmhaItem) for i in contained)
     executor.prestart(partial(warm_up, state) if matrix else None)
+    state.timeline.mark("child_forked")
     return True
 
 
-def warm_up(state) -> None:
+def warm_up(state) -> dict[str, float]:
     """In the kernel child, before its first item: what every item's work does first -- the runtime's backend
     through the items' own path (:meth:`pytest_ckfmha.execute.Runtime.backend`: the ``pytest_ckfmha_backend`` hook,
     else ``ckfmha.backends``), its ``available()`` and ``device()``, and for a GPU backend torch's device
@@ -61,23 +62,46 @@ def warm_up(state) -> None:
     the work imports.
     Everything it loads stays cached in the child for its items; a backend that cannot be loaded leaves its skip
     reason in the runtime (the items skip with it, as without a warm-up); an unavailable backend stops it.  Never
-    called in the pytest process itself."""
+    called in the pytest process itself.
+
+    Returns the seconds of each step it took (``runtime``, ``backend``, ``available``, ``device``,
+    ``cuda_context``, ``backend_warm_up``, ``imports``): the report's timeline (timeline.py)."""
     from pytest_ckfmha.execute import GPU_BACKENDS, ItemSkip, torch_gpu
 
-    rt = state.runtime()
+    steps: dict[str, float] = {}
+    clock = _StepClock(steps)
+    rt = clock.step("runtime", state.runtime)
     try:
-        backend = rt.backend()
+        backend = clock.step("backend", rt.backend)
     except ItemSkip:
-        return
-    if not backend.available():
-        return
-    backend.device()
+        return steps
+    if not clock.step("available", backend.available):
+        return steps
+    clock.step("device", backend.device)
     if getattr(backend, "name", "") in GPU_BACKENDS:
-        torch_gpu()
+        clock.step("cuda_context", torch_gpu)
     warm = getattr(backend, "warm_up", None)  # a hook's backend may not derive from ckfmha's Backend
     if warm is not None:
-        warm()
-    import ckfmha.inputs  # noqa: F401  (what run_item_work imports on its first call)
+        clock.step("backend_warm_up", warm)
+    clock.step("imports", partial(__import__, "ckfmha.inputs"))  # what run_item_work imports on its first call
+    return steps
+
+
+class _StepClock:
+    """Runs a warm-up step and keeps its seconds (also when it raises)."""
+
+    def __init__(self, steps: dict[str, float]) -> None:
+        self.steps = steps
+
+    def step(self, name: str, fn):
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.steps[name] = round(time.perf_counter() - t0, 3)
+
     import ckfmha.runner  # noqa: F401
     import ckfmha.validator  # noqa: F401
     import pytest_ckfmha.refcache  # noqa: F401

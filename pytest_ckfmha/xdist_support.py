@@ -100,6 +100,18 @@ class XdistHooks:
         if recorder is not None:
             recorder.book.set_collected(ids)
 
+    def pytest_testnodedown(self, node, error) -> None:
+        """A worker finished (or died): its timeline record (timeline.py) goes to the report's ``processes``."""
+        from pytest_ckfmha.timeline import WORKEROUTPUT_KEY
+
+        record = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
+        recorder = node.config.pluginmanager.get_plugin("ckfmha-recorder")
+        if record is not None and recorder is not None:
+            import time
+
+            record["marks"]["down"] = time.time()  # the controller heard it finished (timeline.py)
+            recorder.worker_timelines.append(record)
+
     def pytest_xdist_make_scheduler(self, config, log):
         if not self.own_scheduler:
             return None
