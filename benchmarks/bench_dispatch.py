@@ -30,7 +30,8 @@ The report is written after every timed shape (``state: running``: the timings s
 (``complete``, with the figures); a SIGTERM (a job's time limit, ``timeout``) writes the timings so far with
 ``state: interrupted`` and exits 143.  ``--merge`` reads any of the three, so a run cut short loses at most the
 shape it was timing.  The held-out figures also say where the misses are: the share per size class of the shape
-(its fastest kernel's time) and the geometric mean of chosen / fastest.
+(its fastest kernel's time) and the geometric mean of chosen / fastest; the noise profile says how far the timings
+can tell kernels apart at all (from each kernel's min and max over its repeats: ``_noise_profile``).
 
 Run it on a GPU (``--backend cpu`` only checks the script).
 """
@@ -198,6 +199,7 @@ def _figures(times, problems, rows, order, registry, backend, arch) -> dict:
             "share_after": _share_within({s: after_held[s] for s in held}, held_times),
             **_held_out_profile(before, after_held, held_times),
         },
+        "noise": _noise_profile(rows, {s: after_held[s] for s in held}),
         "shapes": len(times),
         "choices": {sid: {"before": before[sid], "after": after[sid], "times_ms": times[sid]} for sid in sids},
     }
@@ -221,7 +223,46 @@ def _figures(times, problems, rows, order, registry, backend, arch) -> dict:
             f"  held out, fastest kernel {label}: {b['shapes']} shapes, within {WITHIN:.0%}: before "
             f"{b['share_before']:.1%}, after {b['share_after']:.1%}"
         )
+    n = fig["noise"]
+    if n["shapes"]:
+        print(
+            f"noise (the {n['shapes']} shapes whose rows carry each kernel's min/max over its repeats): median (max - "
+            f"min) / median {n['median_spread']:.1%}; the fastest kernel's max below the runner-up's min in "
+            f"{n['distinguishable']} shapes; held-out misses {n['held_out_misses']}, of them "
+            f"{n['misses_within_range']} with the chosen kernel's min <= the fastest's max"
+        )
     return fig
+
+
+def _noise_profile(rows: list[dict], held_choice: dict[str, str]) -> dict:
+    """How far the timings can tell kernels apart: over the shapes whose every row has ``time_min_ms`` /
+    ``time_max_ms`` (the repeats' range), the median relative range, the shapes where the fastest kernel (by median)
+    is told apart from the runner-up (its max below the runner-up's min), and the held-out misses (chosen > 1.05 x
+    fastest) whose chosen kernel's min is within the fastest one's range (its min <= the fastest's max)."""
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault(r["id"].split("::", 1)[0], {})[r["kernel_id"]] = r
+    ranged = {
+        s: t
+        for s, t in by.items()
+        if len(t) >= 2 and all(isinstance(r.get("time_min_ms"), (int, float)) for r in t.values())
+    }
+    spreads = [(r["time_max_ms"] - r["time_min_ms"]) / r["time_ms"] for t in ranged.values() for r in t.values()]
+    told_apart = misses = within = 0
+    for sid, t in ranged.items():
+        ordered = sorted(t.values(), key=lambda r: r["time_ms"])
+        told_apart += ordered[0]["time_max_ms"] < ordered[1]["time_min_ms"]
+        chosen = t.get(held_choice.get(sid, ""))
+        if chosen is not None and chosen["time_ms"] > ordered[0]["time_ms"] * (1 + WITHIN):
+            misses += 1
+            within += chosen["time_min_ms"] <= ordered[0]["time_max_ms"]
+    return {
+        "shapes": len(ranged),
+        "median_spread": float(np.median(spreads)) if spreads else None,
+        "distinguishable": told_apart,
+        "held_out_misses": misses,
+        "misses_within_range": within,
+    }
 
 
 #: the held-out profile's size classes: the fastest kernel's median time, ms (lower bound inclusive)

@@ -8,6 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -138,3 +141,25 @@ def test_bench_dispatch_keeps_its_timings_through_a_sigterm(tmp_path, monkeypatc
     held = m["held_out"]
     assert sum(b["shapes"] for b in held["by_fastest_ms"].values()) == held["shapes"]
     assert held["slowdown_after"] >= 1.0 or held["shapes"] == 0
+
+
+def _timed(sid: str, kernel: str, med: float, lo: float, hi: float) -> dict:
+    return {"id": f"{sid}::{kernel}", "kernel_id": kernel, "time_ms": med, "time_min_ms": lo, "time_max_ms": hi}
+
+
+def test_noise_profile_tells_apart_only_what_the_repeats_separate(monkeypatch) -> None:
+    bench_dispatch = _script(monkeypatch)
+    rows = [
+        # shape a: k1 fastest and told apart (its max 1.05 < k2's min 1.2); the held-out choice k2 misses by 30%,
+        # outside k1's range
+        _timed("a", "k1", 1.0, 0.95, 1.05), _timed("a", "k2", 1.3, 1.2, 1.4),
+        # shape b: the ranges overlap; the choice k2 misses by 10% but its min 0.9 is within k1's range (max 1.2)
+        _timed("b", "k1", 1.0, 0.8, 1.2), _timed("b", "k2", 1.1, 0.9, 1.3),
+        # shape c: no min/max (a run before they were recorded): left out
+        {"id": "c::k1", "kernel_id": "k1", "time_ms": 1.0}, {"id": "c::k2", "kernel_id": "k2", "time_ms": 2.0},
+    ]  # fmt: skip
+    n = bench_dispatch._noise_profile(rows, {"a": "k2", "b": "k2", "c": "k2"})
+    assert (n["shapes"], n["distinguishable"], n["held_out_misses"], n["misses_within_range"]) == (2, 1, 2, 1)
+    assert n["median_spread"] == pytest.approx(np.median([0.1, 0.2 / 1.3, 0.4, 0.4 / 1.1]))
+    # a choice within 5% is no miss, whatever the ranges
+    assert bench_dispatch._noise_profile(rows, {"a": "k1", "b": "k1"})["held_out_misses"] == 0
