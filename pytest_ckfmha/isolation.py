@@ -8,8 +8,11 @@
 | it runs past ``--ckfmha-timeout`` seconds | ``timeout`` | the limit, the item, the last output; the child's whole process group is killed |
 
 Each pytest process (the only one, or each xdist worker) keeps one child, forked from itself: the child inherits
-the collected items, the settings and any backend a ``pytest_ckfmha_backend`` hook supplies, so every backend is
-contained the same way.  The child serves item after item (its caches, compiled kernels and GPU context stay warm)
+the settings, any backend a ``pytest_ckfmha_backend`` hook supplies (so every backend is contained the same way)
+and, when forked after the collection, the collected items.  The parent sends each item as ``(node id, work
+order)``: a child forked before the collection (pre-start) runs the order -- the item's work as picklable data,
+bound to the child's state; an item without an order (or with one that cannot be pickled) goes to a child forked
+after the collection, which finds the item by its node id (a child forked early is replaced by a fresh one then).  The child serves item after item (its caches, compiled kernels and GPU context stay warm)
 until it crashes or is killed; the next item forks a fresh child.
 
 At the session's end the parent closes the pipe (the child exits at once) and waits at most ``END_WAIT_SECONDS``:
@@ -21,14 +24,14 @@ dies with its parent (``PR_SET_PDEATHSIG`` on Linux) and writes its stdout/stder
 of a fatal signal, to a log whose tail goes into the failure reason (and, for items that finish, to the item's
 captured output).  Warnings the child raises are re-issued in the parent.
 
-Pre-start (:mod:`pytest_ckfmha.warmup`): the first child is forked as soon as the process's collection is final
-(``pytest_collection_finish``; an xdist worker: right after it sent its collection to the controller), and warms
-up -- loads the backend through the items' own path, ``available()``, the device and, for a GPU backend, the CUDA
-context -- while the controller schedules, instead of inside the first item.
+Pre-start (:mod:`pytest_ckfmha.warmup`, whose table says when): the first child is forked before the process's
+collection (or, for parity items only, right after it), and warms up -- loads the backend through the items' own
+path, ``available()``, the device and, for a GPU backend, the CUDA context -- while the process collects and the
+controller schedules, instead of inside the first item.
 
 | pre-start | what happens |
 |---|---|
-| when | the process has ckfmha items to run: not with ``--collect-only``, ``--setup-only`` / ``--setup-plan``, collection errors, no ckfmha item selected, or ``--ckfmha-isolation inline`` (nothing is pre-started) |
+| when | warmup.py's table: the process will run ckfmha items (not with ``--collect-only``, ``--setup-only`` / ``--setup-plan`` or ``--ckfmha-isolation inline``); a child forked before a collection that selects nothing (or fails) is stopped when it ends |
 | the warm-up ends | the child says so (:class:`WarmUp`); the first item's row gets ``child_warmup_s`` (its seconds), its output follows the warm-up's in the log, and the warm-up's warnings are re-issued with it |
 | the backend cannot be loaded, or is not available | the warm-up ends there; the runtime keeps the load failure, so every item skips with the reason it gets without a warm-up |
 | the warm-up raises | forgotten (a line in the log, so in the first item's output); each item meets the failure in its own work and gets the verdict it gets without a warm-up |
@@ -56,6 +59,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,12 +203,12 @@ def _child_warm_up(conn, warm_up: Callable[[], dict[str, float] | None], log_pat
 def _child_main(
     conn,
     parent_end,
-    resolve: Callable[[str], Callable[[], ItemResult]],
+    resolve: Resolve,
     log_path: str,
     warm_up: Callable[[], dict[str, float] | None] | None = None,
 ) -> None:
-    """The child's loop: ``warm_up`` first (a pre-started child), then receive a node id, run its work, send the
-    ItemResult back. Never returns."""
+    """The child's loop: ``warm_up`` first (a pre-started child), then receive ``(node id, work order or None)``,
+    run its work, send the ItemResult back. Never returns."""
     parent_end.close()  # the parent's end: closing it here lets the parent's close() reach us as EOF
     try:
         os.setsid()
@@ -219,7 +223,7 @@ def _child_main(
     keep_log = warm_up is not None  # the first item's output follows the warm-up's
     while True:
         try:
-            nodeid = conn.recv()
+            nodeid, order = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             os._exit(0)
         _redirect_output(log_path, truncate=not keep_log)
@@ -227,7 +231,7 @@ def _child_main(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("default")
             try:
-                result = resolve(nodeid)()
+                result = resolve(nodeid, order)()
             except BaseException as e:  # noqa: BLE001 - everything becomes the item's result
                 result = ItemResult.error("the item's work raised", e)
         result.warnings = _plain_warnings(caught)
@@ -243,6 +247,16 @@ def _send_result(conn, result: ItemResult) -> None:
         conn.send(result)
     except Exception as e:  # noqa: BLE001 - e.g. an unpicklable value in props
         conn.send(ItemResult.error("the item's result could not be sent back", e))
+
+
+def _picklable(order: Any) -> bool:
+    import pickle
+
+    try:
+        pickle.dumps(order)
+    except Exception:  # noqa: BLE001 - any failure: the child finds the item in its collection instead
+        return False
+    return True
 
 
 def _reap_in_background(proc: BaseProcess) -> None:
@@ -273,10 +287,15 @@ def _receive(proc: BaseProcess, conn: Connection, deadline: float | None) -> tup
             return "timeout", None
 
 
+#: finds an item's work: ``resolve(node id, work order or None)`` -> a callable giving the ItemResult (the order
+#: bound to the process's state, else the item of that node id in the session's collection)
+Resolve = Callable[[str, Any], Callable[[], ItemResult]]
+
+
 class ChildExecutor:
     """Runs items' work in a forked child (see the module doc)."""
 
-    def __init__(self, resolve: Callable[[str], Callable[[], ItemResult]]) -> None:
+    def __init__(self, resolve: Resolve) -> None:
         self._resolve = resolve
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None  # the parent's end of the pipe to the child
@@ -288,13 +307,20 @@ class ChildExecutor:
         self._warm_up: WarmUp | None = None  # the ended warm-up, until the item it preceded takes it
         self._lost_warm_up = ""  # a note on a pre-started child that died warming up, for the next item's output
         self.first_warm_up: WarmUp | None = None  # the first pre-started child's ended warm-up (timeline.py)
+        self._early = False  # the current child was forked before the collection: it runs work orders only
 
     # -- lifecycle
-    def prestart(self, warm_up: Callable[[], dict[str, float] | None] | None = None) -> None:
-        """Fork the child now, before any item; ``warm_up`` runs in it first (module doc, pre-start).  Nothing
-        when a child runs already."""
+    def prestart(self, warm_up: Callable[[], dict[str, float] | None] | None = None, early: bool = False) -> None:
+        """Fork the child now, before any item; ``warm_up`` runs in it first (module doc, pre-start); ``early``:
+        before the collection (it gets work orders only).  Nothing when a child runs already."""
         if self._proc is None:
             self._start(warm_up)
+            self._early = early
+
+    @property
+    def early(self) -> bool:
+        """Whether the current child was forked before the collection (and so knows no item)."""
+        return self._proc is not None and self._early
 
     def _start(self, warm_up: Callable[[], dict[str, float] | None] | None = None) -> tuple[BaseProcess, Connection]:
         """Fork a child; returns (the child, the parent's end of the pipe), also kept as the current child."""
@@ -316,6 +342,7 @@ class ChildExecutor:
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
         self._warming = warm_up is not None
+        self._early = False
         self.started += 1
         return proc, parent_conn
 
@@ -411,10 +438,15 @@ class ChildExecutor:
         return proc, conn
 
     # -- one item
-    def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult | int | None, str]:
-        """Run the work of ``nodeid``: ``("done", ItemResult, output)``, ``("crashed", exitcode, output)`` or
-        ``("timeout", None, output)``."""
+    def run(self, nodeid: str, timeout_s: float | None, order: Any = None) -> tuple[str, ItemResult | int | None, str]:
+        """Run the work of ``nodeid`` (``order``: its work order, plain data; None: the child finds the item in
+        its collection): ``("done", ItemResult, output)``, ``("crashed", exitcode, output)`` or ``("timeout",
+        None, output)``."""
         deadline = None if not timeout_s else time.monotonic() + timeout_s
+        if order is not None and not _picklable(order):
+            order = None
+        if order is None and self.early:  # a child forked before the collection knows no item: a fresh one
+            self.close_child()
         try:
             ready = self._ready_child(deadline)
             if ready is None:
@@ -422,7 +454,7 @@ class ChildExecutor:
             proc, conn = ready
             note, self._lost_warm_up = self._lost_warm_up, ""
             try:
-                conn.send(nodeid)
+                conn.send((nodeid, order))
             except (BrokenPipeError, OSError):  # died between items
                 code = self._kill()
                 return "crashed", code, _read_tail(self._log)
@@ -447,14 +479,16 @@ class ChildExecutor:
 class InlineExecutor:
     """``--ckfmha-isolation inline``: the work runs in this process (no containment, no timeout)."""
 
-    def __init__(self, resolve: Callable[[str], Callable[[], ItemResult]]) -> None:
+    early = False  # nothing is forked
+
+    def __init__(self, resolve: Resolve) -> None:
         self._resolve = resolve
         self.started = 0
         self.last_backend = ""
 
-    def run(self, nodeid: str, timeout_s: float | None) -> tuple[str, ItemResult, str]:
+    def run(self, nodeid: str, timeout_s: float | None, order: Any = None) -> tuple[str, ItemResult, str]:
         try:
-            return "done", self._resolve(nodeid)(), ""
+            return "done", self._resolve(nodeid, None)(), ""
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:  # noqa: BLE001
@@ -506,11 +540,14 @@ def result_of(item, status: str, value, output: str, last_backend: str = "") -> 
 
 def executor_of(state, session) -> ChildExecutor | InlineExecutor:
     """This process's executor of items' work (kept in :attr:`pytest_ckfmha.state.State.executor`), made on first
-    use: ``--ckfmha-isolation`` picks the class; it finds an item's work by node id in the session's items."""
+    use: ``--ckfmha-isolation`` picks the class; it finds an item's work from its work order (bound to the
+    process's state) or by node id in the session's items."""
     if state.executor is None:
         items: dict = {}
 
-        def resolve(nodeid: str):
+        def resolve(nodeid: str, order: Any = None):
+            if order is not None:
+                return partial(order, state)
             if not items:  # built lazily: in the child, from the collection it inherited
                 items.update((i.nodeid, i) for i in session.items)
             return items[nodeid].work
@@ -532,7 +569,9 @@ def run_contained(item) -> None:
 
     st = get_state(item.config)
     executor = executor_of(st, item.session)
-    status, value, output = executor.run(item.nodeid, st.settings.timeout or None)
+    make_order = getattr(item, "work_order", None)  # a child forked before the collection runs orders only
+    order = make_order() if make_order is not None and executor.early else None
+    status, value, output = executor.run(item.nodeid, st.settings.timeout or None, order)
     warmed = executor.take_warm_up()  # the first item of a pre-started child (module doc)
     result = result_of(item, status, value, output, executor.last_backend)
     if status == "done" and result.props.get("backend"):

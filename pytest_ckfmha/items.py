@@ -145,39 +145,16 @@ class CkfmhaItem(pytest.Item):
 
     def work(self) -> "ItemResult":
         """The item's work (in the kernel child process, see isolation.py): run it, return plain results."""
-        from pytest_ckfmha.execute import ItemFailure, ItemSkip, run_item
-        from pytest_ckfmha.isolation import ItemResult
-        from pytest_ckfmha.reporting import result_props
         from pytest_ckfmha.state import get_state
 
-        st = get_state(self.config)
-        props = self.base_report_props()
-        try:
-            outcome = run_item(st.runtime(), self.spec.shape, self.kernel, props)
-        except ItemSkip as e:
-            props["reason"] = f"{self.spec.shape_id}: {e}"
-            return ItemResult("skipped", "skipped", props["reason"], props)  # its location is the matrix entry
-        except ItemFailure as e:
-            props["reason"] = str(e)
-            return ItemResult(
-                "failed", "failed", f"{self.item_id}\n{e}\n  {self.details()}", props, fresh_process_next=e.raised
-            )
-        except Exception as e:  # noqa: BLE001 - a bug outside the kernel's stages: an error with its traceback
-            props["reason"] = f"{type(e).__name__}: {e}"
-            return ItemResult.error(self.item_id, e, props)
-        props.update(result_props(self.spec.shape.problem, outcome))
-        failed = [c for c in outcome.checks.values() if not c.passed]
-        if not failed:
-            return ItemResult("passed", "passed", "", props)
-        props["reason"] = "; ".join(f"{c.name}: {c.mismatch_count}/{c.total} mismatches" for c in failed)
-        lines = [
-            f"{self.item_id}: output differs from the reference ({props['backend']} backend, arch "
-            f"{st.settings.arch}, seed {st.settings.seed})"
-        ]
-        lines += [f"  {c}" for c in outcome.checks.values()]
-        lines.append(f"  plan: {' -> '.join(outcome.plan_kernels)}")
-        lines.append(f"  {self.details()}")
-        return ItemResult("failed", "failed", "\n".join(lines), props)
+        return matrix_item_work(get_state(self.config), self.spec, self.kernel, self.node_id)
+
+    def work_order(self):
+        """The item's work as plain data (a picklable callable of the process's State): what a kernel child forked
+        before the collection runs, since it has no items of its own (isolation.py)."""
+        from functools import partial
+
+        return partial(matrix_item_work, spec=self.spec, kernel=self.kernel, node_id=self.node_id)
 
     def describe(self) -> str:
         """The item in words, for crash and timeout reasons: :meth:`NodeId.describe`, a kernel item naming its
@@ -187,11 +164,7 @@ class CkfmhaItem(pytest.Item):
         return self.node_id.describe()
 
     def details(self) -> str:
-        """``kernel <full kernel id | the dispatcher's plan>; matrix <file>:<line> entry <name> (combination i)``
-        (a CK smoke line: its script line instead of a matrix entry)."""
-        kernel = self.kernel.kernel_id if self.kernel is not None else "the dispatcher's plan"
-        where = getattr(self.spec, "where", None)
-        return f"kernel {kernel}" + (f"; matrix {where}" if where else "")
+        return item_details(self.spec, self.kernel)
 
     def runtest(self) -> None:
         from pytest_ckfmha.isolation import run_contained
@@ -243,6 +216,51 @@ def take_node_id_arguments(config, args: list[str]) -> tuple[NodeId, ...]:
 
 def named_node_ids(config) -> tuple[NodeId, ...]:
     return config.stash.get(NAMED_KEY, ())
+
+
+def item_details(spec, kernel) -> str:
+    """``kernel <full kernel id | the dispatcher's plan>; matrix <file>:<line> entry <name> (combination i)``
+    (a CK smoke line: its script line instead of a matrix entry)."""
+    name = kernel.kernel_id if kernel is not None else "the dispatcher's plan"
+    where = getattr(spec, "where", None)
+    return f"kernel {name}" + (f"; matrix {where}" if where else "")
+
+
+def matrix_item_work(state, spec, kernel, node_id: NodeId) -> "ItemResult":
+    """A matrix or CK smoke item's work, from its data (:meth:`CkfmhaItem.work`; in the kernel child, also as a
+    work order): run it, return plain results."""
+    from pytest_ckfmha.execute import ItemFailure, ItemSkip, run_item
+    from pytest_ckfmha.isolation import ItemResult
+    from pytest_ckfmha.reporting import base_props, result_props
+
+    settings = state.settings
+    props = base_props(node_id, spec, kernel, settings)
+    item_id = node_id.item_id
+    try:
+        outcome = run_item(state.runtime(), spec.shape, kernel, props)
+    except ItemSkip as e:
+        props["reason"] = f"{spec.shape_id}: {e}"
+        return ItemResult("skipped", "skipped", props["reason"], props)  # its location is the matrix entry
+    except ItemFailure as e:
+        props["reason"] = str(e)
+        details = item_details(spec, kernel)
+        return ItemResult("failed", "failed", f"{item_id}\n{e}\n  {details}", props, fresh_process_next=e.raised)
+    except Exception as e:  # noqa: BLE001 - a bug outside the kernel's stages: an error with its traceback
+        props["reason"] = f"{type(e).__name__}: {e}"
+        return ItemResult.error(item_id, e, props)
+    props.update(result_props(spec.shape.problem, outcome))
+    failed = [c for c in outcome.checks.values() if not c.passed]
+    if not failed:
+        return ItemResult("passed", "passed", "", props)
+    props["reason"] = "; ".join(f"{c.name}: {c.mismatch_count}/{c.total} mismatches" for c in failed)
+    lines = [
+        f"{item_id}: output differs from the reference ({props['backend']} backend, arch "
+        f"{settings.arch}, seed {settings.seed})"
+    ]
+    lines += [f"  {c}" for c in outcome.checks.values()]
+    lines.append(f"  plan: {' -> '.join(outcome.plan_kernels)}")
+    lines.append(f"  {item_details(spec, kernel)}")
+    return ItemResult("failed", "failed", "\n".join(lines), props)
 
 
 class NamedItems:

@@ -213,6 +213,18 @@ def pytest_sessionstart(session):
     return result
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_sessionstart")
+def pytest_sessionstart_prestart(session) -> None:
+    """Before this process's collection: fork its kernel child, which warms up while the process collects
+    (warmup.py)."""
+    from pytest_ckfmha.state import has_state
+
+    if has_state(session.config):
+        from pytest_ckfmha.warmup import prestart_child_early
+
+        prestart_child_early(session)
+
+
 def pytest_sessionfinish(session) -> None:
     from pytest_ckfmha.state import has_state
 

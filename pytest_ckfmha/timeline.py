@@ -5,8 +5,8 @@ first item, the kernel child's warm-up, the drain after the last item.
 | mark | set by | when |
 |---|---|---|
 | ``configured`` | every process | ckfmha's ``pytest_configure`` (a worker: after xdist started it and pytest loaded the plugins) |
+| ``child_forked`` | a process that pre-starts its kernel child (warmup.py) | the fork: at its session's start, before the collection (or after it, for a run of parity items only) |
 | ``collected`` | every process that collects (not an xdist controller) | ``pytest_collection_finish`` |
-| ``child_forked`` | a process that pre-starts its kernel child (warmup.py) | the fork |
 | ``child_warm`` | the same | the child said its warm-up ended (the first item received it) |
 | ``finish_begins`` | every process | ckfmha's ``pytest_sessionfinish`` begins (the items are over) |
 | ``child_closed`` | a process that had a kernel child | its child was stopped (isolation.py: ``ChildExecutor.close``) |

@@ -1,14 +1,14 @@
 """Pre-start: each pytest process (the only one, or each xdist worker) forks its kernel child process
-(isolation.py) as soon as its collection is final, and the child warms up before its first item, so that the
-warm-up overlaps the controller's scheduling instead of delaying the worker's first item.
+(isolation.py) before its collection when it will run matrix or CK smoke items, so that the child's warm-up (the
+backend's import -- torch, Triton -- and the CUDA context: seconds) overlaps the process's collection and the
+controller's scheduling instead of delaying the worker's first item.
 
 | the process | pre-started |
 |---|---|
-| has ckfmha items (matrix, CK smoke or parity items) to run | the child, forked from ``pytest_collection_finish`` (plugin.py; in an xdist worker after the worker sent its collection to the controller: the child inherits the final collection) |
-| has matrix or CK smoke items | ... and it runs :func:`warm_up` first |
-| has only parity items | ... without a warm-up (the parity sides load their backends themselves) |
-| ``--collect-only``, ``--setup-only`` / ``--setup-plan``, collection errors (without ``--continue-on-collection-errors``) | nothing: no item runs |
-| no ckfmha item selected (``-k``, ``-m``, a shard without items), an xdist controller (it collects nothing) | nothing |
+| runs a category or CK smoke lines (``--ckfmha-category``, ``--ckfmha-ck-smoke``) | the child, forked at the session's start (``pytest_sessionstart``, trylast: after the selection check of a run without workers), before the collection, with the kernel set built first (the child inherits it); it runs :func:`warm_up` first. It knows no item: each item sends it a work order (its work as plain data, :meth:`pytest_ckfmha.items.CkfmhaItem.work_order`); an item without one (a parity item) gets a fresh child forked then, which inherits the collection (isolation.py) |
+| runs parity items only (``--ckfmha-parity``) | the child, forked from ``pytest_collection_finish`` (plugin.py; in an xdist worker after the worker sent its collection to the controller: the child inherits the final collection), without a warm-up (the parity sides load their backends themselves) |
+| the collection ends with no ckfmha item to run (``-k``, ``-m``, a shard without items, collection errors without ``--continue-on-collection-errors``) | a child forked early is stopped then (its warm-up may have begun); otherwise nothing |
+| ``--collect-only``, ``--setup-only`` / ``--setup-plan``, an xdist controller (it collects nothing) | nothing: no item runs here |
 | ``--ckfmha-isolation inline`` | nothing: inline runs never fork, and the warm-up is never run in the pytest process (it would initialize CUDA there) |
 
 What the child does with the warm-up, and what a failing or dying warm-up does to the items (nothing: they get the
@@ -29,28 +29,56 @@ def will_run_items(session) -> bool:
     return not (session.testsfailed and not getattr(opt, "continue_on_collection_errors", False))
 
 
+def prestart_child_early(session) -> bool:
+    """Pre-start this process's kernel child before its collection (module doc); True when one was forked."""
+    from pytest_ckfmha.state import get_state, has_state
+
+    config = session.config
+    if not has_state(config) or not will_run_items(session) or _is_controller(config):
+        return False
+    state = get_state(config)
+    settings = state.settings
+    if settings.isolation == "inline" or (settings.category is None and settings.ck_smoke is None):
+        return False
+    state.registry()  # built once, here: the child inherits it, the collection uses it
+    return _prestart(state, session, early=True)
+
+
 def prestart_child(session) -> bool:
-    """Pre-start this process's kernel child (module doc); True when one was forked."""
-    from pytest_ckfmha.isolation import ChildExecutor, executor_of
+    """At the end of this process's collection (module doc): pre-start its kernel child, or stop the one forked
+    early when no item will run; True when a child was forked now."""
+    from pytest_ckfmha.isolation import executor_of
     from pytest_ckfmha.items import CkfmhaItem
     from pytest_ckfmha.parity_items import ParityItem
     from pytest_ckfmha.state import get_state, has_state
 
-    if not has_state(session.config) or not will_run_items(session):
+    if not has_state(session.config):
         return False
     state = get_state(session.config)
-    if state.settings.isolation == "inline":
-        return False
     contained = [i for i in session.items if isinstance(i, (CkfmhaItem, ParityItem))]
-    if not contained:
+    if not will_run_items(session) or not contained:
+        if state.executor is not None:
+            state.executor.close_child()  # forked early for items that will not run
         return False
+    if state.settings.isolation == "inline" or executor_of(state, session).early:
+        return False
+    return _prestart(state, session, early=False, matrix=any(isinstance(i, CkfmhaItem) for i in contained))
+
+
+def _prestart(state, session, early: bool, matrix: bool = True) -> bool:
+    from pytest_ckfmha.isolation import ChildExecutor, executor_of
+
     executor = executor_of(state, session)
     if not isinstance(executor, ChildExecutor):  # pragma: no cover - the isolation setting picks the class
         return False
-    matrix = any(isinstance(i, CkfmhaItem) for i in contained)
-    executor.prestart(partial(warm_up, state) if matrix else None)
+    executor.prestart(partial(warm_up, state) if matrix else None, early=early)
     state.timeline.mark("child_forked")
     return True
+
+
+def _is_controller(config) -> bool:
+    """An xdist controller: it runs no item (its workers do)."""
+    return config.pluginmanager.getplugin("dsession") is not None
 
 
 def warm_up(state) -> dict[str, float]:

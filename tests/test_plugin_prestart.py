@@ -34,7 +34,7 @@ def _record(what):
     f, in_item = _sys._getframe(), False
     while f is not None:
         code = f.f_code
-        if code.co_name == "work" and code.co_filename.endswith(os.path.join("pytest_ckfmha", "items.py")):
+        if code.co_name in ("work", "matrix_item_work") and code.co_filename.endswith(os.path.join("pytest_ckfmha", "items.py")):
             in_item = True
         f = f.f_back
     line = {"what": what, "pid": os.getpid(), "ppid": os.getppid(), "t": _time.monotonic(),
@@ -180,14 +180,25 @@ def test_inline_isolation_starts_no_child(pytester, monkeypatch, tmp_path):
     assert not _warmed(_rows(pytester))
 
 
-@pytest.mark.parametrize(
-    "args", [["--collect-only"], ["-k", "no_such_item"], ["-p", "no:xdist", "-k", "no_such_item"]], ids=str
-)
+@pytest.mark.parametrize("args", [["--collect-only"], ["--setup-plan"], ["--ckfmha-isolation", "inline"]], ids=str)
 def test_no_child_when_no_item_runs(pytester, monkeypatch, tmp_path, args):
     base, log = _project(pytester, monkeypatch, tmp_path)
-    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", *args)
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", *args, "-k", "no_such_item")
     assert res.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
     assert _records(log) == []  # nothing loaded the backend: no child was forked
+
+
+@pytest.mark.parametrize("args", [["-k", "no_such_item"], ["-p", "no:xdist", "-k", "no_such_item"]], ids=str)
+def test_a_child_forked_before_a_collection_that_selects_nothing_is_stopped(pytester, monkeypatch, tmp_path, args):
+    """The child is forked before the collection, when -k's outcome is unknown: its warm-up may begin, and it is
+    stopped when the collection ends with nothing to run -- no item runs in it."""
+    base, log = _project(pytester, monkeypatch, tmp_path)
+    monkeypatch.setenv("CKT_WARM_SLEEP", "30")  # a warm-up that would outlast the run if it were waited for
+    res = pytester.runpytest(*base, "--ckfmha-category", "smoke", *args)
+    assert res.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+    recs = _records(log)
+    assert all(not r["in_item"] and r["pid"] != os.getpid() for r in recs)  # the warm-up's only, in a child
+    assert res.duration < 20  # stopped, not waited for
 
 
 def test_each_xdist_worker_prestarts_its_own_child(pytester, monkeypatch, tmp_path):
