@@ -215,7 +215,9 @@ def figures(report: Path) -> dict:
 
 
 #: the workers' timeline marks (pytest_ckfmha/timeline.py) in the order a worker passes them
-WORKER_MARKS = ("configured", "collected", "child_forked", "child_warm", "finish_begins", "child_closed", "down")
+WORKER_MARKS = (
+    "started", "configured", "child_forked", "collected", "child_warm", "finish_begins", "child_closed", "down",
+)  # fmt: skip
 
 
 def _spread(values: list[float]) -> list[float] | None:

@@ -4,6 +4,7 @@ first item, the kernel child's warm-up, the drain after the last item.
 
 | mark | set by | when |
 |---|---|---|
+| ``started`` | every process (Linux) | the process was created (``/proc/self/stat``'s start time; 10 ms resolution): before it, nothing; until ``configured``, Python's and pytest's start, the plugins' imports and, in a controller, the arch's detection |
 | ``configured`` | every process | ckfmha's ``pytest_configure`` (a worker: after xdist started it and pytest loaded the plugins) |
 | ``child_forked`` | a process that pre-starts its kernel child (warmup.py) | the fork: at its session's start, before the collection (or after it, for a run of parity items only) |
 | ``collected`` | every process that collects (not an xdist controller) | ``pytest_collection_finish`` |
@@ -37,6 +38,9 @@ class Timeline:
         self.worker = worker
         self.pid = os.getpid()
         self.marks: dict[str, float] = {}  # mark -> time.time()
+        started = _process_started()
+        if started is not None:
+            self.marks["started"] = started
         self.warm_up: dict[str, Any] | None = None
         self.close_child_s: float | None = None
 
@@ -68,3 +72,18 @@ def relative(records: list[dict[str, Any]], origin: float) -> list[dict[str, Any
 def _worker_number(worker: str) -> int:
     digits = worker[2:] if worker.startswith("gw") else ""
     return int(digits) if digits.isdigit() else -1
+
+
+def _process_started() -> float | None:
+    """When this process was created, as a time.time() value (Linux: its start time in clock ticks since boot
+    against /proc/uptime); None elsewhere."""
+    import time
+
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime (fields 3.. follow the ")")
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None

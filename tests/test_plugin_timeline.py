@@ -33,6 +33,7 @@ def _check_item_process(p: dict, run_end: float) -> None:
     assert ITEM_PROCESS_MARKS <= set(marks), marks
     assert all(marks[a] <= marks[b] for a, b in BEFORE), marks
     assert 0 <= marks["configured"] and marks["child_closed"] <= run_end, marks
+    assert marks["started"] <= marks["configured"] + 0.05, marks  # the process's creation (/proc, 10 ms ticks)
     warm = p["warm_up"]
     assert warm["phases"]["available"] >= SLEEP_S - 0.05  # the backend's slow first load, measured in the child
     assert SLEEP_S - 0.05 <= warm["seconds"] < 60 and warm["seconds"] >= sum(warm["phases"].values()) - 0.05
