@@ -128,7 +128,10 @@ def kernel_set(config, settings: "Settings") -> list["KernelConfig"]:
 
         return [k.config for k in select_checkout_kernels(settings.ck_root, q, allow_empty=settings.allow_empty)]
     if given is None:
-        return q.run(allow_empty=settings.allow_empty)  # EmptySelectionError names the selection
+        from pytest_ckfmha.kernel_set_cache import cached_kernel_set
+
+        # EmptySelectionError names the selection (an empty selection is never stored)
+        return cached_kernel_set(settings, lambda: q.run(allow_empty=settings.allow_empty))
     pred = combine([q.sweep, *q.filters])
     return [c for c in given if pred is None or pred(c)]
 

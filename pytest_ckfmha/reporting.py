@@ -620,7 +620,7 @@ SELECTION_KEYS = (
 )
 
 
-def _content_hash(paths: Sequence[str | Path] | None) -> str | None:
+def content_hash(paths: Sequence[str | Path] | None) -> str | None:
     """sha256 (first 16 hex) of the files' contents (a directory: its files, by relative path); None without
     paths. Contents, not paths: two machines with the same files in other places select the same items."""
     if not paths:
@@ -685,13 +685,13 @@ def _selection(settings) -> dict[str, Any]:
         "profile": s.profile,
         "mask_mode": s.mask_mode,
         "filter": s.filter,
-        "filter_file": _content_hash([s.filter_file] if s.filter_file else None),
-        "sweep": _content_hash([s.sweep] if s.sweep else None),
-        "matrices": _content_hash(s.matrices),
+        "filter_file": content_hash([s.filter_file] if s.filter_file else None),
+        "sweep": content_hash([s.sweep] if s.sweep else None),
+        "matrices": content_hash(s.matrices),
         "max_kernels_per_shape": s.max_kernels_per_shape,
         "ck_root": _ck_root_identity(s),
         # the timings that weigh the shard split (--ckfmha-durations, where the option exists)
-        "durations": _content_hash([s.durations] if getattr(s, "durations", None) else None),
+        "durations": content_hash([s.durations] if getattr(s, "durations", None) else None),
         "shard": {"index": s.shard[0], "count": s.shard[1]} if s.shard else None,
     }
 
