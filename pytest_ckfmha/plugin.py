@@ -15,8 +15,10 @@ Ctrl-C), shard_spec.py (--ckfmha-shard's K/N), durations.py (measured seconds of
 
 The session, in order: options are validated (``pytest_configure``; the report paths and the cache directory
 are checked before anything runs); the selection is checked (``pytest_sessionstart``: matrix files, kernel set,
-shapes -- a selection that matches nothing is a usage error, exit 4); once a process's collection is final its
-kernel child process is forked and warms up (``pytest_collection_finish``, warmup.py); items run in that child;
+shapes -- a selection that matches nothing is a usage error, exit 4); each process that will run matrix or CK smoke
+items forks its kernel child process at its session start, before its collection, and the child warms up while the
+process collects (``pytest_sessionstart``, warmup.py; parity items only: after the collection,
+``pytest_collection_finish``); items run in that child; every process records its timeline (timeline.py);
 the controller keeps one row per item, writes a ``running`` report once the collection is known, checkpoints it
 from a timer thread while the run goes on and writes it at the end (also after Ctrl-C or SIGTERM), its ``state``
 saying what happened (:func:`session_outcome`); a run whose every item was skipped, or a parity run in which one
@@ -271,7 +273,8 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session) -> None:
     """This process's collection is final (in an xdist worker: trylast, after xdist's own hook sent it to the
-    controller): its kernel child is forked now and warms up while the items are scheduled (warmup.py)."""
+    controller): a kernel child not forked yet (parity items only) is forked now and warms up while the items are
+    scheduled; one forked early for a collection that leaves nothing to run is stopped (warmup.py)."""
     from pytest_ckfmha.state import has_state
 
     if has_state(session.config):
