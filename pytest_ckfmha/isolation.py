@@ -15,7 +15,8 @@ bound to the child's state; an item without an order (or with one that cannot be
 after the collection, which finds the item by its node id (a child forked early is replaced by a fresh one then).  The child serves item after item (its caches, compiled kernels and GPU context stay warm)
 until it crashes or is killed; the next item forks a fresh child.
 
-At the session's end the parent closes the pipe (the child exits at once) and waits at most ``END_WAIT_SECONDS``:
+At the session's end the parent closes the pipe of a child that finished its warm-up (the child exits at once;
+one still warming up is killed) and waits at most ``END_WAIT_SECONDS``:
 a GPU child's exit -- the driver tearing its CUDA context down -- can take seconds, during which the run has
 nothing left to hear from it, so a thread reaps it and the process ends without waiting for it.
 
@@ -295,6 +296,8 @@ Resolve = Callable[[str, Any], Callable[[], ItemResult]]
 class ChildExecutor:
     """Runs items' work in a forked child (see the module doc)."""
 
+    forks = True  # it keeps a child process (the timeline records stopping it)
+
     def __init__(self, resolve: Resolve) -> None:
         self._resolve = resolve
         self._proc: BaseProcess | None = None
@@ -480,6 +483,7 @@ class InlineExecutor:
     """``--ckfmha-isolation inline``: the work runs in this process (no containment, no timeout)."""
 
     early = False  # nothing is forked
+    forks = False
 
     def __init__(self, resolve: Resolve) -> None:
         self._resolve = resolve

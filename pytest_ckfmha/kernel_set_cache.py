@@ -4,10 +4,10 @@ forks its kernel child (warmup.py) -- so the first process stores the list and t
 
 | what | rule |
 |---|---|
-| cached | the list ``pytest_ckfmha.collect.kernel_set`` enumerates (arch, receipt, profile, mask mode, sweep, filters applied); not the kernels a ``pytest_ckfmha_kernels`` hook gives, nor a CK checkout's (``--ckfmha-ck-root``): those are read every time |
+| cached | the list ``pytest_ckfmha.collect.kernel_set`` enumerates (arch, receipt, profile, mask mode, sweep, filter expression applied); not with ``--ckfmha-filter-file`` (Python that may read other files, which no key sees), nor the kernels a ``pytest_ckfmha_kernels`` hook gives, nor a CK checkout's (``--ckfmha-ck-root``): those are computed every time |
 | where | ``<--ckfmha-cache-dir>/kernel-sets/<key>.pickle`` (settings without a cache directory: nothing is cached) |
 | key | sha256 of the settings above (the filter and sweep files by their contents) and of every file of the installed ckfmha package (the enumeration's code and its data: a change to any of them is another key), Python's version and ckfmha's |
-| written | atomically (a temporary file, then a rename): concurrent processes each write a whole file |
+| written | atomically (a temporary file, then a rename; readable by all, like the rest of the cache): concurrent processes each write a whole file; files of older keys stay (about 1.4 MB each: remove ``kernel-sets/`` to reclaim them) |
 | a file that cannot be read or unpickled, or holds no list or an empty one | enumerated again and written again |
 | an empty set | never stored (whether it is an error depends on ``--ckfmha-allow-empty``, which is not in the key) |
 | the cache directory cannot be written | the list is used without being stored |
@@ -54,7 +54,6 @@ def cache_key(settings) -> str:
         "profile": s.profile,
         "mask_mode": s.mask_mode,
         "filter": s.filter,
-        "filter_file": content_hash([s.filter_file] if s.filter_file else None),
         "sweep": content_hash([s.sweep] if s.sweep else None),
         "package": package_fingerprint(),
         "python": sys.version,
@@ -66,7 +65,7 @@ def cache_key(settings) -> str:
 def cached_kernel_set(settings, enumerate_set: Callable[[], list[Any]]) -> list[Any]:
     """The kernel set of ``settings`` from the cache (module doc), else ``enumerate_set()``, stored."""
     cache_dir = getattr(settings, "cache_dir", None)
-    if cache_dir is None:  # settings without a cache (a caller's own): enumerated every time
+    if cache_dir is None or getattr(settings, "filter_file", None):  # module doc: not cached
         return enumerate_set()
     path = Path(cache_dir) / SUBDIR / f"{cache_key(settings)}.pickle"
     try:
@@ -86,11 +85,15 @@ def _store(path: Path, kernels: list[Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    except OSError:  # the cache directory cannot be written: the list is used without being stored
+        return
+    try:
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(kernels, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except OSError:
+    except Exception:  # noqa: BLE001 - not stored (a full disk, an unpicklable kernel): no temporary file left
         try:
             os.unlink(tmp)
-        except (OSError, UnboundLocalError):
+        except OSError:
             pass

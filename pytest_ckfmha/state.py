@@ -95,8 +95,9 @@ class State:
 
             t0 = time.perf_counter()
             warm = self.executor.close()
-            self.timeline.close_child_s = round(time.perf_counter() - t0, 3)
-            self.timeline.mark("child_closed")
+            if self.executor.forks and self.executor.started:  # a child was forked and is stopped now
+                self.timeline.close_child_s = round(time.perf_counter() - t0, 3)
+                self.timeline.mark("child_closed")
             if warm is not None:
                 self.timeline.warm_up = {"seconds": round(warm.seconds, 3), "phases": warm.phases}
                 self.timeline.mark("child_warm", warm.ended_at)

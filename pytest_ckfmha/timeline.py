@@ -10,7 +10,7 @@ first item, the kernel child's warm-up, the drain after the last item.
 | ``collected`` | every process that collects (not an xdist controller) | ``pytest_collection_finish`` |
 | ``child_warm`` | the same | the child said its warm-up ended (the first item received it) |
 | ``finish_begins`` | every process | ckfmha's ``pytest_sessionfinish`` begins (the items are over) |
-| ``child_closed`` | a process that had a kernel child | its child was stopped (isolation.py: ``ChildExecutor.close``) |
+| ``child_closed`` | a process that forked a kernel child | the session's end stopped its child (isolation.py: ``ChildExecutor.close``; a child forked early and stopped when the collection left nothing to run is gone by then) |
 | ``down`` | the controller, for each worker | the worker's session finished and the controller heard it (``pytest_testnodedown``) |
 
 Besides the marks, a process records ``warm_up`` (the warm-up's seconds and its steps' seconds, as the child

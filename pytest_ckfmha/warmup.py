@@ -5,8 +5,8 @@ controller's scheduling instead of delaying the worker's first item.
 
 | the process | pre-started |
 |---|---|
-| runs a category or CK smoke lines (``--ckfmha-category``, ``--ckfmha-ck-smoke``) | the child, forked at the session's start (``pytest_sessionstart``, trylast: after the selection check of a run without workers), before the collection, with the kernel set built first (the child inherits it); it runs :func:`warm_up` first. It knows no item: each item sends it a work order (its work as plain data, :meth:`pytest_ckfmha.items.CkfmhaItem.work_order`); an item without one (a parity item) gets a fresh child forked then, which inherits the collection (isolation.py) |
-| runs parity items only (``--ckfmha-parity``) | the child, forked from ``pytest_collection_finish`` (plugin.py; in an xdist worker after the worker sent its collection to the controller: the child inherits the final collection), without a warm-up (the parity sides load their backends themselves) |
+| runs a category or CK smoke lines (``--ckfmha-category``, ``--ckfmha-ck-smoke`` without ``--ckfmha-parity``), with no paths on the command line | the child, forked at the session's start (``pytest_sessionstart``, trylast: after the selection check of a run without workers), before the collection, with the kernel set built first (the child inherits it); it runs :func:`warm_up` first. It knows no item: each item sends it a work order (its work as plain data, :meth:`pytest_ckfmha.items.CkfmhaItem.work_order`); an item without one (a parity item) gets a fresh child forked then, which inherits the collection (isolation.py) |
+| runs parity items only (``--ckfmha-parity``, also with ``--ckfmha-ck-smoke``: parity items have no work order); test paths given on the command line (their conftests, which may supply the backend or the kernels, load during the collection); the kernel set cannot be built at the start (the items or the selection check meet the error as before) | the child, forked from ``pytest_collection_finish`` (plugin.py; in an xdist worker after the worker sent its collection to the controller: the child inherits the final collection); it runs :func:`warm_up` first when matrix or CK smoke items are among them (parity items alone: no warm-up, the parity sides load their backends themselves) |
 | the collection ends with no ckfmha item to run (``-k``, ``-m``, a shard without items, collection errors without ``--continue-on-collection-errors``) | a child forked early is stopped then (its warm-up may have begun); otherwise nothing |
 | ``--collect-only``, ``--setup-only`` / ``--setup-plan``, an xdist controller (it collects nothing) | nothing: no item runs here |
 | ``--ckfmha-isolation inline`` | nothing: inline runs never fork, and the warm-up is never run in the pytest process (it would initialize CUDA there) |
@@ -37,11 +37,22 @@ def prestart_child_early(session) -> bool:
     if not has_state(config) or not will_run_items(session) or _is_controller(config):
         return False
     state = get_state(config)
-    settings = state.settings
-    if settings.isolation == "inline" or (settings.category is None and settings.ck_smoke is None):
+    if not forks_early(state.settings, config.args):
         return False
-    state.registry()  # built once, here: the child inherits it, the collection uses it
+    try:
+        state.registry()  # built once, here: the child inherits it, the collection uses it
+    except Exception:  # noqa: BLE001 - the items (or the selection check) meet it as without an early child
+        return False
     return _prestart(state, session, early=True)
+
+
+def forks_early(settings, args) -> bool:
+    """Whether a run forks its kernel child before the collection (module doc): it will run matrix or CK smoke
+    items (parity items have no work order), its isolation forks, and no paths are given (``args``: their conftests,
+    which may supply the backend or the kernels, load during the collection)."""
+    s = settings
+    matrix_items = s.category is not None or (s.ck_smoke is not None and s.parity is None)
+    return s.isolation != "inline" and matrix_items and not args
 
 
 def prestart_child(session) -> bool:
@@ -111,7 +122,7 @@ def warm_up(state) -> dict[str, float]:
     warm = getattr(backend, "warm_up", None)  # a hook's backend may not derive from ckfmha's Backend
     if warm is not None:
         clock.step("backend_warm_up", warm)
-    clock.step("imports", partial(__import__, "ckfmha.inputs"))  # what run_item_work imports on its first call
+    clock.step("imports", _import_item_modules)
     return steps
 
 
@@ -130,6 +141,10 @@ class _StepClock:
         finally:
             self.steps[name] = round(time.perf_counter() - t0, 3)
 
+
+def _import_item_modules() -> None:
+    """What an item's work imports on its first call."""
+    import ckfmha.inputs  # noqa: F401
     import ckfmha.runner  # noqa: F401
     import ckfmha.validator  # noqa: F401
     import pytest_ckfmha.refcache  # noqa: F401

@@ -301,3 +301,26 @@ def test_rows_of_smoke_items_that_never_reported_are_described(tmp_path, cache, 
     assert row["id"] == f"{split.shape_id}::{name}" and row["entry"] == split.command
     assert row["matrix"] == "smoke_test_fwd.sh" and row["kind"] == ("plan" if parity is None else "parity")
     assert row["ck_normalizations"] == "dropout is not supported by split-kv kernels. ignoring the 'p_drop' option"
+
+
+RAISING_KERNELS_CONFTEST = """
+def pytest_ckfmha_kernels(config, arch):
+    raise RuntimeError("this kernel space cannot be read")
+"""
+
+
+def test_a_kernel_space_that_cannot_be_read_fails_the_items_not_the_session(pytester, monkeypatch, tmp_path):
+    """The kernel child is forked before the collection after the kernel set is built; a kernel set that raises
+    there must leave the run as it was without the early fork: each item fails naming the error, no INTERNALERROR,
+    and the report is written."""
+    base = _smoke_project(pytester, monkeypatch, tmp_path)
+    pytester.makeconftest(RAISING_KERNELS_CONFTEST)
+    root = make_fake_checkout(tmp_path / "ck")
+    report = tmp_path / "r.json"
+    res = pytester.runpytest_subprocess(
+        *base, "--ckfmha-ck-smoke", "fwd", "--ckfmha-ck-root", str(root), "--ckfmha-report", str(report), timeout=120
+    )
+    out = res.stdout.str() + res.stderr.str()
+    assert "INTERNALERROR" not in out and res.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "this kernel space cannot be read" in out
+    assert report.is_file() and json.loads(report.read_text())["state"] == "complete"

@@ -71,3 +71,23 @@ def test_a_child_forked_after_the_collection_ignores_no_order(executor):
     assert _run(executor, "c")["how"] == "collection:item c"
     assert _run(executor, "c", partial(_ordered, value=3))["how"] == "order:the child's state:3"
     assert executor.started == 1
+
+
+@pytest.mark.parametrize(
+    ("category", "ck_smoke", "parity", "isolation", "args", "early"),
+    [
+        ("smoke", None, None, "child", [], True),
+        (None, "fwd", None, "child", [], True),  # CK smoke lines: matrix items with work orders
+        (None, "fwd", "tile_example", "child", [], False),  # CK smoke lines as parity items: no work orders
+        (None, None, "tile_example", "child", [], False),
+        ("smoke", None, None, "inline", [], False),
+        ("smoke", None, None, "child", ["tests/sub"], False),  # paths: conftests that load during the collection
+    ],
+)
+def test_which_runs_fork_their_child_before_the_collection(category, ck_smoke, parity, isolation, args, early):
+    from types import SimpleNamespace
+
+    from pytest_ckfmha.warmup import forks_early
+
+    s = SimpleNamespace(category=category, ck_smoke=ck_smoke, parity=parity, isolation=isolation)
+    assert forks_early(s, args) is early

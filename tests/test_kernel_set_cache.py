@@ -45,11 +45,10 @@ def test_another_setting_or_package_is_another_key(tmp_path, monkeypatch):
     calls: list = []
     ksc.cached_kernel_set(_Settings(tmp_path), _enumerate(calls, ["a"]))
     assert ksc.cached_kernel_set(_Settings(tmp_path, arch="gfx942"), _enumerate(calls, ["b"])) == ["b"]
-    filt = tmp_path / "f.txt"
+    filt = tmp_path / "f.py"
     filt.write_text("x")
-    with_file = _Settings(tmp_path, filter_file=str(filt))
+    with_file = _Settings(tmp_path, filter_file=str(filt))  # Python that may read other files: never cached
     assert ksc.cached_kernel_set(with_file, _enumerate(calls, ["c"])) == ["c"]
-    filt.write_text("y")  # the filter file's contents are in the key, not its path
     assert ksc.cached_kernel_set(with_file, _enumerate(calls, ["d"])) == ["d"]
     monkeypatch.setattr(ksc, "package_fingerprint", lambda: "another package")
     assert ksc.cached_kernel_set(_Settings(tmp_path), _enumerate(calls, ["e"])) == ["e"]
@@ -100,3 +99,16 @@ def test_a_real_kernel_set_round_trips(tmp_path):
     loaded = ksc.cached_kernel_set(s, lambda: pytest.fail("enumerated twice"))
     assert len(fresh) > 1000 and loaded == fresh
     assert [k.kernel_id for k in loaded[:50]] == [k.kernel_id for k in fresh[:50]]
+
+
+def test_a_list_that_cannot_be_stored_leaves_no_file(tmp_path):
+    s = _Settings(tmp_path)
+    assert ksc.cached_kernel_set(s, lambda: [lambda: None]) is not None  # a lambda cannot be pickled
+    assert list((tmp_path / ksc.SUBDIR).iterdir()) == []
+
+
+def test_a_stored_file_is_readable_by_all(tmp_path):
+    s = _Settings(tmp_path)
+    ksc.cached_kernel_set(s, lambda: ["k"])
+    (stored,) = (tmp_path / ksc.SUBDIR).iterdir()
+    assert stored.stat().st_mode & 0o777 == 0o644

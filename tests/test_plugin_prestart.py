@@ -221,3 +221,16 @@ def test_each_xdist_worker_prestarts_its_own_child(pytester, monkeypatch, tmp_pa
     assert len({r["ppid"] for r in recs}) == len({r["pid"] for r in recs})  # one child per worker
     warmed = _warmed(rows)
     assert sorted(r["worker"] for r in warmed) == sorted(workers)  # one row per worker carries its warm-up time
+
+
+def test_a_kernel_set_that_cannot_be_built_is_the_selection_checks_usage_error(pytester, monkeypatch, tmp_path):
+    """The workers' early fork builds the kernel set first; an empty selection there must not end the workers
+    with an internal error: the controller's selection check reports it (exit 4), as without an early child."""
+    pytest.importorskip("xdist")
+    base, _ = _project(pytester, monkeypatch, tmp_path)
+    pytester.makeconftest("")  # no kernels hook: the workers enumerate the arch's kernel space themselves
+    args = ["--ckfmha-category", "smoke", "--ckfmha-backend", "cpu", "--ckfmha-filter", "c.hdim_q == 99999"]
+    res = pytester.runpytest_subprocess(*base, *args, "-n", "2", timeout=120)
+    out = res.stdout.str() + res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "INTERNALERROR" not in out, out
+    assert "no kernel matches the selection" in out
