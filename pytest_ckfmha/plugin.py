@@ -8,7 +8,7 @@ One module per concern: options.py (options, ini keys, validation), collect.py (
 (collector tree), parity_items.py and ck_smoke.py (the other item kinds), smoke_lines.py (a CK checkout's smoke
 lines as specs), ids.py (shape ids and :class:`~pytest_ckfmha.ids.NodeId`, the node-id grammar), execute.py (one item), isolation.py (the kernel child process: crashes and timeouts),
 warmup.py (the kernel child forked and warmed up: before the collection, or for parity items after it),
-timeline.py (each process's marks in the report),
+timeline.py (each process's marks in the report), kernel_set_cache.py (the kernel set on disk),
 refcache.py (shared reference cache), reporting.py (rows, JSON/CSV, summary), scheduling.py (the xdist
 scheduler), xdist_support.py (xdist hooks, GPU per worker), session_checks.py (runs that test nothing),
 benchcompare.py (--ckfmha-bench's table, --ckfmha-compare / --ckfmha-compare-fail), sigterm.py (SIGTERM as
