@@ -182,4 +182,4 @@ def _process_name(config) -> str:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         return str(workerinput.get("workerid", "worker"))
-    return "controller" if getattr(config.option, "numprocesses", None) else "main"
+    return "controller" if getattr(getattr(config, "option", None), "numprocesses", None) else "main"
