@@ -250,14 +250,17 @@ def _send_result(conn, result: ItemResult) -> None:
         conn.send(ItemResult.error("the item's result could not be sent back", e))
 
 
-def _picklable(order: Any) -> bool:
+def _message(nodeid: str, order: Any) -> tuple[bytes, bool]:
+    """``(node id, order)`` pickled once, as the child's ``recv`` reads it, and whether the order is in it (one
+    that cannot be pickled is left out: the child finds the item in its collection instead)."""
     import pickle
 
-    try:
-        pickle.dumps(order)
-    except Exception:  # noqa: BLE001 - any failure: the child finds the item in its collection instead
-        return False
-    return True
+    if order is not None:
+        try:
+            return pickle.dumps((nodeid, order)), True
+        except Exception:  # noqa: BLE001 - any failure: sent without the order
+            pass
+    return pickle.dumps((nodeid, None)), False
 
 
 def _reap_in_background(proc: BaseProcess) -> None:
@@ -446,9 +449,8 @@ class ChildExecutor:
         its collection): ``("done", ItemResult, output)``, ``("crashed", exitcode, output)`` or ``("timeout",
         None, output)``."""
         deadline = None if not timeout_s else time.monotonic() + timeout_s
-        if order is not None and not _picklable(order):
-            order = None
-        if order is None and self.early:  # a child forked before the collection knows no item: a fresh one
+        message, has_order = _message(nodeid, order)
+        if not has_order and self.early:  # a child forked before the collection knows no item: a fresh one
             self.close_child()
         try:
             ready = self._ready_child(deadline)
@@ -457,7 +459,7 @@ class ChildExecutor:
             proc, conn = ready
             note, self._lost_warm_up = self._lost_warm_up, ""
             try:
-                conn.send((nodeid, order))
+                conn.send_bytes(message)
             except (BrokenPipeError, OSError):  # died between items
                 code = self._kill()
                 return "crashed", code, _read_tail(self._log)

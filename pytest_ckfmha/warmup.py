@@ -34,10 +34,10 @@ def prestart_child_early(session) -> bool:
     from pytest_ckfmha.state import get_state, has_state
 
     config = session.config
-    if not has_state(config) or not will_run_items(session) or _is_controller(config):
+    if not has_state(config) or not will_run_items(session):
         return False
     state = get_state(config)
-    if not forks_early(state.settings, config.args):
+    if state.timeline.worker == "controller" or not forks_early(state.settings, config.args):
         return False
     try:
         state.registry()  # built once, here: the child inherits it, the collection uses it
@@ -85,11 +85,6 @@ def _prestart(state, session, early: bool, matrix: bool = True) -> bool:
     executor.prestart(partial(warm_up, state) if matrix else None, early=early)
     state.timeline.mark("child_forked")
     return True
-
-
-def _is_controller(config) -> bool:
-    """An xdist controller: it runs no item (its workers do)."""
-    return config.pluginmanager.getplugin("dsession") is not None
 
 
 def warm_up(state) -> dict[str, float]:
